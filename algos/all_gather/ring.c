@@ -1,0 +1,67 @@
+/* all_gather/ring.c: ring all-gather; recvbuf block p (sendcount elements) = rank p's sendbuf.
+ *
+ * Each rank first copies its own input to block r of recvbuf (nothing to do in-place, when
+ * sendbuf == recvbuf + r * sendcount). Slice k is the k-th piece (at most chunk elements) of
+ * every block; per slice, n-1 ring steps (ring.h): step s sends block (r-s) and receives
+ * block (r-s-1), both in recvbuf, so the block received at step s is forwarded at step s+1.
+ * Bytes each rank sends: (n-1) * sendcount * size. Latency term: n-1 steps per slice,
+ * ceil(sendcount / chunk) slices. No scratch.
+ * Sources: Thakur, Rabenseifner & Gropp, "Optimization of collective communication
+ * operations in MPICH" (IJHPCA 2005), ring all-gather; NCCL's ring all-gather. */
+#include <string.h>
+#include "algos/ring.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/task.h"
+
+typedef struct {
+  weft__ring_driver ring;
+  weft__ring_layout layout;
+  size_t esize;
+  weft__req reqs[]; /* nsteps sends, then nsteps receives */
+} ag_state;
+
+static void ag_send_of(weft__task *t, size_t k, int s, const void **buf, size_t *bytes) {
+  ag_state *st = t->state;
+  int b = weft__ring_ag_send_block(t->comm->rank, t->comm->nranks, s);
+  size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
+  *buf = (const char *)t->recvbuf + off * st->esize;
+  *bytes = len * st->esize;
+}
+
+static void ag_recv_of(weft__task *t, size_t k, int s, void **dst, const void **acc,
+                       size_t *bytes) {
+  ag_state *st = t->state;
+  int b = weft__ring_ag_recv_block(t->comm->rank, t->comm->nranks, s);
+  size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
+  *dst = (char *)t->recvbuf + off * st->esize;
+  *acc = NULL;
+  *bytes = len * st->esize;
+}
+
+static const weft__ring_ops ag_ops = {ag_send_of, ag_recv_of, NULL, NULL};
+
+static weft_status_t ag_start(weft__task *t) {
+  int r = t->comm->rank, n = t->comm->nranks;
+  int nsteps = n - 1;
+  size_t esize = weft__dtype_size(t->dtype);
+  weft_status_t status;
+  ag_state *st = weft__algo_state_alloc(t, sizeof(ag_state) + 2 * (size_t)nsteps * sizeof(weft__req),
+                                        0, &status);
+  if (st == NULL) return status;
+  st->esize = esize;
+  st->layout = weft__ring_layout_equal(t->count, weft__chunk_elems(t->comm->chunk_bytes, esize));
+  weft__ring_driver_init(&st->ring, t, &ag_ops, nsteps, weft__ring_nslices(&st->layout), st->reqs,
+                         st->reqs + nsteps);
+  if (t->count == 0) return WEFT_SUCCESS;
+  char *own = (char *)t->recvbuf + (size_t)r * t->count * esize;
+  if ((const void *)own != t->sendbuf) memmove(own, t->sendbuf, t->count * esize);
+  return WEFT_SUCCESS;
+}
+
+static weft_status_t ag_progress(weft__task *t) {
+  ag_state *st = t->state;
+  return weft__ring_driver_progress(&st->ring, t);
+}
+
+const weft__algo weft__algo_all_gather_ring = {"ring", WEFT__COLL_ALL_GATHER, ag_start, ag_progress};

@@ -1,0 +1,118 @@
+/* p2p/p2p.c: point-to-point sends and receives: a single weft_send / weft_recv, or the sends
+ * and receives of one group, progressed together.
+ *
+ * Every operation becomes one request on its peer's connection, all posted at start in call
+ * order, so the i-th send to a peer matches that peer's i-th receive from us and a group of
+ * any exchange pattern cannot deadlock. Sends to self are matched in order with receives from
+ * self of the same group and done with a copy; one without a partner, or with a different
+ * size, is an error raised before anything is posted. Message sizes are not rounded or
+ * skipped: the transport checks that both sides agree.
+ * Bytes: exactly what the caller asked. Source: NCCL's ncclSend / ncclRecv and groups. */
+#include <string.h>
+#include "algos/ring.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/status.h"
+#include "lib/task.h"
+
+typedef struct {
+  int nreq, done; /* done: a completed prefix of reqs */
+  weft__req reqs[];
+} p2p_state;
+
+static weft_status_t single_start(weft__task *t, p2p_state *st) {
+  struct weft_comm *comm = t->comm;
+  int is_send = t->coll == WEFT__COLL_SEND;
+  size_t bytes = t->count * weft__dtype_size(t->dtype);
+  if (t->peer == comm->rank) {
+    char what[160];
+    return weft__error(comm, WEFT_ERR_INVALID_USAGE,
+                       "rank %d: %s: %s self outside a group: put the send and the matching "
+                       "recv in one weft_group_start/end",
+                       comm->rank, weft__task_describe(t, what, sizeof what),
+                       is_send ? "send to" : "recv from");
+  }
+  weft__req *r = &st->reqs[0];
+  if (is_send) {
+    weft__req_init_send(r, t->sendbuf, bytes);
+  } else {
+    weft__req_init_recv(r, t->recvbuf, NULL, bytes, t->dtype, WEFT_SUM);
+  }
+  weft__req_post(weft__comm_conn(comm, t->peer), r);
+  st->nreq = 1;
+  return WEFT_SUCCESS;
+}
+
+/* Index of the next op at or after i that is a send (is_send 1) or recv (0) with self. */
+static int next_self(const weft__task *t, int i, int is_send) {
+  while (i < t->np2p && !(t->p2p[i].peer == t->comm->rank && !!t->p2p[i].is_send == is_send)) i++;
+  return i;
+}
+
+/* Pairs the i-th send to self with the i-th recv from self; copies when do_copy. */
+static weft_status_t match_self(weft__task *t, int do_copy) {
+  int me = t->comm->rank, k = 0;
+  for (int s = next_self(t, 0, 1), r = next_self(t, 0, 0); s < t->np2p || r < t->np2p;
+       s = next_self(t, s + 1, 1), r = next_self(t, r + 1, 0), k++) {
+    if (r >= t->np2p) {
+      return weft__error(t->comm, WEFT_ERR_INVALID_USAGE,
+                         "rank %d: group: send to self #%d of %zu bytes has no matching recv "
+                         "from self in the same group",
+                         me, k, t->p2p[s].bytes);
+    }
+    if (s >= t->np2p) {
+      return weft__error(t->comm, WEFT_ERR_INVALID_USAGE,
+                         "rank %d: group: recv from self #%d of %zu bytes has no matching send "
+                         "to self in the same group",
+                         me, k, t->p2p[r].bytes);
+    }
+    if (t->p2p[s].bytes != t->p2p[r].bytes) {
+      return weft__error(t->comm, WEFT_ERR_INVALID_USAGE,
+                         "rank %d: group: send to self #%d of %zu bytes has no matching recv "
+                         "from self: recv #%d expects %zu bytes",
+                         me, k, t->p2p[s].bytes, k, t->p2p[r].bytes);
+    }
+    if (do_copy && t->p2p[s].bytes > 0 && t->p2p[r].buf != t->p2p[s].buf) {
+      memmove(t->p2p[r].buf, t->p2p[s].buf, t->p2p[s].bytes);
+    }
+  }
+  return WEFT_SUCCESS;
+}
+
+static weft_status_t group_start(weft__task *t, p2p_state *st) {
+  struct weft_comm *comm = t->comm;
+  WEFT_TRY(match_self(t, 0));
+  WEFT_TRY(match_self(t, 1));
+  for (int i = 0; i < t->np2p; i++) {
+    const weft__p2p_op *op = &t->p2p[i];
+    if (op->peer == comm->rank) continue;
+    weft__req *r = &st->reqs[st->nreq++];
+    if (op->is_send) {
+      weft__req_init_send(r, op->buf, op->bytes);
+    } else {
+      weft__req_init_recv(r, op->buf, NULL, op->bytes, WEFT_UINT8, WEFT_SUM);
+    }
+    weft__req_post(weft__comm_conn(comm, op->peer), r);
+  }
+  return WEFT_SUCCESS;
+}
+
+static weft_status_t p2p_start(weft__task *t) {
+  int group = t->coll == WEFT__COLL_P2P_GROUP;
+  int nops = group ? t->np2p : 1;
+  weft_status_t status;
+  p2p_state *st = weft__algo_state_alloc(
+      t, sizeof(p2p_state) + (size_t)(nops > 0 ? nops : 0) * sizeof(weft__req), 0, &status);
+  if (st == NULL) return status;
+  return group ? group_start(t, st) : single_start(t, st);
+}
+
+/* Requests of different peers complete in any order; the prefix scan stays cheap. */
+static weft_status_t p2p_progress(weft__task *t) {
+  p2p_state *st = t->state;
+  while (st->done < st->nreq && st->reqs[st->done].complete) st->done++;
+  return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
+}
+
+/* Serves WEFT__COLL_SEND, WEFT__COLL_RECV and WEFT__COLL_P2P_GROUP (see lib/select.c). */
+const weft__algo weft__algo_p2p = {"p2p", WEFT__COLL_SEND, p2p_start, p2p_progress};

@@ -1,0 +1,108 @@
+/* ring.c: the ring step driver (see ring.h) that the ring reduce-scatter, all-gather and
+ * all-reduce run their schedules on, and the state allocation every algorithm shares.
+ *
+ * The driver keeps, per slice, how many sends and receives were posted and how long a prefix
+ * of each has completed. Each connection completes its requests in FIFO order, so prefix
+ * counters are exact and a progress call costs O(1) when nothing moved. */
+#include <stdint.h>
+#include <stdlib.h>
+#include "algos/ring.h"
+#include "lib/comm.h"
+#include "lib/status.h"
+#include "lib/task.h"
+
+void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__ring_ops *ops,
+                            int nsteps, size_t nslices, weft__req *send, weft__req *recv) {
+  struct weft_comm *comm = t->comm;
+  d->ops = ops;
+  d->nsteps = nsteps;
+  d->nslices = nsteps > 0 ? nslices : 0;
+  d->slice = 0;
+  d->posted_send = d->done_send = d->posted_recv = d->done_recv = 0;
+  d->next = weft__comm_conn(comm, weft__ring_next(comm->rank, comm->nranks));
+  d->prev = weft__comm_conn(comm, weft__ring_prev(comm->rank, comm->nranks));
+  d->send = send;
+  d->recv = recv;
+}
+
+/* Posts r on c, or completes it at once when empty: the peer skips the same message. */
+static void post_or_skip(weft__conn *c, weft__req *r) {
+  if (r->bytes == 0) {
+    r->complete = 1;
+    return;
+  }
+  weft__req_post(c, r);
+}
+
+static void advance_done(weft__ring_driver *d) {
+  while (d->done_send < d->posted_send && d->send[d->done_send].complete) d->done_send++;
+  while (d->done_recv < d->posted_recv && d->recv[d->done_recv].complete) d->done_recv++;
+}
+
+static int recv_ready(weft__ring_driver *d, weft__task *t) {
+  if (d->posted_recv >= d->nsteps) return 0;
+  return d->ops->recv_ready == NULL || d->ops->recv_ready(t, d, d->posted_recv);
+}
+
+/* The send of step s carries what step s-1 received. */
+static int send_ready(const weft__ring_driver *d) {
+  if (d->posted_send >= d->nsteps) return 0;
+  return d->posted_send == 0 || d->done_recv >= d->posted_send;
+}
+
+/* Posts every request whose dependencies are met; returns 1 if it posted any. */
+static int post_ready(weft__ring_driver *d, weft__task *t) {
+  int posted = 0;
+  advance_done(d);
+  while (recv_ready(d, t)) {
+    weft__req *r = &d->recv[d->posted_recv];
+    void *dst = NULL;
+    const void *acc = NULL;
+    size_t bytes = 0;
+    d->ops->recv_of(t, d->slice, d->posted_recv, &dst, &acc, &bytes);
+    weft__req_init_recv(r, dst, acc, bytes, t->dtype, t->op);
+    d->posted_recv++;
+    post_or_skip(d->prev, r);
+    posted = 1;
+    advance_done(d);
+  }
+  while (send_ready(d)) {
+    weft__req *r = &d->send[d->posted_send];
+    const void *buf = NULL;
+    size_t bytes = 0;
+    d->ops->send_of(t, d->slice, d->posted_send, &buf, &bytes);
+    weft__req_init_send(r, buf, bytes);
+    d->posted_send++;
+    post_or_skip(d->next, r);
+    posted = 1;
+    advance_done(d);
+  }
+  return posted;
+}
+
+weft_status_t weft__ring_driver_progress(weft__ring_driver *d, weft__task *t) {
+  while (d->slice < d->nslices) {
+    while (post_ready(d, t)) {
+    }
+    if (d->done_send < d->nsteps || d->done_recv < d->nsteps) return WEFT_IN_PROGRESS;
+    if (d->ops->slice_done) d->ops->slice_done(t, d->slice);
+    d->slice++;
+    d->posted_send = d->done_send = d->posted_recv = d->done_recv = 0;
+  }
+  return WEFT_SUCCESS;
+}
+
+void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
+  void *p = extra <= SIZE_MAX - hdr ? calloc(1, hdr + extra) : NULL;
+  if (p == NULL) {
+    char what[160];
+    *st = weft__error(t->comm, WEFT_ERR_NO_MEMORY,
+                      "rank %d: %s: %s: cannot allocate %zu + %zu bytes of state and scratch",
+                      t->comm->rank, weft__task_describe(t, what, sizeof what),
+                      t->algo ? t->algo->name : "algorithm", hdr, extra);
+    return NULL;
+  }
+  t->state = p;
+  *st = WEFT_SUCCESS;
+  return p;
+}

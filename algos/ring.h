@@ -1,0 +1,141 @@
+/* ring.h: the maths of a ring of ranks, shared by the ring and chain algorithms, and the ring
+ * step driver that runs a schedule of ring steps over the transports.
+ *
+ * Ring order is rank order: rank r sends to r+1 and receives from r-1 (mod n).
+ * A buffer is cut into n blocks; each block is cut into pieces of at most `chunk` elements,
+ * and slice k is the k-th piece of every block, so one slice moves at most n * chunk
+ * elements and the data in flight stays bounded (NCCL's "chunk" and "slice").
+ *
+ *   reduce-scatter pass, n-1 steps; at step s rank r
+ *     sends    block (r - s - 1) mod n   (its own input at s = 0, the partial received at s-1 after)
+ *     receives block (r - s - 2) mod n   and reduces it with its own input of that block
+ *   after the last step rank r holds block r reduced over all ranks.
+ *
+ *   all-gather pass, n-1 steps; at step s rank r
+ *     sends    block (r - s) mod n       (its own block at s = 0, the block received at s-1 after)
+ *     receives block (r - s - 1) mod n
+ *
+ * In both passes the block sent at step s is the one received at step s-1, so a step's send
+ * waits only for the previous step's receive (Patarasuk & Yuan 2009; NCCL's ring).
+ * The maths is static inline and pure, so unit tests use it without transports. */
+#ifndef WEFT_ALGOS_RING_H
+#define WEFT_ALGOS_RING_H
+#include <stddef.h>
+#include <stdint.h>
+#include "weft.h"
+#include "lib/req.h"
+
+struct weft__task;
+
+/* v mod n in [0, n) for any sign of v. */
+static inline int weft__ring_mod(long long v, int n) {
+  long long m = v % n;
+  return (int)(m < 0 ? m + n : m);
+}
+static inline int weft__ring_next(int rank, int n) { return weft__ring_mod((long long)rank + 1, n); }
+static inline int weft__ring_prev(int rank, int n) { return weft__ring_mod((long long)rank - 1, n); }
+/* Position of rank on a chain (a ring path) that starts at rank `first`. */
+static inline int weft__ring_pos(int rank, int first, int n) {
+  return weft__ring_mod((long long)rank - first, n);
+}
+
+static inline int weft__ring_rs_send_block(int rank, int n, int step) {
+  return weft__ring_mod((long long)rank - step - 1, n);
+}
+static inline int weft__ring_rs_recv_block(int rank, int n, int step) {
+  return weft__ring_mod((long long)rank - step - 2, n);
+}
+static inline int weft__ring_ag_send_block(int rank, int n, int step) {
+  return weft__ring_mod((long long)rank - step, n);
+}
+static inline int weft__ring_ag_recv_block(int rank, int n, int step) {
+  return weft__ring_mod((long long)rank - step - 1, n);
+}
+
+/* Pipeline chunk in elements: chunk_bytes rounded down to whole elements, at least one. */
+static inline size_t weft__chunk_elems(size_t chunk_bytes, size_t elem_size) {
+  size_t c = elem_size ? chunk_bytes / elem_size : 0;
+  return c ? c : 1;
+}
+
+/* How a buffer is cut into blocks: block b has base + (b < rem) elements and the blocks are
+ * contiguous, so an even split of count and n equal blocks are the same structure. */
+typedef struct weft__ring_layout {
+  size_t base;  /* elements of every block ... */
+  size_t rem;   /* ... plus one for the first rem blocks */
+  size_t chunk; /* elements per piece, >= 1 */
+} weft__ring_layout;
+
+/* count elements split as evenly as possible into nblocks (all-reduce). */
+static inline weft__ring_layout weft__ring_layout_split(size_t count, int nblocks, size_t chunk) {
+  weft__ring_layout l = {count / (size_t)nblocks, count % (size_t)nblocks, chunk ? chunk : 1};
+  return l;
+}
+/* Blocks of block_count elements each (reduce-scatter, all-gather). */
+static inline weft__ring_layout weft__ring_layout_equal(size_t block_count, size_t chunk) {
+  weft__ring_layout l = {block_count, 0, chunk ? chunk : 1};
+  return l;
+}
+static inline size_t weft__ring_block_count(const weft__ring_layout *l, int b) {
+  return l->base + ((size_t)b < l->rem ? 1 : 0);
+}
+static inline size_t weft__ring_block_offset(const weft__ring_layout *l, int b) {
+  return (size_t)b * l->base + ((size_t)b < l->rem ? (size_t)b : l->rem);
+}
+/* Slices needed to cover the longest block (0 when every block is empty). */
+static inline size_t weft__ring_nslices(const weft__ring_layout *l) {
+  size_t longest = l->base + (l->rem ? 1 : 0);
+  return longest / l->chunk + (longest % l->chunk ? 1 : 0);
+}
+/* The piece of block b in slice k: returns its element count (0 when the block is shorter)
+ * and sets *off to its first element in the whole buffer. */
+static inline size_t weft__ring_piece(const weft__ring_layout *l, int b, size_t k, size_t *off) {
+  size_t len = weft__ring_block_count(l, b);
+  size_t start = k * l->chunk;
+  if (start > len) start = len;
+  *off = weft__ring_block_offset(l, b) + start;
+  return len - start < l->chunk ? len - start : l->chunk;
+}
+
+/* ---- The ring step driver ------------------------------------------------------------
+ * Runs nslices slices of nsteps ring steps each. Step s of a slice posts one send to the
+ * next rank and one receive from the previous rank. Receives are posted in step order as soon
+ * as ops->recv_ready allows (NULL: at once, for receives into the user's buffer); the send
+ * of step s is posted when the receive of step s-1 has completed. A slice starts when every
+ * request of the previous one completed. Zero-byte messages are skipped on both sides: both
+ * ranks compute the same piece sizes. */
+typedef struct weft__ring_driver weft__ring_driver;
+typedef struct weft__ring_ops {
+  /* The send of step s of slice k; called once, just before it is posted. */
+  void (*send_of)(struct weft__task *t, size_t k, int s, const void **buf, size_t *bytes);
+  /* The receive of step s of slice k: dst = acc op incoming (acc NULL: copy). */
+  void (*recv_of)(struct weft__task *t, size_t k, int s, void **dst, const void **acc,
+                  size_t *bytes);
+  /* 1 when the receive of step s may be posted (its scratch is free); NULL: always. */
+  int (*recv_ready)(struct weft__task *t, const weft__ring_driver *d, int s);
+  /* Called once when every request of slice k completed; NULL: nothing. */
+  void (*slice_done)(struct weft__task *t, size_t k);
+} weft__ring_ops;
+
+struct weft__ring_driver {
+  const weft__ring_ops *ops;
+  int nsteps;
+  size_t nslices, slice;
+  int posted_send, done_send; /* of the current slice; done_* counts a completed prefix */
+  int posted_recv, done_recv;
+  weft__conn *next, *prev;
+  weft__req *send, *recv; /* [nsteps] each, owned by the algorithm's state */
+};
+
+void weft__ring_driver_init(weft__ring_driver *d, struct weft__task *t, const weft__ring_ops *ops,
+                            int nsteps, size_t nslices, weft__req *send, weft__req *recv);
+/* WEFT_IN_PROGRESS until every slice is done, then WEFT_SUCCESS. */
+weft_status_t weft__ring_driver_progress(weft__ring_driver *d, struct weft__task *t);
+
+/* ---- Helpers shared by every algorithm ------------------------------------------------ */
+static inline size_t weft__align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* calloc's hdr + extra bytes as t->state (freed with the task); on failure raises
+ * WEFT_ERR_NO_MEMORY naming the rank and operation, stores it in *st and returns NULL. */
+void *weft__algo_state_alloc(struct weft__task *t, size_t hdr, size_t extra, weft_status_t *st);
+#endif

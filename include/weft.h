@@ -1,0 +1,406 @@
+/*
+ * weft.h: the one public header of weft, a collective communication library.
+ *
+ * The model is NCCL's: a group of processes ("ranks") builds a communicator from a
+ * unique id that one of them created and shared; collectives are called by every
+ * rank of the communicator in the same order, with the same count, datatype, op and
+ * root. Each call is enqueued on an ordered stream and returns; a NULL stream means
+ * the call completes before it returns.
+ *
+ * Units used throughout: counts are in elements of the given datatype, sizes in bytes,
+ * times in milliseconds unless a name says otherwise.
+ *
+ * Thread safety, in general: functions that take no communicator are thread-safe.
+ * A communicator may be used from several threads, but its calls then execute in
+ * the order they take its internal lock; every rank must see the same order, so
+ * callers that use one communicator from several threads must order those calls
+ * themselves (as with NCCL).
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+/* WEFT_VERSION_CODE = major * 10000 + minor * 100 + patch, as NCCL_VERSION_CODE. */
+#define WEFT_VERSION_CODE (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
+
+/*
+ * Status codes. One list generates the enum, weft_get_error_string() and the
+ * internal name table, so they can never disagree.
+ *   X(name, value, description)
+ */
+#define WEFT_STATUS_LIST(X)                                                              \
+  X(WEFT_SUCCESS, 0, "success")                                                          \
+  X(WEFT_IN_PROGRESS, 1, "operation still in progress")                                 \
+  X(WEFT_ERR_INVALID_ARGUMENT, 2, "invalid argument")                                    \
+  X(WEFT_ERR_INVALID_USAGE, 3, "invalid usage")                                          \
+  X(WEFT_ERR_SYSTEM, 4, "system call failed")                                            \
+  X(WEFT_ERR_INTERNAL, 5, "internal error")                                              \
+  X(WEFT_ERR_REMOTE, 6, "a remote rank failed, exited or disconnected")                  \
+  X(WEFT_ERR_TIMEOUT, 7, "timed out waiting for a remote rank")                          \
+  X(WEFT_ERR_AUTH, 8, "unique id rejected: wrong secret or mismatched job")              \
+  X(WEFT_ERR_NO_MEMORY, 9, "out of memory")                                              \
+  X(WEFT_ERR_ABORTED, 10, "communicator was aborted")                                    \
+  X(WEFT_ERR_UNSUPPORTED, 11, "not supported on this system or build")
+
+typedef enum {
+#define WEFT_STATUS_ENUM_(name, value, text) name = value,
+  WEFT_STATUS_LIST(WEFT_STATUS_ENUM_)
+#undef WEFT_STATUS_ENUM_
+  WEFT_NUM_STATUS
+} weft_status_t;
+
+/* Element types; the values match NCCL's ncclDataType_t. */
+typedef enum {
+  WEFT_INT8 = 0,
+  WEFT_UINT8 = 1,
+  WEFT_INT32 = 2,
+  WEFT_UINT32 = 3,
+  WEFT_INT64 = 4,
+  WEFT_UINT64 = 5,
+  WEFT_FLOAT16 = 6, /* IEEE 754 binary16 */
+  WEFT_FLOAT32 = 7,
+  WEFT_FLOAT64 = 8,
+  WEFT_BFLOAT16 = 9, /* bfloat16: the top 16 bits of a binary32 */
+  WEFT_NUM_DATATYPES
+} weft_datatype_t;
+
+/*
+ * Reduction operations; the values match NCCL's ncclRedOp_t.
+ * Integer sum and prod wrap modulo 2^bits (computed in unsigned arithmetic).
+ * fp16 and bf16 are converted to fp32 for every operation and rounded back to
+ * nearest-even. WEFT_AVG is the sum divided by the number of ranks once, at the end
+ * (integer division, truncating toward zero, for integer types), as NCCL defines it.
+ */
+typedef enum {
+  WEFT_SUM = 0,
+  WEFT_PROD = 1,
+  WEFT_MAX = 2,
+  WEFT_MIN = 3,
+  WEFT_AVG = 4,
+  WEFT_NUM_OPS
+} weft_redop_t;
+
+#define WEFT_UNIQUE_ID_BYTES 128
+/*
+ * Everything a rank needs to join a communicator: the bootstrap root's address and
+ * port (IPv4 or IPv6) and a 128-bit random secret. Opaque; copy it by value to every
+ * rank (MPI_Bcast, a file, the environment via weft_unique_id_to_string).
+ */
+typedef struct {
+  char internal[WEFT_UNIQUE_ID_BYTES];
+} weft_unique_id_t;
+
+typedef struct weft_comm *weft_comm_t;
+typedef struct weft_stream *weft_stream_t;
+
+#define WEFT_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define WEFT_CONFIG_MAGIC 0x77656674u /* "weft" */
+/*
+ * Communicator options. Always start from WEFT_CONFIG_INITIALIZER so that fields added
+ * later keep their defaults; a field left at WEFT_CONFIG_UNDEF_INT takes the value of
+ * its environment variable, else the default.
+ */
+typedef struct {
+  size_t size;      /* sizeof(weft_config_t), set by the initializer */
+  unsigned magic;   /* WEFT_CONFIG_MAGIC, set by the initializer */
+  int timeout_ms;   /* deadline of every wait, in ms; env WEFT_TIMEOUT_MS; default 120000 */
+  int blocking;     /* 1: init returns when the communicator is ready (default);
+                       0: init returns WEFT_IN_PROGRESS at once and finishes in the
+                       background; poll weft_comm_get_async_error(). env WEFT_COMM_BLOCKING */
+} weft_config_t;
+
+#define WEFT_CONFIG_INITIALIZER \
+  { sizeof(weft_config_t), WEFT_CONFIG_MAGIC, WEFT_CONFIG_UNDEF_INT, WEFT_CONFIG_UNDEF_INT }
+
+/* ------------------------------------------------------------------------------------
+ * Errors and version
+ * ------------------------------------------------------------------------------------ */
+
+/*
+ * weft_get_error_string: a static, human-readable description of a status code.
+ * Never NULL; an unknown code gives "unknown status". Thread-safe.
+ */
+WEFT_API const char *weft_get_error_string(weft_status_t status);
+
+/*
+ * weft_get_last_error: the message of the last error weft raised, naming the rank,
+ * the peer when one is involved, the operation and its sequence number on the
+ * communicator, e.g. "rank 1: all_reduce #42 (count 1024 float32 sum): recv from peer 0:
+ * peer exited". With comm != NULL: that communicator's last error; with NULL: the last
+ * error raised by any call made from this thread. "" when there is none.
+ * The string stays valid until the next weft call on that communicator or thread.
+ * Thread-safe.
+ */
+WEFT_API const char *weft_get_last_error(weft_comm_t comm);
+
+/*
+ * weft_get_version: *version = WEFT_VERSION_CODE of the library actually linked.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT if version is NULL. Thread-safe.
+ */
+WEFT_API weft_status_t weft_get_version(int *version);
+
+/*
+ * weft_datatype_size: bytes of one element of datatype (1, 2, 4 or 8); 0 for a value
+ * outside weft_datatype_t. Thread-safe.
+ */
+WEFT_API size_t weft_datatype_size(weft_datatype_t datatype);
+
+/* ------------------------------------------------------------------------------------
+ * Communicators
+ * ------------------------------------------------------------------------------------ */
+
+/*
+ * weft_get_unique_id: creates a new unique id and starts its bootstrap root, a
+ * thread of the calling process that listens on the chosen interface
+ * (WEFT_SOCKET_IFNAME, else the first non-loopback interface that is up, else
+ * loopback; WEFT_SOCKET_FAMILY=AF_INET or AF_INET6 restricts the family) until every
+ * rank that joins with the id has destroyed its communicator, or a joining rank's
+ * deadline has passed. Call it on one rank and give the id to all ranks.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (id NULL), WEFT_ERR_SYSTEM (no usable interface,
+ * socket, bind, listen or thread creation failed; the message says which).
+ * Thread-safe.
+ */
+WEFT_API weft_status_t weft_get_unique_id(weft_unique_id_t *id);
+
+/*
+ * weft_unique_id_to_string / weft_unique_id_from_string: the id as 256 lowercase hex
+ * digits plus a NUL (buffer of at least WEFT_UNIQUE_ID_STRING_BYTES), for passing it
+ * through the environment (weftrun sets WEFT_UNIQUE_ID).
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL pointer, wrong length or a non-hex digit).
+ * Thread-safe.
+ */
+#define WEFT_UNIQUE_ID_STRING_BYTES (2 * WEFT_UNIQUE_ID_BYTES + 1)
+WEFT_API weft_status_t weft_unique_id_to_string(const weft_unique_id_t *id, char *str);
+WEFT_API weft_status_t weft_unique_id_from_string(const char *str, weft_unique_id_t *id);
+
+/*
+ * weft_comm_init_rank: creates this rank's communicator of nranks ranks. Collective:
+ * every rank 0..nranks-1 must call it with the same id. Ranks prove the id's secret to
+ * the root, exchange addresses, and connect to their peers: shared memory to ranks on
+ * the same host, TCP to the others (WEFT_TRANSPORT=shm|socket forces one).
+ * Returns when all ranks are connected, or at the deadline (config timeout).
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (comm NULL, nranks < 1, rank outside
+ * [0, nranks), a malformed id), WEFT_ERR_AUTH (the root rejected the secret, or
+ * other ranks joined with another nranks, or this rank number was already taken),
+ * WEFT_ERR_TIMEOUT (not every rank joined or connected in time; the message lists
+ * the missing ranks), WEFT_ERR_REMOTE (a rank failed during init),
+ * WEFT_ERR_SYSTEM, WEFT_ERR_NO_MEMORY. On error *comm is NULL.
+ * Thread-safe (each call builds its own communicator).
+ */
+WEFT_API weft_status_t weft_comm_init_rank(weft_comm_t *comm, int nranks, weft_unique_id_t id,
+                                           int rank);
+
+/*
+ * weft_comm_init_rank_config: as weft_comm_init_rank, with options (NULL = defaults).
+ * With config->blocking == 0 it returns WEFT_IN_PROGRESS and *comm at once; the
+ * communicator becomes usable when weft_comm_get_async_error() reports
+ * WEFT_SUCCESS (calls made earlier wait for it). Further errors:
+ * WEFT_ERR_INVALID_ARGUMENT (config not from WEFT_CONFIG_INITIALIZER, a negative
+ * timeout, blocking not 0 or 1).
+ */
+WEFT_API weft_status_t weft_comm_init_rank_config(weft_comm_t *comm, int nranks,
+                                                  weft_unique_id_t id, int rank,
+                                                  const weft_config_t *config);
+
+/*
+ * weft_comm_init_from_env: weft_comm_init_rank_config with rank, size and rendezvous
+ * taken from the launcher's environment, first match wins:
+ *   weftrun:        WEFT_UNIQUE_ID, WEFT_RANK, WEFT_NRANKS
+ *   Open MPI:       OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
+ *   Slurm:          SLURM_PROCID, SLURM_NTASKS
+ *   torchrun:       RANK, WORLD_SIZE
+ * Without WEFT_UNIQUE_ID the root is at WEFT_ROOT_ADDR ("host:port", "[v6]:port"), else
+ * MASTER_ADDR and MASTER_PORT; rank 0 opens it there, the others connect to it. The
+ * secret is WEFT_SECRET (32 hex digits) when set, else derived from the job id
+ * (SLURM_JOB_ID, OMPI_MCA_ess_base_jobid, TORCHELASTIC_RUN_ID) and the port: enough to
+ * keep two jobs apart, not a defence against a hostile host.
+ * Errors: those of weft_comm_init_rank_config, and WEFT_ERR_INVALID_USAGE when no
+ * launcher environment is found or a variable is malformed (the message names it).
+ */
+WEFT_API weft_status_t weft_comm_init_from_env(weft_comm_t *comm, const weft_config_t *config);
+
+/*
+ * weft_comm_destroy: waits for the communicator's queued operations (up to the
+ * timeout), leaves the bootstrap and frees everything: shared-memory segments,
+ * sockets, threads. Not collective, but a rank that destroys its communicator while
+ * peers still need it makes their calls fail with WEFT_ERR_REMOTE.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (comm NULL), WEFT_ERR_TIMEOUT (queued work did not
+ * finish in time; the communicator is aborted and freed anyway).
+ * Not thread-safe with other calls on the same communicator.
+ */
+WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
+
+/*
+ * weft_comm_abort: makes every pending and future wait on comm fail at once with
+ * WEFT_ERR_ABORTED, then frees it as weft_comm_destroy does. Use it after an error.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (comm NULL).
+ * May be called from any thread while another thread is blocked in a call on comm;
+ * no call on comm may start after it.
+ */
+WEFT_API weft_status_t weft_comm_abort(weft_comm_t comm);
+
+/*
+ * weft_comm_count / weft_comm_user_rank: the number of ranks and this rank's index.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL pointer). Thread-safe.
+ */
+WEFT_API weft_status_t weft_comm_count(const weft_comm_t comm, int *count);
+WEFT_API weft_status_t weft_comm_user_rank(const weft_comm_t comm, int *rank);
+
+/*
+ * weft_comm_get_async_error: *async_error = WEFT_IN_PROGRESS while a non-blocking init
+ * runs, the first error an operation on a stream raised on this communicator, or
+ * WEFT_SUCCESS. Errors: WEFT_ERR_INVALID_ARGUMENT (NULL pointer). Thread-safe.
+ */
+WEFT_API weft_status_t weft_comm_get_async_error(weft_comm_t comm, weft_status_t *async_error);
+
+/* ------------------------------------------------------------------------------------
+ * Streams: ordered queues of operations, run by the library's progress thread.
+ * ------------------------------------------------------------------------------------ */
+
+/*
+ * weft_stream_create: a new stream with its own progress thread, which runs the
+ * operations enqueued on it one after another, in order, while the caller goes on.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (stream NULL), WEFT_ERR_NO_MEMORY, WEFT_ERR_SYSTEM.
+ * Thread-safe.
+ */
+WEFT_API weft_status_t weft_stream_create(weft_stream_t *stream);
+
+/*
+ * weft_stream_synchronize: waits until every operation enqueued on stream has
+ * completed. Returns the first error any of them raised since the last
+ * synchronize (and clears it), else WEFT_SUCCESS. The operations' own deadlines bound
+ * the wait. Errors: WEFT_ERR_INVALID_ARGUMENT (stream NULL), or the operations' error.
+ * Thread-safe.
+ */
+WEFT_API weft_status_t weft_stream_synchronize(weft_stream_t stream);
+
+/*
+ * weft_stream_query: WEFT_IN_PROGRESS while operations are queued or running, else as
+ * weft_stream_synchronize (without waiting). Errors: WEFT_ERR_INVALID_ARGUMENT.
+ * Thread-safe.
+ */
+WEFT_API weft_status_t weft_stream_query(weft_stream_t stream);
+
+/*
+ * weft_stream_destroy: synchronizes, stops the progress thread and frees the stream.
+ * Returns what weft_stream_synchronize returned. Not thread-safe with other calls
+ * on the same stream.
+ */
+WEFT_API weft_status_t weft_stream_destroy(weft_stream_t stream);
+
+/* ------------------------------------------------------------------------------------
+ * Collectives. Common to all:
+ *   - Called by every rank of comm, in the same order, with the same count, datatype,
+ *     op and root.
+ *   - stream: the operation is enqueued and the call returns; buffers must stay valid
+ *     and untouched until the stream is synchronized. NULL: completes before return.
+ *   - count == 0 is valid and moves nothing; buffers may then be NULL.
+ *   - Errors returned at the call: WEFT_ERR_INVALID_ARGUMENT (NULL comm; NULL buffer
+ *     with count > 0; count * element size overflowing size_t or the buffer extent;
+ *     invalid datatype or op; root or peer outside [0, nranks)), WEFT_ERR_INVALID_USAGE
+ *     (communicator aborted or in error). With a NULL stream also the errors of the
+ *     transfer: WEFT_ERR_REMOTE (a peer failed or exited: the message names it),
+ *     WEFT_ERR_TIMEOUT (a peer did not answer within the deadline), WEFT_ERR_ABORTED,
+ *     WEFT_ERR_SYSTEM. On a stream those are reported by weft_stream_synchronize.
+ *   - In-place: pass the same pointer (or the documented offset) for send and receive.
+ *   - Thread safety: see the top of this file.
+ * ------------------------------------------------------------------------------------ */
+
+/*
+ * weft_all_reduce: recvbuf[i] = op over ranks r of sendbuf_r[i], for i < count.
+ * sendbuf, recvbuf: count elements each; in-place when sendbuf == recvbuf.
+ */
+WEFT_API weft_status_t weft_all_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                       weft_datatype_t datatype, weft_redop_t op,
+                                       weft_comm_t comm, weft_stream_t stream);
+
+/*
+ * weft_broadcast: every rank's recvbuf = root's sendbuf (count elements each).
+ * sendbuf is read on root only; in-place when sendbuf == recvbuf on root.
+ */
+WEFT_API weft_status_t weft_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                      weft_datatype_t datatype, int root, weft_comm_t comm,
+                                      weft_stream_t stream);
+
+/*
+ * weft_reduce: root's recvbuf[i] = op over ranks of sendbuf_r[i]. sendbuf: count
+ * elements on every rank; recvbuf: count elements, used on root only (may be NULL
+ * elsewhere); in-place when sendbuf == recvbuf on root.
+ */
+WEFT_API weft_status_t weft_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                                   weft_datatype_t datatype, weft_redop_t op, int root,
+                                   weft_comm_t comm, weft_stream_t stream);
+
+/*
+ * weft_all_gather: recvbuf[r * sendcount + i] = sendbuf_r[i]. sendbuf: sendcount
+ * elements; recvbuf: nranks * sendcount elements; in-place when
+ * sendbuf == recvbuf + rank * sendcount (in bytes of the datatype).
+ */
+WEFT_API weft_status_t weft_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                       weft_datatype_t datatype, weft_comm_t comm,
+                                       weft_stream_t stream);
+
+/*
+ * weft_reduce_scatter: recvbuf[i] = op over ranks r of sendbuf_r[rank * recvcount + i].
+ * sendbuf: nranks * recvcount elements; recvbuf: recvcount elements; in-place when
+ * recvbuf == sendbuf + rank * recvcount.
+ */
+WEFT_API weft_status_t weft_reduce_scatter(const void *sendbuf, void *recvbuf,
+                                           size_t recvcount, weft_datatype_t datatype,
+                                           weft_redop_t op, weft_comm_t comm,
+                                           weft_stream_t stream);
+
+/*
+ * weft_all_to_all: recvbuf[p * count + i] = sendbuf_p[rank * count + i]: block p of
+ * my sendbuf goes to rank p. sendbuf and recvbuf: nranks * count elements each;
+ * in-place when equal (weft then stages a copy of the send data).
+ */
+WEFT_API weft_status_t weft_all_to_all(const void *sendbuf, void *recvbuf, size_t count,
+                                       weft_datatype_t datatype, weft_comm_t comm,
+                                       weft_stream_t stream);
+
+/*
+ * weft_send / weft_recv: point-to-point. The i-th send from a to b matches the i-th
+ * recv on b from a, and counts and datatypes must agree (a mismatch is an error on
+ * the receiver naming both sizes). Outside a group each call completes on its own, so
+ * two ranks that both send first need weft_group_start/end around send and recv.
+ * A rank may send to itself only within a group that also holds the matching recv.
+ * sendbuf / recvbuf: count elements.
+ */
+WEFT_API weft_status_t weft_send(const void *sendbuf, size_t count, weft_datatype_t datatype,
+                                 int peer, weft_comm_t comm, weft_stream_t stream);
+WEFT_API weft_status_t weft_recv(void *recvbuf, size_t count, weft_datatype_t datatype,
+                                 int peer, weft_comm_t comm, weft_stream_t stream);
+
+/*
+ * weft_group_start / weft_group_end: calls made by this thread between them are only
+ * checked and recorded; weft_group_end launches them together: all sends and
+ * receives of the group progress at once (so any exchange pattern is free of
+ * deadlock), collectives run in call order. Groups nest; the outermost end launches.
+ * All calls of a group must use the same stream.
+ * Errors (group_end): WEFT_ERR_INVALID_USAGE (end without start, mixed streams, an
+ * unmatched send to self), then the errors of the recorded calls. On error the
+ * whole group is discarded. Per-thread state: thread-safe.
+ */
+WEFT_API weft_status_t weft_group_start(void);
+WEFT_API weft_status_t weft_group_end(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* WEFT_H */

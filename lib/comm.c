@@ -1,0 +1,288 @@
+/* comm.c: communicator creation, teardown and queries.
+ *
+ * Init: join the bootstrap, all-gather every rank's host identity and pid, choose a
+ * transport per peer (same host: shm, else socket; WEFT_TRANSPORT forces one), and let each
+ * transport connect its peers. A failed init closes the bootstrap connection without a
+ * goodbye, so the root tells the other ranks at once instead of leaving them to time out. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "lib/bootstrap.h"
+#include "lib/clock.h"
+#include "lib/comm.h"
+#include "lib/env.h"
+#include "lib/log.h"
+#include "lib/status.h"
+#include "transports/transport.h"
+
+static const weft__transport *const transports[WEFT__NUM_TRANSPORTS] = {
+    [WEFT__TRANSPORT_SHM] = &weft__transport_shm,
+    [WEFT__TRANSPORT_SOCKET] = &weft__transport_socket,
+};
+
+#define DEFAULT_TIMEOUT_MS 120000
+#define DEFAULT_CHUNK_BYTES (512u << 10)
+
+static weft_status_t check_config(const weft_config_t *cfg, int *timeout_ms, int *blocking) {
+  *timeout_ms = (int)weft__env_long("WEFT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
+  *blocking = (int)weft__env_long("WEFT_COMM_BLOCKING", 1);
+  if (cfg == NULL) return WEFT_SUCCESS;
+  if (cfg->magic != WEFT_CONFIG_MAGIC || cfg->size < sizeof(size_t) + sizeof(unsigned) + 2 * sizeof(int))
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
+                       "weft_comm_init_rank_config: config was not initialized with WEFT_CONFIG_INITIALIZER");
+  if (cfg->timeout_ms != WEFT_CONFIG_UNDEF_INT) *timeout_ms = cfg->timeout_ms;
+  if (cfg->blocking != WEFT_CONFIG_UNDEF_INT) *blocking = cfg->blocking;
+  if (*timeout_ms <= 0)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
+                       "weft_comm_init_rank_config: timeout_ms must be > 0, got %d", *timeout_ms);
+  if (*blocking != 0 && *blocking != 1)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
+                       "weft_comm_init_rank_config: blocking must be 0 or 1, got %d", *blocking);
+  return WEFT_SUCCESS;
+}
+
+/* -1: auto (shm within a host, socket across). */
+static int forced_transport(void) {
+  const char *t = weft__env_str("WEFT_TRANSPORT", "auto");
+  if (strcmp(t, "shm") == 0) return WEFT__TRANSPORT_SHM;
+  if (strcmp(t, "socket") == 0) return WEFT__TRANSPORT_SOCKET;
+  if (strcmp(t, "auto") != 0) WEFT_WARN("WEFT_TRANSPORT=%s is not shm, socket or auto; using auto", t);
+  return -1;
+}
+
+static weft_status_t exchange_peer_info(struct weft_comm *c) {
+  weft__peer_info me;
+  memset(&me, 0, sizeof(me));
+  me.host_hash = weft__host_hash(me.hostname, sizeof(me.hostname));
+  me.pid = (int32_t)getpid();
+  me.rank = c->rank;
+  c->peers = calloc((size_t)c->nranks, sizeof(*c->peers));
+  if (c->peers == NULL) return weft__error(c, WEFT_ERR_NO_MEMORY, "rank %d: init: out of memory", c->rank);
+  return weft__bootstrap_allgather(c, &me, sizeof(me), c->peers);
+}
+
+/* Chooses each peer's transport and lets every transport connect its peers. */
+static weft_status_t connect_peers(struct weft_comm *c) {
+  int forced = forced_transport();
+  int *list = calloc((size_t)c->nranks * WEFT__NUM_TRANSPORTS + 1, sizeof(int));
+  c->peer_transports = calloc((size_t)c->nranks, sizeof(int));
+  c->conns = calloc((size_t)c->nranks, sizeof(weft__conn));
+  if (list == NULL || c->peer_transports == NULL || c->conns == NULL) {
+    free(list);
+    return weft__error(c, WEFT_ERR_NO_MEMORY, "rank %d: init: out of memory", c->rank);
+  }
+  int count[WEFT__NUM_TRANSPORTS] = {0};
+  for (int p = 0; p < c->nranks; p++) {
+    c->conns[p].peer = p;
+    c->peer_transports[p] = -1;
+    if (p == c->rank) continue;
+    int same_host = c->peers[p].host_hash == c->peers[c->rank].host_hash;
+    int t = forced >= 0 ? forced : (same_host ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET);
+    if (t == WEFT__TRANSPORT_SHM && !same_host) {
+      free(list);
+      return weft__error(c, WEFT_ERR_INVALID_USAGE,
+                         "rank %d: WEFT_TRANSPORT=shm but peer %d runs on another host (%s)", c->rank,
+                         p, c->peers[p].hostname);
+    }
+    c->peer_transports[p] = t;
+    list[t * c->nranks + count[t]++] = p;
+  }
+  weft_status_t st = WEFT_SUCCESS;
+  for (int t = 0; t < WEFT__NUM_TRANSPORTS && st == WEFT_SUCCESS; t++)
+    st = transports[t]->setup(c, &list[t * c->nranks], count[t]);
+  free(list);
+  if (st == WEFT_SUCCESS)
+    WEFT_INFO("rank %d of %d ready: %d shm peers, %d socket peers", c->rank, c->nranks,
+              count[WEFT__TRANSPORT_SHM], count[WEFT__TRANSPORT_SOCKET]);
+  return st;
+}
+
+static void release_transports(struct weft_comm *c) {
+  if (c->conns == NULL) return;
+  for (int t = 0; t < WEFT__NUM_TRANSPORTS; t++) transports[t]->teardown(c);
+}
+
+static void free_comm(struct weft_comm *c) {
+  free(c->peers);
+  free(c->conns);
+  free(c->peer_transports);
+  pthread_mutex_destroy(&c->lock);
+  pthread_mutex_destroy(&c->err_lock);
+  free(c);
+}
+
+static weft_status_t init_body(struct weft_comm *c, const weft__id_layout *id) {
+  weft__log_set_rank(c->rank);
+  weft_status_t st = weft__bootstrap_join(c, id);
+  if (st == WEFT_SUCCESS) st = exchange_peer_info(c);
+  if (st == WEFT_SUCCESS) st = connect_peers(c);
+  if (st != WEFT_SUCCESS) {
+    release_transports(c);
+    if (c->bootstrap_fd >= 0) close(c->bootstrap_fd); /* no goodbye: the root tells the others */
+    c->bootstrap_fd = -1;
+  }
+  c->init_status = st;
+  atomic_store(&c->init_state, st == WEFT_SUCCESS ? WEFT__INIT_DONE : WEFT__INIT_FAILED);
+  return st;
+}
+
+typedef struct {
+  struct weft_comm *comm;
+  weft__id_layout id;
+} init_job;
+
+static void *init_thread_main(void *arg) {
+  init_job *job = arg;
+  init_body(job->comm, &job->id);
+  free(job);
+  return NULL;
+}
+
+static weft_status_t check_init_args(weft_comm_t *comm, int nranks, int rank) {
+  if (comm == NULL)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init_rank: comm is NULL");
+  *comm = NULL;
+  if (nranks < 1)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init_rank: nranks is %d, must be >= 1",
+                       nranks);
+  if (rank < 0 || rank >= nranks)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
+                       "weft_comm_init_rank: rank %d is outside [0, %d)", rank, nranks);
+  return WEFT_SUCCESS;
+}
+
+static struct weft_comm *new_comm(int nranks, int rank, int timeout_ms, const weft__id_layout *id) {
+  struct weft_comm *c = calloc(1, sizeof(*c));
+  if (c == NULL) return NULL;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->timeout_ms = timeout_ms;
+  c->chunk_bytes = weft__env_size("WEFT_CHUNK_BYTES", DEFAULT_CHUNK_BYTES);
+  if (c->chunk_bytes < 64) c->chunk_bytes = 64;
+  memcpy(c->secret, id->secret, 16);
+  c->bootstrap_fd = -1;
+  c->bootstrap_failed_rank = -2;
+  pthread_mutex_init(&c->lock, NULL);
+  pthread_mutex_init(&c->err_lock, NULL);
+  atomic_init(&c->init_state, WEFT__INIT_RUNNING);
+  return c;
+}
+
+weft_status_t weft_comm_init_rank_config(weft_comm_t *comm, int nranks, weft_unique_id_t id, int rank,
+                                         const weft_config_t *config) {
+  WEFT_TRY(check_init_args(comm, nranks, rank));
+  int timeout_ms, blocking;
+  WEFT_TRY(check_config(config, &timeout_ms, &blocking));
+  weft__id_layout layout;
+  memcpy(&layout, id.internal, sizeof(layout));
+  WEFT_TRY(weft__id_check(&layout));
+  struct weft_comm *c = new_comm(nranks, rank, timeout_ms, &layout);
+  if (c == NULL) return weft__error(NULL, WEFT_ERR_NO_MEMORY, "weft_comm_init_rank: out of memory");
+  if (blocking) {
+    weft_status_t st = init_body(c, &layout);
+    if (st != WEFT_SUCCESS) {
+      free_comm(c);
+      return st;
+    }
+    *comm = c;
+    return WEFT_SUCCESS;
+  }
+  init_job *job = malloc(sizeof(*job));
+  if (job == NULL) {
+    free_comm(c);
+    return weft__error(NULL, WEFT_ERR_NO_MEMORY, "weft_comm_init_rank: out of memory");
+  }
+  job->comm = c;
+  job->id = layout;
+  int rc = pthread_create(&c->init_thread, NULL, init_thread_main, job);
+  if (rc != 0) {
+    free(job);
+    free_comm(c);
+    return weft__error(NULL, WEFT_ERR_SYSTEM, "weft_comm_init_rank: cannot start init thread: %s", strerror(rc));
+  }
+  c->init_thread_started = 1;
+  *comm = c;
+  return WEFT_IN_PROGRESS;
+}
+
+weft_status_t weft_comm_init_rank(weft_comm_t *comm, int nranks, weft_unique_id_t id, int rank) {
+  return weft_comm_init_rank_config(comm, nranks, id, rank, NULL);
+}
+
+weft_status_t weft__comm_wait_ready(struct weft_comm *c) {
+  if (atomic_load(&c->init_state) == WEFT__INIT_RUNNING && c->init_thread_started) {
+    pthread_join(c->init_thread, NULL);
+    c->init_thread_started = 0;
+  }
+  return atomic_load(&c->init_state) == WEFT__INIT_DONE ? WEFT_SUCCESS : c->init_status;
+}
+
+/* Waits until no operation of c is queued on a stream, up to the timeout. */
+static int drain_pending(struct weft_comm *c) {
+  uint64_t deadline = weft__deadline_after_ms(c->timeout_ms);
+  while (atomic_load(&c->pending) > 0) {
+    if (weft__now_ns() >= deadline) return -1;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
+static weft_status_t finish(struct weft_comm *c, int goodbye) {
+  weft_status_t st = WEFT_SUCCESS;
+  if (weft__comm_wait_ready(c) == WEFT_SUCCESS) {
+    if (drain_pending(c) != 0) {
+      st = weft__error(c, WEFT_ERR_TIMEOUT, "rank %d: destroy: queued operations did not finish within %d ms; aborting",
+                       c->rank, c->timeout_ms);
+      atomic_store(&c->aborted, 1);
+      drain_pending(c);
+      goodbye = 0;
+    }
+    pthread_mutex_lock(&c->lock);
+    release_transports(c);
+    if (goodbye) weft__bootstrap_leave(c);
+    pthread_mutex_unlock(&c->lock);
+  }
+  if (c->bootstrap_fd >= 0) close(c->bootstrap_fd);
+  free_comm(c);
+  return st;
+}
+
+weft_status_t weft_comm_destroy(weft_comm_t comm) {
+  if (comm == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_destroy: comm is NULL");
+  return finish(comm, 1);
+}
+
+weft_status_t weft_comm_abort(weft_comm_t comm) {
+  if (comm == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_abort: comm is NULL");
+  atomic_store(&comm->aborted, 1);
+  /* No goodbye: the root then tells the other ranks this one is gone. */
+  finish(comm, 0);
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft_comm_count(const weft_comm_t comm, int *count) {
+  if (comm == NULL || count == NULL)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_count: NULL argument");
+  *count = comm->nranks;
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft_comm_user_rank(const weft_comm_t comm, int *rank) {
+  if (comm == NULL || rank == NULL)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_user_rank: NULL argument");
+  *rank = comm->rank;
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft_comm_get_async_error(weft_comm_t comm, weft_status_t *async_error) {
+  if (comm == NULL || async_error == NULL)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_get_async_error: NULL argument");
+  int state = atomic_load(&comm->init_state);
+  if (state == WEFT__INIT_RUNNING) *async_error = WEFT_IN_PROGRESS;
+  else if (state == WEFT__INIT_FAILED) *async_error = comm->init_status;
+  else *async_error = (weft_status_t)atomic_load(&comm->async_error);
+  return WEFT_SUCCESS;
+}

@@ -1,0 +1,67 @@
+/* comm.h: the communicator. */
+#ifndef WEFT_COMM_H
+#define WEFT_COMM_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "weft.h"
+#include "lib/req.h"
+
+/* What every rank tells every other at init (bootstrap all-gather). */
+typedef struct {
+  uint64_t host_hash;   /* equal for ranks that can share memory (see host.c) */
+  int32_t pid;
+  int32_t rank;
+  char hostname[64];
+} weft__peer_info;
+
+enum { WEFT__TRANSPORT_SHM = 0, WEFT__TRANSPORT_SOCKET = 1, WEFT__NUM_TRANSPORTS };
+
+enum { WEFT__INIT_RUNNING = 0, WEFT__INIT_DONE = 1, WEFT__INIT_FAILED = 2 };
+
+struct weft_comm {
+  int rank;
+  int nranks;
+  int timeout_ms;            /* deadline of every wait with no progress */
+  size_t chunk_bytes;        /* pipeline chunk of the ring and chain algorithms (WEFT_CHUNK_BYTES) */
+  uint8_t secret[16];        /* the unique id's secret: names shared resources of this comm */
+
+  int bootstrap_fd;          /* connection to the root; -1 when closed */
+  int bootstrap_failed_rank; /* set once the root reported a failure (-1: the root); -2: none */
+  char bootstrap_failed_text[256];
+
+  weft__peer_info *peers;    /* [nranks] */
+  weft__conn *conns;         /* [nranks]; conns[rank].tr == NULL (self) */
+  void *transport_state[WEFT__NUM_TRANSPORTS];
+  int *peer_transports;      /* [nranks]: WEFT__TRANSPORT_* per peer; -1 for self */
+
+  pthread_mutex_t lock;      /* held while an operation runs */
+  uint64_t last_seq;         /* sequence number of the last launched operation */
+  atomic_int aborted;        /* weft_comm_abort was called */
+  atomic_int pending;        /* operations queued on streams, not finished */
+  atomic_int async_error;    /* first error of a stream operation */
+  int broken;                /* a transfer failed mid-message: the connections are unusable */
+
+  atomic_int init_state;     /* WEFT__INIT_* */
+  weft_status_t init_status;
+  pthread_t init_thread;
+  int init_thread_started;
+
+  pthread_mutex_t err_lock;
+  char last_error[1024];
+};
+
+/* comm's connection to peer. */
+static inline weft__conn *weft__comm_conn(struct weft_comm *comm, int peer) {
+  return &comm->conns[peer];
+}
+
+/* Waits for a non-blocking init to end; returns its status (WEFT_SUCCESS when ready). */
+weft_status_t weft__comm_wait_ready(struct weft_comm *comm);
+
+/* The host identity of this process: equal for processes that can share memory through
+ * memfd and abstract Unix sockets (same kernel boot, same network namespace), unless
+ * WEFT_HOSTID overrides it. Fills hostname too. */
+uint64_t weft__host_hash(char *hostname, size_t len);
+#endif

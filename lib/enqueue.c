@@ -1,0 +1,149 @@
+/* enqueue.c: the collective and point-to-point entry points. Each checks its arguments
+ * (so a bad call fails at once, on the calling rank, with a message naming it), describes
+ * the operation as a task, and launches it: recorded in a group, queued on a stream, or run
+ * to completion now. */
+#include <stdint.h>
+#include <stdio.h>
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/group.h"
+#include "lib/status.h"
+#include "lib/task.h"
+
+typedef struct {
+  weft__coll_t coll;
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;          /* as the caller gave it */
+  size_t send_elems;     /* elements sendbuf holds on this rank */
+  size_t recv_elems;     /* elements recvbuf holds on this rank */
+  weft_datatype_t dtype;
+  weft_redop_t op;       /* only checked for reductions */
+  int root, peer;
+} call_args;
+
+static int is_reduction(weft__coll_t c) {
+  return c == WEFT__COLL_ALL_REDUCE || c == WEFT__COLL_REDUCE || c == WEFT__COLL_REDUCE_SCATTER;
+}
+
+/* elems * size overflowing size_t or the address space is an error, not a wrap-around. */
+static int extent_overflows(const void *buf, size_t elems, size_t esize) {
+  if (esize == 0 || elems > (size_t)PTRDIFF_MAX / esize) return 1;
+  return buf != NULL && (uintptr_t)buf + elems * esize < (uintptr_t)buf;
+}
+
+static weft_status_t bad(struct weft_comm *comm, const char *name, const char *what) {
+  weft_status_t st = weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s", comm->rank, name, what);
+  if (weft__group_active()) weft__group_fail(st);
+  return st;
+}
+
+static weft_status_t check_args(struct weft_comm *comm, const call_args *a) {
+  const char *name = weft__coll_name(a->coll);
+  char msg[200];
+  if (!weft__dtype_valid(a->dtype)) {
+    snprintf(msg, sizeof(msg), "invalid datatype %d (valid: 0..%d)", (int)a->dtype, WEFT_NUM_DATATYPES - 1);
+    return bad(comm, name, msg);
+  }
+  if (is_reduction(a->coll) && !weft__op_valid(a->op)) {
+    snprintf(msg, sizeof(msg), "invalid reduction op %d (valid: 0..%d)", (int)a->op, WEFT_NUM_OPS - 1);
+    return bad(comm, name, msg);
+  }
+  int rooted = a->coll == WEFT__COLL_BROADCAST || a->coll == WEFT__COLL_REDUCE;
+  int p2p = a->coll == WEFT__COLL_SEND || a->coll == WEFT__COLL_RECV;
+  int who = rooted ? a->root : a->peer;
+  if ((rooted || p2p) && (who < 0 || who >= comm->nranks)) {
+    snprintf(msg, sizeof(msg), "%s %d is outside [0, %d)", rooted ? "root" : "peer", who, comm->nranks);
+    return bad(comm, name, msg);
+  }
+  size_t esize = weft__dtype_size(a->dtype);
+  if (extent_overflows(a->sendbuf, a->send_elems, esize) || extent_overflows(a->recvbuf, a->recv_elems, esize)) {
+    snprintf(msg, sizeof(msg), "count %zu of %s overflows the size of a buffer", a->count, weft__dtype_name(a->dtype));
+    return bad(comm, name, msg);
+  }
+  if (a->send_elems > 0 && a->sendbuf == NULL) return bad(comm, name, "sendbuf is NULL but count > 0");
+  if (a->recv_elems > 0 && a->recvbuf == NULL) return bad(comm, name, "recvbuf is NULL but count > 0");
+  return WEFT_SUCCESS;
+}
+
+/* count * n, or SIZE_MAX when that overflows (then caught as an overflowing extent). */
+static size_t times(size_t count, int n) {
+  return count > SIZE_MAX / (size_t)n ? SIZE_MAX : count * (size_t)n;
+}
+
+static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_stream_t stream) {
+  if (comm == NULL) {
+    weft_status_t st = weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", weft__coll_name(a->coll));
+    if (weft__group_active()) weft__group_fail(st);
+    return st;
+  }
+  WEFT_TRY(check_args(comm, a));
+  if (atomic_load(&comm->aborted))
+    return weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: %s: the communicator was aborted", comm->rank,
+                       weft__coll_name(a->coll));
+  weft__task *t;
+  WEFT_TRY(weft__task_new(comm, a->coll, &t));
+  t->sendbuf = a->sendbuf;
+  t->recvbuf = a->recvbuf;
+  t->count = a->count;
+  t->dtype = a->dtype;
+  t->op = is_reduction(a->coll) ? a->op : WEFT_SUM;
+  t->root = a->root;
+  t->peer = a->peer;
+  if (weft__group_active()) return weft__group_add(t, stream);
+  return weft__launch_now(t, stream);
+}
+
+weft_status_t weft_all_reduce(const void *sendbuf, void *recvbuf, size_t count, weft_datatype_t datatype,
+                              weft_redop_t op, weft_comm_t comm, weft_stream_t stream) {
+  call_args a = {WEFT__COLL_ALL_REDUCE, sendbuf, recvbuf, count, count, count, datatype, op, -1, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_broadcast(const void *sendbuf, void *recvbuf, size_t count, weft_datatype_t datatype, int root,
+                             weft_comm_t comm, weft_stream_t stream) {
+  int is_root = comm != NULL && comm->rank == root;
+  call_args a = {WEFT__COLL_BROADCAST, sendbuf, recvbuf, count, is_root ? count : 0, count, datatype, WEFT_SUM,
+                 root, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_reduce(const void *sendbuf, void *recvbuf, size_t count, weft_datatype_t datatype,
+                          weft_redop_t op, int root, weft_comm_t comm, weft_stream_t stream) {
+  int is_root = comm != NULL && comm->rank == root;
+  call_args a = {WEFT__COLL_REDUCE, sendbuf, recvbuf, count, count, is_root ? count : 0, datatype, op, root, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_all_gather(const void *sendbuf, void *recvbuf, size_t sendcount, weft_datatype_t datatype,
+                              weft_comm_t comm, weft_stream_t stream) {
+  size_t all = comm != NULL ? times(sendcount, comm->nranks) : sendcount;
+  call_args a = {WEFT__COLL_ALL_GATHER, sendbuf, recvbuf, sendcount, sendcount, all, datatype, WEFT_SUM, -1, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, weft_datatype_t datatype,
+                                  weft_redop_t op, weft_comm_t comm, weft_stream_t stream) {
+  size_t all = comm != NULL ? times(recvcount, comm->nranks) : recvcount;
+  call_args a = {WEFT__COLL_REDUCE_SCATTER, sendbuf, recvbuf, recvcount, all, recvcount, datatype, op, -1, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_all_to_all(const void *sendbuf, void *recvbuf, size_t count, weft_datatype_t datatype,
+                              weft_comm_t comm, weft_stream_t stream) {
+  size_t all = comm != NULL ? times(count, comm->nranks) : count;
+  call_args a = {WEFT__COLL_ALL_TO_ALL, sendbuf, recvbuf, count, all, all, datatype, WEFT_SUM, -1, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_send(const void *sendbuf, size_t count, weft_datatype_t datatype, int peer, weft_comm_t comm,
+                        weft_stream_t stream) {
+  call_args a = {WEFT__COLL_SEND, sendbuf, NULL, count, count, 0, datatype, WEFT_SUM, -1, peer};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_recv(void *recvbuf, size_t count, weft_datatype_t datatype, int peer, weft_comm_t comm,
+                        weft_stream_t stream) {
+  call_args a = {WEFT__COLL_RECV, NULL, recvbuf, count, 0, count, datatype, WEFT_SUM, -1, peer};
+  return launch(comm, &a, stream);
+}

@@ -1,0 +1,77 @@
+/* req.c: request queues per connection and the progress pass over a communicator. */
+#include <string.h>
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/status.h"
+#include "lib/req.h"
+#include "transports/transport.h"
+
+void weft__req_init_send(weft__req *r, const void *src, size_t bytes) {
+  memset(r, 0, sizeof(*r));
+  r->kind = WEFT__REQ_SEND;
+  r->src = src;
+  r->bytes = bytes;
+}
+
+void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes, weft_datatype_t dt,
+                         weft_redop_t op) {
+  memset(r, 0, sizeof(*r));
+  r->kind = WEFT__REQ_RECV;
+  r->dst = dst;
+  r->acc = acc;
+  r->bytes = bytes;
+  r->dtype = dt;
+  r->op = op;
+}
+
+void weft__req_post(weft__conn *conn, weft__req *r) {
+  r->conn = conn;
+  r->next = NULL;
+  weft__req **head = r->kind == WEFT__REQ_SEND ? &conn->send_head : &conn->recv_head;
+  weft__req **tail = r->kind == WEFT__REQ_SEND ? &conn->send_tail : &conn->recv_tail;
+  if (*head == NULL) *head = r;
+  else (*tail)->next = r;
+  *tail = r;
+}
+
+void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
+  char *dst = (char *)r->dst + r->done;
+  if (r->acc == NULL) {
+    memcpy(dst, data, nbytes);
+  } else {
+    size_t esize = weft__dtype_size(r->dtype);
+    weft__reduce(dst, (const char *)r->acc + r->done, data, nbytes / esize, r->dtype, r->op);
+  }
+  r->done += nbytes;
+}
+
+/* Moves the head requests of one queue while they complete. */
+static weft_status_t progress_queue(struct weft_comm *comm, weft__conn *c, int kind, int *progressed) {
+  weft__req **head = kind == WEFT__REQ_SEND ? &c->send_head : &c->recv_head;
+  while (*head != NULL) {
+    weft__req *r = *head;
+    weft_status_t st = kind == WEFT__REQ_SEND ? c->tr->send_progress(comm, c, r, progressed)
+                                              : c->tr->recv_progress(comm, c, r, progressed);
+    if (st != WEFT_SUCCESS) return st;
+    if (!r->complete) return WEFT_SUCCESS;
+    *head = r->next;
+    *progressed = 1;
+  }
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft__comm_progress(struct weft_comm *comm, int *progressed) {
+  for (int p = 0; p < comm->nranks; p++) {
+    weft__conn *c = &comm->conns[p];
+    if (c->send_head != NULL) WEFT_TRY(progress_queue(comm, c, WEFT__REQ_SEND, progressed));
+    if (c->recv_head != NULL) WEFT_TRY(progress_queue(comm, c, WEFT__REQ_RECV, progressed));
+  }
+  return WEFT_SUCCESS;
+}
+
+void weft__comm_drop_requests(struct weft_comm *comm) {
+  for (int p = 0; p < comm->nranks; p++) {
+    weft__conn *c = &comm->conns[p];
+    c->send_head = c->send_tail = c->recv_head = c->recv_tail = NULL;
+  }
+}

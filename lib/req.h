@@ -1,0 +1,60 @@
+/* req.h: a request moves one message to or from one peer over that peer's connection.
+ *
+ * Each connection keeps two FIFO queues, sends and receives; the i-th send posted to a peer
+ * matches the i-th receive that peer posts from us (ranks run operations in the same order,
+ * so no tags are needed). Only the head of each queue moves; the next starts when it is
+ * complete. A receive may reduce on arrival: dst[i] = acc[i] op incoming[i], which saves a
+ * pass over memory compared with receiving into scratch and reducing afterwards. */
+#ifndef WEFT_REQ_H
+#define WEFT_REQ_H
+#include <stddef.h>
+#include "weft.h"
+
+struct weft_comm;
+struct weft__transport;
+
+enum { WEFT__REQ_SEND = 0, WEFT__REQ_RECV = 1 };
+
+typedef struct weft__req {
+  struct weft__req *next;      /* in its connection's queue */
+  struct weft__conn *conn;
+  int kind;                    /* WEFT__REQ_SEND or WEFT__REQ_RECV */
+  const void *src;             /* send: the message */
+  void *dst;                   /* recv: where it lands */
+  const void *acc;             /* recv: NULL to copy, else dst = acc op incoming (acc may == dst) */
+  weft_datatype_t dtype;       /* element type for reduce-on-receive */
+  weft_redop_t op;
+  size_t bytes;                /* message size; 0 is a real (empty) message */
+  size_t done;                 /* bytes moved so far, maintained by the transport */
+  int complete;                /* 1 when every byte has moved */
+} weft__req;
+
+typedef struct weft__conn {
+  const struct weft__transport *tr; /* NULL for self */
+  void *priv;                       /* the transport's per-peer state */
+  int peer;
+  weft__req *send_head, *send_tail;
+  weft__req *recv_head, *recv_tail;
+} weft__conn;
+
+/* Fills a send request for bytes at src to conn's peer (not yet posted). */
+void weft__req_init_send(weft__req *r, const void *src, size_t bytes);
+/* Fills a receive request: copy into dst (acc NULL) or dst = acc op incoming. */
+void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes,
+                         weft_datatype_t dt, weft_redop_t op);
+/* Appends r to conn's send or receive queue. */
+void weft__req_post(weft__conn *conn, weft__req *r);
+
+/* For transports: hands nbytes of incoming message data, the next bytes of r, to r: copies
+ * or reduces them into r->dst at offset r->done and advances r->done. When reducing, nbytes
+ * must be a multiple of the element size (transports cut messages on element boundaries). */
+void weft__req_deliver(weft__req *r, const void *data, size_t nbytes);
+
+/* Moves every connection of comm that has queued requests as far as it can without
+ * blocking. *progressed is set to 1 when any byte moved or any request completed.
+ * Returns the first transport error (the message names the peer). Caller holds comm->lock. */
+weft_status_t weft__comm_progress(struct weft_comm *comm, int *progressed);
+
+/* Drops every queued request of comm (after an error or abort). */
+void weft__comm_drop_requests(struct weft_comm *comm);
+#endif

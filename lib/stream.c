@@ -1,0 +1,115 @@
+/* stream.c: streams, ordered queues of operations run by one progress thread each.
+ *
+ * The thread sleeps on a condition variable while its queue is empty (no CPU burned by an
+ * idle stream) and runs queued operations back to back, so a burst of enqueued calls pays
+ * the wake-up once. Errors are kept until the next synchronize and also become the
+ * communicator's async error. */
+#include <stdlib.h>
+#include <string.h>
+#include "lib/comm.h"
+#include "lib/status.h"
+#include "lib/stream.h"
+#include "lib/task.h"
+
+struct weft_stream {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work;   /* signalled when a task is queued or the stream stops */
+  pthread_cond_t idle;   /* signalled when the queue drains */
+  weft__task *head, *tail;
+  int busy, stop;
+  weft_status_t error;   /* first error since the last synchronize */
+};
+
+static void record(weft_stream_t s, weft__task *t, weft_status_t st) {
+  if (st == WEFT_SUCCESS) return;
+  int expected = WEFT_SUCCESS;
+  atomic_compare_exchange_strong(&t->comm->async_error, &expected, (int)st);
+  pthread_mutex_lock(&s->mu);
+  if (s->error == WEFT_SUCCESS) s->error = st;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *stream_main(void *arg) {
+  weft_stream_t s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (s->head == NULL && !s->stop) pthread_cond_wait(&s->work, &s->mu);
+    if (s->head == NULL) break;
+    weft__task *t = s->head;
+    s->head = t->next;
+    if (s->head == NULL) s->tail = NULL;
+    s->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    struct weft_comm *comm = t->comm;
+    record(s, t, weft__task_run(t));
+    weft__task_free(t);
+    atomic_fetch_sub(&comm->pending, 1);
+    pthread_mutex_lock(&s->mu);
+    s->busy = 0;
+    if (s->head == NULL) pthread_cond_broadcast(&s->idle);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+weft_status_t weft_stream_create(weft_stream_t *stream) {
+  if (stream == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_create: stream is NULL");
+  weft_stream_t s = calloc(1, sizeof(*s));
+  if (s == NULL) return weft__error(NULL, WEFT_ERR_NO_MEMORY, "weft_stream_create: out of memory");
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  int rc = pthread_create(&s->thread, NULL, stream_main, s);
+  if (rc != 0) {
+    free(s);
+    return weft__error(NULL, WEFT_ERR_SYSTEM, "weft_stream_create: cannot start its thread: %s", strerror(rc));
+  }
+  *stream = s;
+  return WEFT_SUCCESS;
+}
+
+void weft__stream_enqueue(weft_stream_t s, weft__task *t) {
+  atomic_fetch_add(&t->comm->pending, 1);
+  t->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->tail != NULL) s->tail->next = t;
+  else s->head = t;
+  s->tail = t;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+}
+
+weft_status_t weft_stream_synchronize(weft_stream_t s) {
+  if (s == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_synchronize: stream is NULL");
+  pthread_mutex_lock(&s->mu);
+  while (s->head != NULL || s->busy) pthread_cond_wait(&s->idle, &s->mu);
+  weft_status_t st = s->error;
+  s->error = WEFT_SUCCESS;
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+weft_status_t weft_stream_query(weft_stream_t s) {
+  if (s == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_query: stream is NULL");
+  pthread_mutex_lock(&s->mu);
+  weft_status_t st = (s->head != NULL || s->busy) ? WEFT_IN_PROGRESS : s->error;
+  if (st != WEFT_IN_PROGRESS) s->error = WEFT_SUCCESS;
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+weft_status_t weft_stream_destroy(weft_stream_t s) {
+  if (s == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_destroy: stream is NULL");
+  weft_status_t st = weft_stream_synchronize(s);
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->work);
+  pthread_cond_destroy(&s->idle);
+  free(s);
+  return st;
+}

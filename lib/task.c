@@ -1,0 +1,225 @@
+/* task.c: running one operation to completion on the calling thread.
+ *
+ * Waiting: a rank that has nothing to move spins briefly (the answer is often microseconds
+ * away), then yields the CPU (tests run more ranks than cores), then sleeps in short naps or
+ * in poll() on the sockets it waits for. Every wait is bounded: when nothing has moved for
+ * the communicator's timeout the operation fails naming the peer it waits for. While idle
+ * it also checks, every few milliseconds, whether the bootstrap root reported a failed rank
+ * and whether shared-memory peers it waits for are still alive. */
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "lib/bootstrap.h"
+#include "lib/clock.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/status.h"
+#include "lib/task.h"
+#include "transports/transport.h"
+
+#define SPIN_ITERS 200
+#define YIELD_NS 2000000ull        /* yield for 2 ms after the last progress, then sleep */
+#define NAP_NS 50000               /* one nap: 50 us */
+#define HEALTH_EVERY_NS 20000000ull /* check peers' health every 20 ms while idle */
+
+static const char *const coll_names[WEFT__NUM_COLLS] = {
+    [WEFT__COLL_ALL_REDUCE] = "all_reduce",   [WEFT__COLL_BROADCAST] = "broadcast",
+    [WEFT__COLL_REDUCE] = "reduce",           [WEFT__COLL_ALL_GATHER] = "all_gather",
+    [WEFT__COLL_REDUCE_SCATTER] = "reduce_scatter", [WEFT__COLL_ALL_TO_ALL] = "all_to_all",
+    [WEFT__COLL_SEND] = "send",               [WEFT__COLL_RECV] = "recv",
+    [WEFT__COLL_P2P_GROUP] = "send/recv group",
+};
+
+const char *weft__coll_name(weft__coll_t coll) {
+  return (unsigned)coll < WEFT__NUM_COLLS ? coll_names[coll] : "unknown operation";
+}
+
+weft_status_t weft__task_new(struct weft_comm *comm, weft__coll_t coll, weft__task **out) {
+  weft__task *t = calloc(1, sizeof(*t));
+  if (t == NULL) return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: %s: out of memory", comm->rank, weft__coll_name(coll));
+  t->comm = comm;
+  t->coll = coll;
+  t->root = -1;
+  t->peer = -1;
+  *out = t;
+  return WEFT_SUCCESS;
+}
+
+void weft__task_free(weft__task *t) {
+  if (t == NULL) return;
+  free(t->state);
+  free(t->p2p);
+  free(t);
+}
+
+const char *weft__task_describe(const weft__task *t, char *buf, size_t len) {
+  int n = snprintf(buf, len, "%s #%llu (count %zu %s", weft__coll_name(t->coll), (unsigned long long)t->seq,
+                   t->count, weft__dtype_name(t->dtype));
+  if (t->coll == WEFT__COLL_ALL_REDUCE || t->coll == WEFT__COLL_REDUCE || t->coll == WEFT__COLL_REDUCE_SCATTER)
+    n += snprintf(buf + n, len - (size_t)n, " %s", weft__op_name(t->op));
+  if (t->root >= 0) n += snprintf(buf + n, len - (size_t)n, " root %d", t->root);
+  if (t->peer >= 0) n += snprintf(buf + n, len - (size_t)n, " peer %d", t->peer);
+  if (t->coll == WEFT__COLL_P2P_GROUP) n = snprintf(buf, len, "%s #%llu (%d ops", weft__coll_name(t->coll),
+                                                    (unsigned long long)t->seq, t->np2p);
+  snprintf(buf + n, len - (size_t)n, ")");
+  return buf;
+}
+
+/* The first peer with a request that has not completed, for timeout messages. */
+static const weft__req *first_pending(struct weft_comm *comm) {
+  for (int p = 0; p < comm->nranks; p++) {
+    if (comm->conns[p].recv_head != NULL) return comm->conns[p].recv_head;
+    if (comm->conns[p].send_head != NULL) return comm->conns[p].send_head;
+  }
+  return NULL;
+}
+
+/* 1 if pid no longer runs (gone, or a zombie nobody has reaped yet). */
+static int process_dead(int pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  char path[64], stat[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 0;
+  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *close_paren = strrchr(stat, ')');
+  return close_paren != NULL && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+/* A failed peer that this operation waits for, or -2; *why explains. */
+static int failed_peer(struct weft_comm *comm, const char **why) {
+  int failed;
+  if (weft__bootstrap_check_failure(comm, &failed, why) != WEFT_SUCCESS) return failed;
+  for (int p = 0; p < comm->nranks; p++) {
+    weft__conn *c = &comm->conns[p];
+    if (c->send_head == NULL && c->recv_head == NULL) continue;
+    if (comm->peer_transports[p] == WEFT__TRANSPORT_SHM && process_dead(comm->peers[p].pid)) {
+      *why = "exited (its process is gone)";
+      return p;
+    }
+  }
+  return -2;
+}
+
+static int collect_poll_fds(struct weft_comm *comm, struct pollfd *fds, int max) {
+  int n = 0;
+  for (int p = 0; p < comm->nranks && n < max; p++) {
+    weft__conn *c = &comm->conns[p];
+    if ((c->send_head == NULL && c->recv_head == NULL) || c->tr == NULL || c->tr->poll_fds == NULL) continue;
+    n += c->tr->poll_fds(c, fds + n, max - n);
+  }
+  return n;
+}
+
+/* Gives the CPU away according to how long nothing has moved. */
+static void back_off(struct weft_comm *comm, unsigned idle, uint64_t idle_ns) {
+  if (idle < SPIN_ITERS) {
+    __builtin_ia32_pause();
+    return;
+  }
+  if (idle_ns < YIELD_NS) {
+    sched_yield();
+    return;
+  }
+  struct pollfd fds[64];
+  int n = collect_poll_fds(comm, fds, 64);
+  if (n > 0) {
+    poll(fds, (nfds_t)n, 1);
+    return;
+  }
+  struct timespec ts = {0, NAP_NS};
+  nanosleep(&ts, NULL);
+}
+
+static weft_status_t timed_out(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  const weft__req *r = first_pending(comm);
+  if (r == NULL)
+    return weft__error(comm, WEFT_ERR_TIMEOUT, "rank %d: nothing moved for %d ms", comm->rank, comm->timeout_ms);
+  return weft__error(comm, WEFT_ERR_TIMEOUT,
+                     "rank %d: %s peer %d: nothing moved for %d ms (%zu of %zu bytes done); is peer %d stuck, dead or in another operation?",
+                     comm->rank, r->kind == WEFT__REQ_SEND ? "send to" : "recv from", r->conn->peer,
+                     comm->timeout_ms, r->done, r->bytes, r->conn->peer);
+}
+
+/* Progresses t until it completes, fails, or times out. */
+static weft_status_t drive(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  uint64_t last_move = weft__now_ns(), last_health = last_move;
+  unsigned idle = 0;
+  for (;;) {
+    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
+      return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: the communicator was aborted", comm->rank);
+    int moved = 0;
+    WEFT_TRY(weft__comm_progress(comm, &moved));
+    weft_status_t st = t->algo->progress(t);
+    if (st != WEFT_IN_PROGRESS) return st;
+    if (moved) {
+      idle = 0;
+      continue;
+    }
+    uint64_t now = weft__now_ns();
+    if (idle++ == 0) last_move = now;
+    if (now - last_move > (uint64_t)comm->timeout_ms * 1000000ull) return timed_out(t);
+    if (idle >= SPIN_ITERS && now - last_health > HEALTH_EVERY_NS) {
+      last_health = now;
+      const char *why;
+      int failed = failed_peer(comm, &why);
+      if (failed != -2) {
+        /* It may have sent everything we need before it went: drain once more first. */
+        WEFT_TRY(weft__comm_progress(comm, &moved));
+        st = t->algo->progress(t);
+        if (st != WEFT_IN_PROGRESS) return st;
+        if (failed == -1) return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: %s", comm->rank, why);
+        return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: peer %d failed: %s", comm->rank, failed, why);
+      }
+    }
+    back_off(comm, idle, now - last_move);
+  }
+}
+
+static weft_status_t check_usable(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  if (atomic_load(&comm->aborted))
+    return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: the communicator was aborted", comm->rank);
+  if (comm->broken)
+    return weft__error(comm, WEFT_ERR_INVALID_USAGE,
+                       "rank %d: the communicator is unusable after an earlier error; destroy or abort it",
+                       comm->rank);
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft__task_run(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  WEFT_TRY(weft__comm_wait_ready(comm));
+  pthread_mutex_lock(&comm->lock);
+  t->seq = ++comm->last_seq;
+  weft_status_t st = check_usable(t);
+  if (st == WEFT_SUCCESS) {
+    t->algo = weft__select_algo(t);
+    st = t->algo->start(t);
+    if (st == WEFT_SUCCESS || st == WEFT_IN_PROGRESS) {
+      weft__error_quiet(1); /* one warning, with the operation named, instead of two */
+      st = drive(t);
+      weft__error_quiet(0);
+      if (st != WEFT_SUCCESS) {
+        weft__comm_drop_requests(comm);
+        comm->broken = 1;
+      }
+    }
+  }
+  if (st != WEFT_SUCCESS) {
+    char what[160], msg[1024];
+    snprintf(msg, sizeof(msg), "%s", weft__thread_last_error());
+    weft__error(comm, st, "%s [in %s]", msg, weft__task_describe(t, what, sizeof(what)));
+  }
+  pthread_mutex_unlock(&comm->lock);
+  return st;
+}

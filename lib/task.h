@@ -1,0 +1,91 @@
+/* task.h: one operation (a collective, or a group of sends and receives) as a non-blocking
+ * state machine. An algorithm posts requests in start() and advances in progress(), which
+ * returns WEFT_IN_PROGRESS until the operation is complete. The blocking call is start()
+ * plus weft__task_wait(); a stream's progress thread runs the same two. */
+#ifndef WEFT_TASK_H
+#define WEFT_TASK_H
+#include <stddef.h>
+#include <stdint.h>
+#include "weft.h"
+#include "lib/req.h"
+
+struct weft_comm;
+
+typedef enum {
+  WEFT__COLL_ALL_REDUCE,
+  WEFT__COLL_BROADCAST,
+  WEFT__COLL_REDUCE,
+  WEFT__COLL_ALL_GATHER,
+  WEFT__COLL_REDUCE_SCATTER,
+  WEFT__COLL_ALL_TO_ALL,
+  WEFT__COLL_SEND,
+  WEFT__COLL_RECV,
+  WEFT__COLL_P2P_GROUP, /* the sends and receives of one group, progressed together */
+  WEFT__NUM_COLLS
+} weft__coll_t;
+
+/* "all_reduce", "broadcast", ... */
+const char *weft__coll_name(weft__coll_t coll);
+
+struct weft__task;
+typedef struct weft__algo {
+  const char *name; /* "ring", "chain", "pairwise", ... */
+  weft__coll_t coll;
+  /* Allocates t->state, posts the first requests. Errors end the task. */
+  weft_status_t (*start)(struct weft__task *t);
+  /* Advances after requests moved: WEFT_IN_PROGRESS, WEFT_SUCCESS when done, or an error. */
+  weft_status_t (*progress)(struct weft__task *t);
+} weft__algo;
+
+/* One send or receive of a group (kept as a list on the group's task). */
+typedef struct weft__p2p_op {
+  int is_send;
+  int peer;
+  void *buf; /* send: const data; recv: destination */
+  size_t bytes;
+} weft__p2p_op;
+
+typedef struct weft__task {
+  struct weft_comm *comm;
+  weft__coll_t coll;
+  uint64_t seq;             /* the operation's sequence number on comm, from 1 */
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count;             /* elements, as the caller gave it */
+  weft_datatype_t dtype;
+  weft_redop_t op;
+  int root;                 /* rooted collectives; -1 otherwise */
+  int peer;                 /* send / recv; -1 otherwise */
+  weft__p2p_op *p2p;        /* WEFT__COLL_P2P_GROUP: its ops */
+  int np2p;
+  const weft__algo *algo;
+  void *state;              /* the algorithm's own state, freed with the task */
+  struct weft__task *next;  /* in a stream's or group's queue */
+} weft__task;
+
+/* A new task for comm (seq assigned when it is launched). Errors: WEFT_ERR_NO_MEMORY. */
+weft_status_t weft__task_new(struct weft_comm *comm, weft__coll_t coll, weft__task **out);
+void weft__task_free(weft__task *t);
+
+/* Runs t to completion on the calling thread: takes comm->lock, assigns the sequence number,
+ * selects the algorithm, starts it and progresses until done or an error. Every wait is
+ * bounded: if nothing moves for the communicator's timeout the task fails with
+ * WEFT_ERR_TIMEOUT naming the peer it waits for. Spins briefly, then yields, then sleeps,
+ * so more ranks than cores make progress. */
+weft_status_t weft__task_run(weft__task *t);
+
+/* A short description for error messages: "all_reduce #42 (1024 x float32 sum)". */
+const char *weft__task_describe(const weft__task *t, char *buf, size_t len);
+
+/* Picks the algorithm for t (today: one per collective; the tuner comes later). */
+const weft__algo *weft__select_algo(const weft__task *t);
+
+/* Algorithms. */
+extern const weft__algo weft__algo_all_reduce_ring;
+extern const weft__algo weft__algo_reduce_scatter_ring;
+extern const weft__algo weft__algo_all_gather_ring;
+extern const weft__algo weft__algo_broadcast_chain;
+extern const weft__algo weft__algo_reduce_chain;
+extern const weft__algo weft__algo_all_to_all_pairwise;
+extern const weft__algo weft__algo_p2p;
+#endif

@@ -1,0 +1,359 @@
+/* harness.c: runs a test body as N real rank processes (see harness.h for why and how).
+ *
+ * Order of events in harness_run: map the shared page, fork the ranks (each blocks reading
+ * the id from its socketpair), create the unique id, send it to every rank, then reap the
+ * ranks until the deadline. The ranks are forked before the id exists so that no weft
+ * thread of the parent (bootstrap roots of earlier tests) can hold a lock at fork time
+ * that this run's root thread would also take; ranks never touch the parent's weft state. */
+#include "tests/harness.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* Why a rank did not exit 0: exit codes the rank itself chooses. */
+#define HARNESS_EXIT_CAP 100
+
+double harness_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+const char *harness_status_name(weft_status_t st) {
+  switch (st) {
+#define HARNESS_NAME_(name, value, text) \
+  case name:                             \
+    return #name;
+    WEFT_STATUS_LIST(HARNESS_NAME_)
+#undef HARNESS_NAME_
+  default:
+    return "(unknown status)";
+  }
+}
+
+static void vreport(harness_rank *r, const char *fmt, va_list ap) {
+  char line[2048];
+  int n = snprintf(line, sizeof line, "# rank %d/%d%s%s: ", r->rank, r->nranks,
+                   r->transport ? " over " : "", r->transport ? r->transport : "");
+  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  /* One write per line so lines of concurrent ranks do not interleave. */
+  size_t len = strlen(line);
+  if (len < sizeof line - 1) line[len++] = '\n';
+  ssize_t w = write(2, line, len);
+  (void)w;
+}
+
+int harness_fail(harness_rank *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vreport(r, fmt, ap);
+  va_end(ap);
+  r->failures++;
+  return 0;
+}
+
+void harness_note(harness_rank *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vreport(r, fmt, ap);
+  va_end(ap);
+}
+
+int harness_expect_status(harness_rank *r, weft_status_t st, weft_status_t want,
+                          const char *what) {
+  if (st == want) return 1;
+  harness_fail(r, "%s: returned %s, expected %s; last error: \"%s\"", what,
+               harness_status_name(st), harness_status_name(want),
+               weft_get_last_error(r->comm));
+  return 0;
+}
+
+int harness_wait_flag(harness_rank *r, int idx, int value, int timeout_ms) {
+  double end = harness_now_ms() + timeout_ms;
+  while (atomic_load(&r->shared->flags[idx]) < value) {
+    if (harness_now_ms() > end) return 0;
+    sleep_ms(1);
+  }
+  return 1;
+}
+
+/* Is the word ending just before msg[pos] one that introduces rank numbers? */
+static int word_names_ranks(const char *msg, size_t pos) {
+  static const char *words[] = {"rank", "ranks", "peer", "peers", "missing", "rank(s)"};
+  size_t end = pos;
+  while (pos > 0 && (isalpha((unsigned char)msg[pos - 1]) || msg[pos - 1] == '(' ||
+                     msg[pos - 1] == ')'))
+    pos--;
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    if (end - pos == strlen(words[i]) && strncasecmp(msg + pos, words[i], end - pos) == 0)
+      return 1;
+  return 0;
+}
+
+int harness_names_rank(const char *msg, int rank) {
+  char want[16];
+  snprintf(want, sizeof want, "%d", rank);
+  size_t wl = strlen(want);
+  for (size_t i = 0; msg[i]; i++) {
+    if (strncmp(msg + i, want, wl) != 0) continue;
+    if (i > 0 && isalnum((unsigned char)msg[i - 1])) continue;
+    if (isalnum((unsigned char)msg[i + wl])) continue;
+    /* Walk back over a list such as "ranks 0, 2 and 1" to the word before it. */
+    size_t p = i;
+    for (;;) {
+      while (p > 0 && strchr(" \t,:=[({0123456789", msg[p - 1])) p--;
+      if (p >= 3 && strncasecmp(msg + p - 3, "and", 3) == 0) { p -= 3; continue; }
+      if (p >= 2 && strncasecmp(msg + p - 2, "or", 2) == 0) { p -= 2; continue; }
+      break;
+    }
+    if (p > 0 && word_names_ranks(msg, p)) return 1;
+  }
+  return 0;
+}
+
+/* ---- the rank process ---------------------------------------------------------------- */
+
+static void child_isolate(int rank, int keep_fd, pid_t parent) {
+  /* Die with the test program, whatever kills it. */
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(HARNESS_EXIT_CAP + 1);
+  char name[16];
+  snprintf(name, sizeof name, "weft-rank-%d", rank);
+  prctl(PR_SET_NAME, name);
+  /* cmocka's handlers would longjmp into the copy of the runner: restore the defaults. */
+  static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS, SIGABRT, SIGPIPE};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  /* Stray output of a rank must not corrupt the parent's TAP stream. */
+  dup2(2, 1);
+  /* Sockets of earlier tests' bootstrap roots must not be kept open by this rank. */
+  for (int fd = 3; fd < 1024; fd++)
+    if (fd != keep_fd) close(fd);
+}
+
+static int child_read_id(int fd, weft_unique_id_t *id) {
+  size_t got = 0;
+  while (got < sizeof *id) {
+    struct pollfd pfd = {fd, POLLIN, 0};
+    if (poll(&pfd, 1, 30000) <= 0) return -1;
+    ssize_t n = read(fd, id->internal + got, sizeof *id - got);
+    if (n <= 0) return -1;
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+static int child_init(harness_rank *r, const harness_opts *o) {
+  double t0 = harness_now_ms();
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  r->init_status = st;
+  if (st == WEFT_SUCCESS || (o->nonblocking && st == WEFT_IN_PROGRESS)) return 0;
+  harness_fail(r, "weft_comm_init_rank_config(nranks %d, rank %d) returned %s after %.0f ms: "
+               "\"%s\"", r->nranks, r->rank, harness_status_name(st), harness_now_ms() - t0,
+               weft_get_last_error(NULL));
+  r->comm = NULL;
+  return -1;
+}
+
+static void child_main(const harness_opts *o, int rank, int fd, pid_t parent,
+                       harness_shared *shared, harness_body_fn body, void *arg) {
+  child_isolate(rank, fd, parent);
+  harness_rank r = {0};
+  r.rank = rank;
+  r.nranks = o->nranks;
+  r.transport = o->transport;
+  r.arg = arg;
+  r.shared = shared;
+  weft_config_t cfg = WEFT_CONFIG_INITIALIZER;
+  cfg.timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : HARNESS_DEFAULT_TIMEOUT_MS;
+  if (o->nonblocking) cfg.blocking = 0;
+  r.config = cfg;
+  if (o->transport) setenv("WEFT_TRANSPORT", o->transport, 1);
+  if (o->chunk_bytes) {
+    char v[32];
+    snprintf(v, sizeof v, "%zu", o->chunk_bytes);
+    setenv("WEFT_CHUNK_BYTES", v, 1);
+  }
+  if (child_read_id(fd, &r.id) != 0) {
+    harness_fail(&r, "did not receive the unique id from the test program");
+    _exit(1);
+  }
+  close(fd);
+  if (o->no_init || child_init(&r, o) == 0) {
+    body(&r);
+    if (r.comm) {
+      weft_status_t st = weft_comm_destroy(r.comm);
+      if (st != WEFT_SUCCESS)
+        harness_fail(&r, "weft_comm_destroy returned %s: \"%s\"", harness_status_name(st),
+                     weft_get_last_error(NULL));
+    }
+  }
+  _exit(r.failures > HARNESS_EXIT_CAP ? HARNESS_EXIT_CAP : r.failures);
+}
+
+/* ---- the parent ---------------------------------------------------------------------- */
+
+typedef struct {
+  pid_t pid;
+  int fd;      /* our end of the socketpair carrying the id */
+  int status;  /* waitpid status */
+  int done;
+} rank_proc;
+
+static void kill_all(rank_proc *p, int n) {
+  for (int i = 0; i < n; i++)
+    if (p[i].pid > 0 && !p[i].done) kill(p[i].pid, SIGKILL);
+  for (int i = 0; i < n; i++)
+    if (p[i].pid > 0 && !p[i].done) waitpid(p[i].pid, &p[i].status, 0);
+}
+
+static int send_id(int fd, const weft_unique_id_t *id) {
+  size_t off = 0;
+  while (off < sizeof *id) {
+    ssize_t n = send(fd, id->internal + off, sizeof *id - off, MSG_NOSIGNAL);
+    if (n <= 0) return -1;
+    off += (size_t)n;
+  }
+  return 0;
+}
+
+/* Reaps the ranks until all exited or the deadline; returns how many were still running
+ * (then killed). */
+static int reap(rank_proc *p, int n, int deadline_s) {
+  double end = harness_now_ms() + deadline_s * 1000.0;
+  int left = n;
+  while (left > 0 && harness_now_ms() < end) {
+    for (int i = 0; i < n; i++) {
+      if (p[i].done) continue;
+      if (waitpid(p[i].pid, &p[i].status, WNOHANG) == p[i].pid) {
+        p[i].done = 1;
+        left--;
+      }
+    }
+    if (left > 0) sleep_ms(2);
+  }
+  if (left == 0) return 0;
+  for (int i = 0; i < n; i++)
+    if (!p[i].done) {
+      kill(p[i].pid, SIGKILL);
+      waitpid(p[i].pid, &p[i].status, 0);
+    }
+  return left;
+}
+
+/* Appends to report why rank i failed; returns 1 when it did. */
+static int judge(const harness_opts *o, const rank_proc *p, int i, int hung, char *report,
+                 size_t len) {
+  size_t used = strlen(report);
+  if (hung) {
+    snprintf(report + used, len - used, " rank %d hung (killed after %d s);", i,
+             o->deadline_s > 0 ? o->deadline_s : HARNESS_DEFAULT_DEADLINE_S);
+    return 1;
+  }
+  int st = p[i].status;
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && (o->may_be_killed & (1u << i))) return 0;
+  if (WIFEXITED(st))
+    snprintf(report + used, len - used, " rank %d exited with %d (failed checks%s, see stderr);",
+             i, WEXITSTATUS(st), WEXITSTATUS(st) >= HARNESS_EXIT_CAP ? ", capped" : "");
+  else
+    snprintf(report + used, len - used, " rank %d killed by signal %d (%s);", i,
+             WTERMSIG(st), strsignal(WTERMSIG(st)));
+  return 1;
+}
+
+static int fork_ranks(const harness_opts *o, rank_proc *p, harness_shared *shared,
+                      harness_body_fn body, void *arg) {
+  pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  for (int i = 0; i < o->nranks; i++) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(sv[0]);
+      close(sv[1]);
+      return -1;
+    }
+    if (pid == 0) child_main(o, i, sv[1], parent, shared, body, arg);
+    close(sv[1]);
+    p[i].pid = pid;
+    p[i].fd = sv[0];
+  }
+  return 0;
+}
+
+void harness_run(const harness_opts *o, harness_body_fn body, void *arg) {
+  if (o->nranks < 1 || o->nranks > HARNESS_MAX_RANKS) fail_msg("bad nranks %d", o->nranks);
+  harness_shared *shared = mmap(NULL, sizeof *shared, PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) fail_msg("mmap of the shared page: %s", strerror(errno));
+  rank_proc p[HARNESS_MAX_RANKS];
+  memset(p, 0, sizeof p);
+  for (int i = 0; i < HARNESS_MAX_RANKS; i++) p[i].fd = -1;
+  char report[4096] = "";
+  int bad = 0;
+  if (fork_ranks(o, p, shared, body, arg) != 0) {
+    snprintf(report, sizeof report, " fork/socketpair failed: %s;", strerror(errno));
+    bad = 1;
+  }
+  weft_unique_id_t id;
+  if (!bad && o->id) id = *o->id;
+  if (!bad && !o->id) {
+    weft_status_t st = weft_get_unique_id(&id);
+    if (st != WEFT_SUCCESS) {
+      snprintf(report, sizeof report, " weft_get_unique_id returned %s: \"%s\";",
+               harness_status_name(st), weft_get_last_error(NULL));
+      bad = 1;
+    }
+  }
+  for (int i = 0; i < o->nranks && !bad; i++)
+    if (p[i].fd >= 0 && send_id(p[i].fd, &id) != 0) {
+      snprintf(report, sizeof report, " could not send the id to rank %d: %s;", i,
+               strerror(errno));
+      bad = 1;
+    }
+  for (int i = 0; i < o->nranks; i++)
+    if (p[i].fd >= 0) close(p[i].fd);
+  if (bad) {
+    kill_all(p, o->nranks);
+  } else {
+    int left = reap(p, o->nranks, o->deadline_s > 0 ? o->deadline_s : HARNESS_DEFAULT_DEADLINE_S);
+    for (int i = 0; i < o->nranks; i++)
+      bad |= judge(o, p, i, left > 0 && !p[i].done, report, sizeof report);
+  }
+  munmap(shared, sizeof *shared);
+  if (bad)
+    fail_msg("%d ranks over %s:%s", o->nranks, o->transport ? o->transport : "default", report);
+}
+
+void harness_run_simple(int nranks, const char *transport, harness_body_fn body, void *arg) {
+  harness_opts o = {0};
+  o.nranks = nranks;
+  o.transport = transport;
+  harness_run(&o, body, arg);
+}

@@ -1,0 +1,93 @@
+/* harness.h: runs a test body as N real rank processes, for the cmocka tests of weft.
+ *
+ * Why processes and not threads: the transports (memfd shared memory, sockets) and the
+ * failure detection (a peer that exits) are only exercised for real across processes.
+ *
+ * The cmocka test (the parent) forks the ranks, creates the unique id (its bootstrap root
+ * thread lives in the parent) and hands it to them through a pipe, then waits for all of
+ * them with a deadline: ranks still running then are killed and named as hung. Each rank
+ * process sets WEFT_TRANSPORT (and WEFT_CHUNK_BYTES when asked), initializes its
+ * communicator, runs the body, destroys the communicator and _exits with its number of
+ * failed checks (capped at 100). Ranks never use cmocka assertions (a failing assert in a
+ * forked child would longjmp into the copy of the runner): they print a precise diagnostic
+ * to stderr, prefixed "# rank R:", and count the failure with harness_fail(). */
+#ifndef WEFT_TESTS_HARNESS_H
+#define WEFT_TESTS_HARNESS_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "weft.h"
+
+#define HARNESS_MAX_RANKS 16
+#define HARNESS_DEFAULT_TIMEOUT_MS 20000
+#define HARNESS_DEFAULT_DEADLINE_S 120
+
+/* A page shared by the ranks of one run (MAP_SHARED before the fork), for the few tests
+ * that must order events across ranks outside weft (e.g. "exit only after the peer saw
+ * the error"). */
+typedef struct {
+  atomic_int flags[64];
+  atomic_llong values[64];
+} harness_shared;
+
+typedef struct {
+  int rank;
+  int nranks;
+  weft_comm_t comm;        /* ready communicator; NULL when opts.no_init. A body that
+                              aborts or destroys it must set it to NULL. */
+  weft_unique_id_t id;     /* the id of this run (the body may alter its copy) */
+  weft_config_t config;    /* the config used for init (timeout set from opts) */
+  const char *transport;   /* "shm", "socket" or NULL */
+  void *arg;               /* the test's argument */
+  harness_shared *shared;
+  weft_status_t init_status; /* what init returned (opts.nonblocking: IN_PROGRESS or SUCCESS) */
+  int failures;            /* failed checks so far */
+} harness_rank;
+
+/* Runs on each rank; returns its number of failures (usually r->failures). */
+typedef int (*harness_body_fn)(harness_rank *r);
+
+typedef struct {
+  int nranks;
+  const char *transport;      /* "shm", "socket", or NULL to leave WEFT_TRANSPORT alone */
+  size_t chunk_bytes;         /* WEFT_CHUNK_BYTES for the ranks; 0 leaves it alone */
+  int timeout_ms;             /* the communicator's timeout; 0: HARNESS_DEFAULT_TIMEOUT_MS */
+  int nonblocking;            /* init with config.blocking = 0: r->comm is set while init
+                                 may still run (r->init_status says what init returned) */
+  int deadline_s;             /* the parent's wait for all ranks; 0: HARNESS_DEFAULT_DEADLINE_S */
+  int no_init;                /* the body initializes the communicator itself */
+  const weft_unique_id_t *id; /* NULL: a fresh weft_get_unique_id() of the parent */
+  unsigned may_be_killed;     /* bit r: rank r may end by SIGKILL (failure tests) */
+} harness_opts;
+
+/* Runs body on opts->nranks rank processes and fails the current cmocka test (in the
+ * parent) unless every rank exited 0 (or was killed as allowed) before the deadline. */
+void harness_run(const harness_opts *opts, harness_body_fn body, void *arg);
+
+/* Shorthand: nranks over transport with the defaults. */
+void harness_run_simple(int nranks, const char *transport, harness_body_fn body, void *arg);
+
+/* In a rank: prints "# rank R: <message>" to stderr and counts a failure. Returns 0 so
+ * checks read `if (!cond) return harness_fail(...)`-style when convenient. */
+int harness_fail(harness_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* In a rank: a diagnostic line without counting a failure. */
+void harness_note(harness_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* In a rank: checks st == want; on mismatch reports what (e.g. "all_reduce float32 sum
+ * count 7"), both status names and weft_get_last_error(r->comm). Returns 1 when equal. */
+int harness_expect_status(harness_rank *r, weft_status_t st, weft_status_t want,
+                          const char *what);
+
+/* Monotonic milliseconds, for timing checks. */
+double harness_now_ms(void);
+
+/* Waits (sleeping) until shared->flags[idx] >= value or timeout_ms passes; 1 on success. */
+int harness_wait_flag(harness_rank *r, int idx, int value, int timeout_ms);
+
+/* 1 when msg names rank `rank` as a rank or peer: a whole-number token equal to rank
+ * preceded, within a few words, by "rank", "peer" or "missing". */
+int harness_names_rank(const char *msg, int rank);
+
+/* "WEFT_ERR_TIMEOUT"-style name of a status, for diagnostics. */
+const char *harness_status_name(weft_status_t st);
+#endif

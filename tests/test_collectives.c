@@ -1,0 +1,497 @@
+/* test_collectives.c: every collective, on real rank processes, against a reference each
+ * rank computes locally.
+ *
+ * One test per transport (shm, socket) and rank count (1, 2, 3, 4, 5, 7, 8; more ranks than
+ * the 2 cores, so a waiting rank must yield), plus two runs with 4 KiB pipeline chunks. In
+ * each, one communicator runs all_reduce, broadcast, reduce, all_gather, reduce_scatter
+ * and all_to_all over every datatype, every op where one applies, counts 0, 1, 7, 4097 and
+ * about 3 MiB, in place and out of place, and checks the received elements, the guard
+ * bytes after every receive buffer, and that send buffers stay unchanged.
+ *
+ * Values are small integers chosen so that every result is exact in every datatype
+ * (bf16 holds integers up to 256 exactly, int8 up to 127):
+ *   sum, avg: (3 rank + 5 j + 1) mod 9, minus 4 for signed types: |sum| <= 64 on 8 ranks;
+ *   prod:     2 when (7 j + rank) mod 8 < 3, else 1, so at most 3 twos per index across <= 8
+ *             ranks (|prod| <= 8); negated for signed types when (j + 3 rank) mod 5 == 0;
+ *   min, max: (7 rank + 3 j) mod 11, minus 5 for signed types;
+ *   moves:    (7 src + 3 dst + 5 j + 1) mod 11 (broadcast and all_gather use dst 0), so a
+ *             block from the wrong rank, to the wrong rank or shifted by < 11 elements
+ *             differs.
+ * avg is the exact sum divided by nranks once, in the datatype's arithmetic (C integer
+ * division; fp32 / fp64 division; fp16 / bf16: fp32 quotient rounded to nearest-even).
+ * Every formula is periodic in the element index j with a period dividing 3960, so a
+ * rank builds one period of its send data and of the expected result and tiles them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lib/dtype.h"
+#include "tests/harness.h"
+
+#define PERIOD 3960u   /* lcm(9, 8, 5, 11) */
+#define GUARD 64       /* bytes checked after every receive buffer */
+#define GUARD_BYTE 0xC3
+#define FILL_BYTE 0xEE /* receive buffers start as this: never a valid expected value */
+#define MAX_REPORTS 40 /* mismatch lines per rank before going quiet */
+
+enum { C_ALL_REDUCE, C_BROADCAST, C_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER, C_ALL_TO_ALL,
+       C_NUM };
+static const char *coll_name[C_NUM] = {"all_reduce", "broadcast", "reduce", "all_gather",
+                                        "reduce_scatter", "all_to_all"};
+static const char *dt_name[WEFT_NUM_DATATYPES] = {"int8", "uint8", "int32", "uint32", "int64",
+                                                  "uint64", "float16", "float32", "float64",
+                                                  "bfloat16"};
+static const char *op_name[WEFT_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
+
+typedef struct {
+  int nranks;
+  const char *transport;
+  size_t chunk_bytes; /* 0: the library's default */
+  size_t big_bytes;   /* the large count is big_bytes / element size + 3 */
+} sweep_params;
+
+/* One rank's sweep state. */
+typedef struct {
+  harness_rank *r;
+  int fatal;                    /* a call failed: the communicator is no longer trusted */
+  uint8_t pat_a[PERIOD * 8];    /* one period of send data */
+  uint8_t pat_b[PERIOD * 8];    /* one period of the expected result */
+  double ms[C_NUM];             /* time spent per collective (rank 0 reports it) */
+  long calls[C_NUM];
+} sweep;
+
+/* ---- element values and the reference ------------------------------------------------ */
+
+static size_t esize(weft_datatype_t dt) {
+  static const size_t sz[WEFT_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  return sz[dt];
+}
+
+static int is_signed(weft_datatype_t dt) {
+  return dt != WEFT_UINT8 && dt != WEFT_UINT32 && dt != WEFT_UINT64;
+}
+
+static long red_value(weft_redop_t op, int sgn, int rank, size_t j) {
+  j %= PERIOD;
+  long v;
+  switch (op) {
+  case WEFT_SUM:
+  case WEFT_AVG:
+    v = (long)((rank * 3 + j * 5 + 1) % 9);
+    return sgn ? v - 4 : v;
+  case WEFT_PROD:
+    v = (j * 7 + (size_t)rank) % 8 < 3 ? 2 : 1;
+    return sgn && (j + (size_t)rank * 3) % 5 == 0 ? -v : v;
+  default:
+    v = (long)(((size_t)rank * 7 + j * 3) % 11);
+    return sgn ? v - 5 : v;
+  }
+}
+
+static long move_value(int src, int dst, size_t j) {
+  return (long)(((size_t)src * 7 + (size_t)dst * 3 + (j % PERIOD) * 5 + 1) % 11);
+}
+
+static void store(void *p, size_t i, weft_datatype_t dt, long v) {
+  switch (dt) {
+  case WEFT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+  case WEFT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  case WEFT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+  case WEFT_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+  case WEFT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+  case WEFT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+  case WEFT_FLOAT16: ((uint16_t *)p)[i] = weft__float_to_half((float)v); break;
+  case WEFT_FLOAT32: ((float *)p)[i] = (float)v; break;
+  case WEFT_FLOAT64: ((double *)p)[i] = (double)v; break;
+  case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16((float)v); break;
+  default: break;
+  }
+}
+
+/* sum / n in the datatype's arithmetic, as WEFT_AVG defines it. */
+static void store_avg(void *p, size_t i, weft_datatype_t dt, long sum, int n) {
+  float q = (float)sum / (float)n;
+  switch (dt) {
+  case WEFT_FLOAT16: ((uint16_t *)p)[i] = weft__float_to_half(q); break;
+  case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16(q); break;
+  case WEFT_FLOAT32: ((float *)p)[i] = q; break;
+  case WEFT_FLOAT64: ((double *)p)[i] = (double)sum / (double)n; break;
+  default: store(p, i, dt, sum / n); break; /* C division truncates toward zero */
+  }
+}
+
+static double load(const void *p, size_t i, weft_datatype_t dt) {
+  switch (dt) {
+  case WEFT_INT8: return ((const int8_t *)p)[i];
+  case WEFT_UINT8: return ((const uint8_t *)p)[i];
+  case WEFT_INT32: return ((const int32_t *)p)[i];
+  case WEFT_UINT32: return ((const uint32_t *)p)[i];
+  case WEFT_INT64: return (double)((const int64_t *)p)[i];
+  case WEFT_UINT64: return (double)((const uint64_t *)p)[i];
+  case WEFT_FLOAT16: return weft__half_to_float(((const uint16_t *)p)[i]);
+  case WEFT_FLOAT32: return ((const float *)p)[i];
+  case WEFT_FLOAT64: return ((const double *)p)[i];
+  case WEFT_BFLOAT16: return weft__bf16_to_float(((const uint16_t *)p)[i]);
+  default: return 0;
+  }
+}
+
+static void pattern_send(uint8_t *pat, weft_datatype_t dt, weft_redop_t op, int rank) {
+  for (size_t j = 0; j < PERIOD; j++) store(pat, j, dt, red_value(op, is_signed(dt), rank, j));
+}
+
+static void pattern_expect(uint8_t *pat, weft_datatype_t dt, weft_redop_t op, int n) {
+  for (size_t j = 0; j < PERIOD; j++) {
+    long acc = red_value(op, is_signed(dt), 0, j);
+    for (int r = 1; r < n; r++) {
+      long v = red_value(op, is_signed(dt), r, j);
+      if (op == WEFT_SUM || op == WEFT_AVG) acc += v;
+      else if (op == WEFT_PROD) acc *= v;
+      else if (op == WEFT_MAX) acc = v > acc ? v : acc;
+      else acc = v < acc ? v : acc;
+    }
+    if (op == WEFT_AVG) store_avg(pat, j, dt, acc, n);
+    else store(pat, j, dt, acc);
+  }
+}
+
+static void pattern_move(uint8_t *pat, weft_datatype_t dt, int src, int dst) {
+  for (size_t j = 0; j < PERIOD; j++) store(pat, j, dt, move_value(src, dst, j));
+}
+
+/* dst[i] = pat[(j0 + i) mod PERIOD] for i < count. */
+static void tile(uint8_t *dst, size_t count, const uint8_t *pat, size_t esz, size_t j0) {
+  for (size_t i = 0; i < count;) {
+    size_t k = (j0 + i) % PERIOD, run = PERIOD - k;
+    if (run > count - i) run = count - i;
+    memcpy(dst + i * esz, pat + k * esz, run * esz);
+    i += run;
+  }
+}
+
+/* ---- checks -------------------------------------------------------------------------- */
+
+static int elem_differs(const uint8_t *got, const uint8_t *pat, size_t i, size_t esz,
+                        size_t j0) {
+  return memcmp(got + i * esz, pat + ((j0 + i) % PERIOD) * esz, esz) != 0;
+}
+
+/* Checks got[0..count) against the tiled pattern; reports the first mismatches. */
+static void verify(sweep *s, const char *desc, const char *what, const uint8_t *got,
+                   size_t count, weft_datatype_t dt, const uint8_t *pat, size_t j0) {
+  size_t esz = esize(dt), bad = 0, first = 0;
+  for (size_t i = 0; i < count;) {
+    size_t k = (j0 + i) % PERIOD, run = PERIOD - k;
+    if (run > count - i) run = count - i;
+    if (memcmp(got + i * esz, pat + k * esz, run * esz) != 0)
+      for (size_t t = i; t < i + run; t++)
+        if (elem_differs(got, pat, t, esz, j0) && bad++ == 0) first = t;
+    i += run;
+  }
+  if (bad == 0) return;
+  harness_rank *r = s->r;
+  if (r->failures >= MAX_REPORTS) { r->failures++; return; }
+  int shown = 0;
+  for (size_t t = first; t < count && shown < 3; t++) {
+    if (!elem_differs(got, pat, t, esz, j0)) continue;
+    uint8_t want[8];
+    memcpy(want, pat + ((j0 + t) % PERIOD) * esz, esz);
+    harness_fail(r, "%s: %s[%zu]: got %.9g, expected %.9g (%zu of %zu elements differ)", desc,
+                 what, t, load(got, t, dt), load(want, 0, dt), bad, count);
+    shown++;
+  }
+}
+
+static void check_guard(sweep *s, const char *desc, const uint8_t *end) {
+  for (int i = 0; i < GUARD; i++)
+    if (end[i] != GUARD_BYTE) {
+      harness_fail(s->r, "%s: guard byte %d after the receive buffer overwritten (0x%02x)",
+                   desc, i, end[i]);
+      return;
+    }
+}
+
+static int call_ok(sweep *s, weft_status_t st, const char *desc) {
+  if (st == WEFT_SUCCESS) return 1;
+  harness_fail(s->r, "%s: returned %s: \"%s\"", desc, harness_status_name(st),
+               weft_get_last_error(s->r->comm));
+  s->fatal = 1;
+  return 0;
+}
+
+/* A buffer of bytes plus GUARD guard bytes, filled with FILL_BYTE. */
+static uint8_t *alloc_buf(size_t bytes) {
+  uint8_t *b = malloc(bytes + GUARD);
+  if (!b) abort();
+  memset(b, FILL_BYTE, bytes);
+  memset(b + bytes, GUARD_BYTE, GUARD);
+  return b;
+}
+
+static void describe(char *desc, size_t len, int coll, weft_datatype_t dt, int op, size_t count,
+                     int inplace, int root) {
+  int n = snprintf(desc, len, "%s %s", coll_name[coll], dt_name[dt]);
+  if (op >= 0) n += snprintf(desc + n, len - (size_t)n, " %s", op_name[op]);
+  n += snprintf(desc + n, len - (size_t)n, " count %zu %s", count,
+                inplace ? "in-place" : "out-of-place");
+  if (root >= 0) snprintf(desc + n, len - (size_t)n, " root %d", root);
+}
+
+/* ---- one call of each collective, checked ---------------------------------------------- */
+
+static void do_all_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t count,
+                          int inplace) {
+  harness_rank *r = s->r;
+  size_t esz = esize(dt), bytes = count * esz;
+  char desc[160];
+  describe(desc, sizeof desc, C_ALL_REDUCE, dt, op, count, inplace, -1);
+  pattern_send(s->pat_a, dt, op, r->rank);
+  pattern_expect(s->pat_b, dt, op, r->nranks);
+  uint8_t *recv = (count || inplace) ? alloc_buf(bytes) : NULL;
+  uint8_t *send = NULL;
+  if (inplace) tile(recv, count, s->pat_a, esz, 0);
+  else if (count) tile(send = alloc_buf(bytes), count, s->pat_a, esz, 0);
+  weft_status_t st = weft_all_reduce(inplace ? recv : send, recv, count, dt, op, r->comm, NULL);
+  if (call_ok(s, st, desc) && recv) {
+    verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, 0);
+    check_guard(s, desc, recv + bytes);
+    if (send) verify(s, desc, "sendbuf (must stay unchanged)", send, count, dt, s->pat_a, 0);
+  }
+  free(recv);
+  free(send);
+}
+
+static void do_broadcast(sweep *s, weft_datatype_t dt, size_t count, int inplace, int root) {
+  harness_rank *r = s->r;
+  size_t esz = esize(dt), bytes = count * esz;
+  char desc[160];
+  describe(desc, sizeof desc, C_BROADCAST, dt, -1, count, inplace, root);
+  pattern_move(s->pat_b, dt, root, 0);
+  uint8_t *recv = (count || inplace) ? alloc_buf(bytes) : NULL;
+  uint8_t *send = (count && !inplace) ? alloc_buf(bytes) : NULL;
+  if (r->rank == root) tile(inplace ? recv : send, count, s->pat_b, esz, 0);
+  weft_status_t st = weft_broadcast(inplace ? recv : send, recv, count, dt, root, r->comm, NULL);
+  if (call_ok(s, st, desc) && recv) {
+    verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, 0);
+    check_guard(s, desc, recv + bytes);
+    if (send && r->rank == root)
+      verify(s, desc, "root's sendbuf (must stay unchanged)", send, count, dt, s->pat_b, 0);
+  }
+  free(recv);
+  free(send);
+}
+
+/* Non-roots pass recvbuf NULL out of place and sendbuf == recvbuf in place (then their
+ * buffer must stay unchanged: recvbuf is used on root only). */
+static void do_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t count, int inplace,
+                      int root) {
+  harness_rank *r = s->r;
+  size_t esz = esize(dt), bytes = count * esz;
+  int me_root = r->rank == root;
+  char desc[160];
+  describe(desc, sizeof desc, C_REDUCE, dt, op, count, inplace, root);
+  pattern_send(s->pat_a, dt, op, r->rank);
+  pattern_expect(s->pat_b, dt, op, r->nranks);
+  uint8_t *send = (count || inplace) ? alloc_buf(bytes) : NULL;
+  uint8_t *recv = inplace ? send : (me_root && count) ? alloc_buf(bytes) : NULL;
+  if (send) tile(send, count, s->pat_a, esz, 0);
+  weft_status_t st = weft_reduce(send, recv, count, dt, op, root, r->comm, NULL);
+  if (call_ok(s, st, desc) && send) {
+    if (me_root) verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, 0);
+    if (me_root) check_guard(s, desc, recv + bytes);
+    if (!me_root || !inplace)
+      verify(s, desc, "sendbuf (must stay unchanged)", send, count, dt, s->pat_a, 0);
+  }
+  if (recv != send) free(recv);
+  free(send);
+}
+
+static void do_all_gather(sweep *s, weft_datatype_t dt, size_t count, int inplace) {
+  harness_rank *r = s->r;
+  int n = r->nranks;
+  size_t esz = esize(dt), bytes = count * esz;
+  char desc[160];
+  describe(desc, sizeof desc, C_ALL_GATHER, dt, -1, count, inplace, -1);
+  pattern_move(s->pat_a, dt, r->rank, 0);
+  uint8_t *recv = (count || inplace) ? alloc_buf(bytes * (size_t)n) : NULL;
+  uint8_t *send = NULL;
+  if (inplace) tile(send = recv + bytes * (size_t)r->rank, count, s->pat_a, esz, 0);
+  else if (count) tile(send = alloc_buf(bytes), count, s->pat_a, esz, 0);
+  weft_status_t st = weft_all_gather(send, recv, count, dt, r->comm, NULL);
+  if (call_ok(s, st, desc) && recv) {
+    for (int p = 0; p < n; p++) {
+      char what[64];
+      snprintf(what, sizeof what, "recvbuf block of rank %d", p);
+      pattern_move(s->pat_b, dt, p, 0);
+      verify(s, desc, what, recv + bytes * (size_t)p, count, dt, s->pat_b, 0);
+    }
+    check_guard(s, desc, recv + bytes * (size_t)n);
+    if (!inplace && send)
+      verify(s, desc, "sendbuf (must stay unchanged)", send, count, dt, s->pat_a, 0);
+  }
+  if (!inplace) free(send);
+  free(recv);
+}
+
+static void do_reduce_scatter(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t count,
+                              int inplace) {
+  harness_rank *r = s->r;
+  int n = r->nranks;
+  size_t esz = esize(dt), bytes = count * esz, all = count * (size_t)n;
+  char desc[160];
+  describe(desc, sizeof desc, C_REDUCE_SCATTER, dt, op, count, inplace, -1);
+  pattern_send(s->pat_a, dt, op, r->rank);
+  pattern_expect(s->pat_b, dt, op, n);
+  uint8_t *send = (count || inplace) ? alloc_buf(all * esz) : NULL;
+  if (send) tile(send, all, s->pat_a, esz, 0);
+  uint8_t *recv = inplace ? send + bytes * (size_t)r->rank : count ? alloc_buf(bytes) : NULL;
+  weft_status_t st = weft_reduce_scatter(send, recv, count, dt, op, r->comm, NULL);
+  if (call_ok(s, st, desc) && send) {
+    verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, count * (size_t)r->rank);
+    check_guard(s, desc, inplace ? send + all * esz : recv + bytes);
+    if (!inplace)
+      verify(s, desc, "sendbuf (must stay unchanged)", send, all, dt, s->pat_a, 0);
+  }
+  if (!inplace) free(recv);
+  free(send);
+}
+
+static void do_all_to_all(sweep *s, weft_datatype_t dt, size_t count, int inplace) {
+  harness_rank *r = s->r;
+  int n = r->nranks;
+  size_t esz = esize(dt), bytes = count * esz, all = bytes * (size_t)n;
+  char desc[160];
+  describe(desc, sizeof desc, C_ALL_TO_ALL, dt, -1, count, inplace, -1);
+  uint8_t *recv = (count || inplace) ? alloc_buf(all) : NULL;
+  uint8_t *send = inplace ? recv : count ? alloc_buf(all) : NULL;
+  for (int p = 0; p < n && send; p++) {
+    pattern_move(s->pat_a, dt, r->rank, p);
+    tile(send + bytes * (size_t)p, count, s->pat_a, esz, 0);
+  }
+  weft_status_t st = weft_all_to_all(send, recv, count, dt, r->comm, NULL);
+  if (call_ok(s, st, desc) && recv) {
+    for (int p = 0; p < n; p++) {
+      char what[64];
+      snprintf(what, sizeof what, "recvbuf block from rank %d", p);
+      pattern_move(s->pat_b, dt, p, r->rank);
+      verify(s, desc, what, recv + bytes * (size_t)p, count, dt, s->pat_b, 0);
+    }
+    check_guard(s, desc, recv + all);
+    for (int p = 0; p < n && !inplace && send; p++) {
+      pattern_move(s->pat_a, dt, r->rank, p);
+      verify(s, desc, "sendbuf (must stay unchanged)", send + bytes * (size_t)p, count, dt,
+             s->pat_a, 0);
+    }
+  }
+  if (!inplace) free(send);
+  free(recv);
+}
+
+/* ---- the sweep ------------------------------------------------------------------------- */
+
+#define TIMED(s, c, call)                      \
+  do {                                         \
+    if ((s)->fatal) return;                    \
+    double t0_ = harness_now_ms();             \
+    call;                                      \
+    (s)->ms[c] += harness_now_ms() - t0_;      \
+    (s)->calls[c]++;                           \
+  } while (0)
+
+/* Reduce covers every root: rotating with the combination for every dtype and op, and
+ * all roots for float32 and int8 sums. The large count runs every dtype with sum and
+ * float32 with every op (the full product would cost minutes on 8 ranks over sockets). */
+static void sweep_reductions(sweep *s, weft_datatype_t dt, size_t count, size_t block, int big,
+                             int inplace, int ci) {
+  int n = s->r->nranks;
+  for (int op = 0; op < WEFT_NUM_OPS; op++) {
+    if (big && op != WEFT_SUM && dt != WEFT_FLOAT32) continue;
+    TIMED(s, C_ALL_REDUCE, do_all_reduce(s, dt, op, count, inplace));
+    TIMED(s, C_REDUCE_SCATTER, do_reduce_scatter(s, dt, op, block, inplace));
+    int all_roots = op == WEFT_SUM && (dt == WEFT_FLOAT32 || dt == WEFT_INT8);
+    int first = all_roots ? 0 : ((int)dt + op + 3 * inplace + ci) % n;
+    for (int root = first; root < (all_roots ? n : first + 1); root++)
+      TIMED(s, C_REDUCE, do_reduce(s, dt, op, count, inplace, root));
+  }
+}
+
+static void sweep_one(sweep *s, weft_datatype_t dt, size_t count, size_t block, int big,
+                      int inplace, int ci) {
+  int n = s->r->nranks;
+  for (int root = 0; root < n; root++) {
+    if (big && root != 0 && root != n - 1) continue;
+    TIMED(s, C_BROADCAST, do_broadcast(s, dt, count, inplace, root));
+  }
+  TIMED(s, C_ALL_GATHER, do_all_gather(s, dt, block, inplace));
+  TIMED(s, C_ALL_TO_ALL, do_all_to_all(s, dt, block, inplace));
+  sweep_reductions(s, dt, count, block, big, inplace, ci);
+}
+
+static int sweep_body(harness_rank *r) {
+  const sweep_params *prm = r->arg;
+  sweep *s = calloc(1, sizeof *s);
+  if (!s) abort();
+  s->r = r;
+  double t0 = harness_now_ms();
+  static const size_t small[] = {0, 1, 7, 4097};
+  for (int ci = 0; ci < 5 && !s->fatal; ci++) {
+    for (int dt = 0; dt < WEFT_NUM_DATATYPES && !s->fatal; dt++) {
+      int big = ci == 4;
+      size_t count = big ? prm->big_bytes / esize(dt) + 3 : small[ci];
+      /* Per-rank blocks of all_gather, reduce_scatter and all_to_all: the large one is
+       * split so the whole buffer stays about big_bytes. */
+      size_t block = big ? prm->big_bytes / esize(dt) / (size_t)r->nranks + 3 : count;
+      for (int inplace = 0; inplace < 2 && !s->fatal; inplace++)
+        sweep_one(s, dt, count, block, big, inplace, ci);
+    }
+  }
+  if (s->fatal && r->comm) {
+    weft_comm_abort(r->comm); /* the others then fail fast instead of waiting for us */
+    r->comm = NULL;
+  }
+  if (r->rank == 0) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "sweep took %.1f s:", (harness_now_ms() - t0) / 1e3);
+    for (int c = 0; c < C_NUM; c++)
+      n += snprintf(line + n, sizeof line - (size_t)n, " %s %ld calls %.1f s;", coll_name[c],
+                    s->calls[c], s->ms[c] / 1e3);
+    harness_note(r, "%s", line);
+  }
+  free(s);
+  return r->failures;
+}
+
+static void run_sweep(void **state) {
+  const sweep_params *prm = *state;
+  harness_opts o = {0};
+  o.nranks = prm->nranks;
+  o.transport = prm->transport;
+  o.chunk_bytes = prm->chunk_bytes;
+  o.deadline_s = 240;
+  harness_run(&o, sweep_body, (void *)prm);
+}
+
+#define MIB3 ((size_t)3 << 20)
+#define SWEEP(n, tr)                                                                   \
+  {"all_collectives_match_reference_on_" #n "_ranks_over_" #tr, run_sweep, NULL, NULL, \
+   &(sweep_params){n, #tr, 0, MIB3}}
+#define SWEEP_CHUNKED(n, tr)                                                           \
+  {"all_collectives_match_reference_with_4096_byte_chunks_on_" #n "_ranks_over_" #tr,  \
+   run_sweep, NULL, NULL, &(sweep_params){n, #tr, 4096, (size_t)256 << 10}}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      SWEEP(1, shm), SWEEP(2, shm), SWEEP(3, shm), SWEEP(4, shm), SWEEP(5, shm),
+      SWEEP(7, shm), SWEEP(8, shm),
+      SWEEP(1, socket), SWEEP(2, socket), SWEEP(3, socket), SWEEP(4, socket),
+      SWEEP(5, socket), SWEEP(7, socket), SWEEP(8, socket),
+      SWEEP_CHUNKED(3, shm), SWEEP_CHUNKED(4, socket),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

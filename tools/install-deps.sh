@@ -1,0 +1,17 @@
+#!/bin/sh
+# Installs the Debian packages weft needs to build and test, only those that are missing.
+# Needs root (or sudo) the first time; does nothing when everything is present.
+set -eu
+need=""
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for p in build-essential autoconf automake libtool pkg-config libcmocka-dev libhwloc-dev iproute2 procps; do
+  have "$p" || need="$need $p"
+done
+[ -z "$need" ] && exit 0
+echo "install-deps: installing:$need"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $need

@@ -1,0 +1,82 @@
+/* shm_fifo.h: the single-producer single-consumer FIFO that carries one direction of one
+ * pair of ranks on a host, and the layout of a rank's inbound segment.
+ *
+ * As NCCL's connection buffers: the sender owns a monotonic `tail` step counter, the
+ * receiver a monotonic `head`; step s lives in slot s % nslots. Slot s is free to write
+ * while tail - head < nslots and holds data while head < tail. Each counter sits alone on
+ * its cache line so the two sides never write the same line; release/acquire on the
+ * counters orders the slot's header and payload. The fast path is loads, stores and
+ * memcpy: no system call, no lock.
+ *
+ * A message of B bytes takes max(1, ceil(B / slot_bytes)) slots and starts at a fresh slot;
+ * every slot but a message's last is full (slot_bytes is a multiple of 64), so a receiver
+ * that reduces on arrival always gets whole elements.
+ *
+ * Layout of one FIFO (all offsets multiples of 64; the payload starts page-aligned):
+ *   [ctrl: tail line | head line][nslots slot headers, one line each][pad][nslots payloads]
+ * A rank's segment is nfifos such FIFOs back to back, one per shm peer sending to it. */
+#ifndef WEFT_SHM_FIFO_H
+#define WEFT_SHM_FIFO_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define WEFT__SHM_LINE 64
+#define WEFT__SHM_PAGE 4096
+
+typedef struct {
+  _Alignas(WEFT__SHM_LINE) _Atomic uint64_t tail; /* written by the sender only */
+  _Alignas(WEFT__SHM_LINE) _Atomic uint64_t head; /* written by the receiver only */
+} weft__shm_fifo_ctrl;
+
+typedef struct {
+  _Alignas(WEFT__SHM_LINE) uint64_t msg_bytes; /* total bytes of the message this slot is part of */
+  uint64_t bytes;                             /* payload bytes in this slot */
+} weft__shm_slot_hdr;
+
+_Static_assert(sizeof(weft__shm_fifo_ctrl) == 2 * WEFT__SHM_LINE, "one line per counter");
+_Static_assert(sizeof(weft__shm_slot_hdr) == WEFT__SHM_LINE, "one line per slot header");
+
+static inline size_t weft__shm_round_up(size_t x, size_t to) {
+  return (x + to - 1) / to * to;
+}
+
+/* Bytes before the first payload slot of a FIFO. */
+static inline size_t weft__shm_fifo_payload_offset(size_t nslots) {
+  return weft__shm_round_up(sizeof(weft__shm_fifo_ctrl) + nslots * sizeof(weft__shm_slot_hdr),
+                            WEFT__SHM_PAGE);
+}
+
+/* Bytes of one FIFO (a multiple of the page size when slot_bytes is). */
+static inline size_t weft__shm_fifo_bytes(size_t nslots, size_t slot_bytes) {
+  return weft__shm_round_up(weft__shm_fifo_payload_offset(nslots) + nslots * slot_bytes,
+                            WEFT__SHM_PAGE);
+}
+
+/* One side's view of a FIFO: pointers into the mapping, cached once at setup. */
+typedef struct {
+  weft__shm_fifo_ctrl *ctrl;
+  weft__shm_slot_hdr *hdrs;
+  char *payload;
+  uint64_t nslots;
+  uint64_t slot_bytes;
+} weft__shm_fifo;
+
+/* Points f at the FIFO starting at base (which must be zero-filled before first use). */
+static inline void weft__shm_fifo_attach(weft__shm_fifo *f, void *base, size_t nslots,
+                                         size_t slot_bytes) {
+  f->ctrl = (weft__shm_fifo_ctrl *)base;
+  f->hdrs = (weft__shm_slot_hdr *)((char *)base + sizeof(weft__shm_fifo_ctrl));
+  f->payload = (char *)base + weft__shm_fifo_payload_offset(nslots);
+  f->nslots = nslots;
+  f->slot_bytes = slot_bytes;
+}
+
+static inline char *weft__shm_fifo_slot(const weft__shm_fifo *f, uint64_t step) {
+  return f->payload + (step % f->nslots) * f->slot_bytes;
+}
+
+static inline weft__shm_slot_hdr *weft__shm_fifo_hdr(const weft__shm_fifo *f, uint64_t step) {
+  return &f->hdrs[step % f->nslots];
+}
+#endif
