@@ -95,10 +95,9 @@ weft_status_t weft__ring_driver_progress(weft__ring_driver *d, weft__task *t) {
 void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
   void *p = extra <= SIZE_MAX - hdr ? calloc(1, hdr + extra) : NULL;
   if (p == NULL) {
-    char what[160];
     *st = weft__error(t->comm, WEFT_ERR_NO_MEMORY,
-                      "rank %d: %s: %s: cannot allocate %zu + %zu bytes of state and scratch",
-                      t->comm->rank, weft__task_describe(t, what, sizeof what),
+                      "rank %d: %s %s: cannot allocate %zu + %zu bytes of state and scratch",
+                      t->comm->rank, weft__coll_name(t->coll),
                       t->algo ? t->algo->name : "algorithm", hdr, extra);
     return NULL;
   }

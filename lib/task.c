@@ -196,6 +196,25 @@ static weft_status_t check_usable(weft__task *t) {
   return WEFT_SUCCESS;
 }
 
+/* When a transfer fails because a peer went away, that peer may only be a survivor that
+ * gave up on the rank that really failed. The bootstrap root knows which rank failed first;
+ * wait briefly for its notice so the message names the cause, not a bystander. NULL when
+ * the root reports nothing within 200 ms. */
+static const char *root_reported_failure(struct weft_comm *comm) {
+  static __thread char text[320];
+  uint64_t deadline = weft__now_ns() + 200000000ull;
+  int failed;
+  const char *why;
+  while (weft__bootstrap_check_failure(comm, &failed, &why) == WEFT_SUCCESS) {
+    if (weft__now_ns() >= deadline || comm->bootstrap_fd < 0) return NULL;
+    struct timespec ts = {0, 5000000};
+    nanosleep(&ts, NULL);
+  }
+  if (failed == -1) snprintf(text, sizeof(text), "%s", why);
+  else snprintf(text, sizeof(text), "peer %d failed: %s", failed, why);
+  return text;
+}
+
 weft_status_t weft__task_run(weft__task *t) {
   struct weft_comm *comm = t->comm;
   WEFT_TRY(weft__comm_wait_ready(comm));
@@ -218,7 +237,12 @@ weft_status_t weft__task_run(weft__task *t) {
   if (st != WEFT_SUCCESS) {
     char what[160], msg[1024];
     snprintf(msg, sizeof(msg), "%s", weft__thread_last_error());
-    weft__error(comm, st, "%s [in %s]", msg, weft__task_describe(t, what, sizeof(what)));
+    const char *culprit = st == WEFT_ERR_REMOTE ? root_reported_failure(comm) : NULL;
+    if (culprit != NULL)
+      weft__error(comm, st, "rank %d: %s (seen here as: %s) [in %s]", comm->rank, culprit, msg,
+                  weft__task_describe(t, what, sizeof(what)));
+    else
+      weft__error(comm, st, "%s [in %s]", msg, weft__task_describe(t, what, sizeof(what)));
   }
   pthread_mutex_unlock(&comm->lock);
   return st;

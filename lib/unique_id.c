@@ -50,7 +50,7 @@ weft_status_t weft__id_check(const weft__id_layout *id) {
   if (id->magic != WEFT__ID_MAGIC || id->version != WEFT__ID_VERSION ||
       (id->family != AF_INET && id->family != AF_INET6))
     return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
-                       "unique id is malformed (not made by weft_get_unique_id of this version)");
+                       "weft_comm_init_rank: the unique id is malformed (not made by weft_get_unique_id of this weft version)");
   return WEFT_SUCCESS;
 }
 

@@ -16,13 +16,11 @@ static void all_reduce_counts(size_t count, int nranks, perf_counts_t *c) {
 static double all_reduce_busbw_factor(int nranks) { return 2.0 * (nranks - 1) / nranks; }
 
 static void all_reduce_fill(const perf_call_t *call, void *sendbuf) {
-  for (size_t i = 0; i < call->counts.sendcount; i++)
-    perf_store(sendbuf, i, call->type, perf_input_value(call->type, call->op, call->rank, i));
+  perf_fill_input(sendbuf, call->counts.sendcount, call->type, call->op, call->rank);
 }
 
 static size_t all_reduce_expected(const perf_call_t *call, void *expected) {
-  for (size_t i = 0; i < call->counts.recvcount; i++)
-    perf_store(expected, i, call->type, perf_reduce_value(call->type, call->op, call->nranks, i));
+  perf_fill_reduced(expected, call->counts.recvcount, call->type, call->op, call->nranks);
   return call->counts.recvcount;
 }
 

@@ -187,6 +187,31 @@ double perf_reduce_value(weft_datatype_t type, weft_redop_t op, int nranks, size
   return (double)((float)acc / (float)nranks);
 }
 
+/* Every pattern of perf_input_value repeats in i with period 4, 11 or 13. */
+#define VALUE_PERIOD (4 * 11 * 13)
+
+/* Copies buf's first VALUE_PERIOD elements over the rest, doubling each time. */
+static void tile_period(void *buf, size_t n, weft_datatype_t type) {
+  size_t es = weft_datatype_size(type), done = n < VALUE_PERIOD ? n : VALUE_PERIOD;
+  while (done < n) {
+    size_t len = done < n - done ? done : n - done;
+    memcpy((char *)buf + done * es, buf, len * es);
+    done += len;
+  }
+}
+
+void perf_fill_input(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int rank) {
+  for (size_t i = 0; i < n && i < VALUE_PERIOD; i++)
+    perf_store(buf, i, type, perf_input_value(type, op, rank, i));
+  tile_period(buf, n, type);
+}
+
+void perf_fill_reduced(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int nranks) {
+  for (size_t i = 0; i < n && i < VALUE_PERIOD; i++)
+    perf_store(buf, i, type, perf_reduce_value(type, op, nranks, i));
+  tile_period(buf, n, type);
+}
+
 double perf_move_value(weft_datatype_t type, int rank, size_t i) {
   double v = (double)(((size_t)rank * 31 + i * 7) % 113); /* <= 112: exact in bf16 */
   return type_is_unsigned(type) ? v : v - 56;
@@ -467,13 +492,16 @@ static void print_columns(perf_ctx_t *c) {
  * Flags
  * ------------------------------------------------------------------------------------ */
 
-/* The launcher's rank before weft knows it, so that only rank 0 prints usage errors. */
+static const char *const rank_vars[] = {"WEFT_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                                        "RANK"};
+
+/* The launcher's rank before weft knows it, so that only rank 0 prints usage errors;
+ * -1 when no launcher started us. */
 static int env_rank(void) {
-  static const char *vars[] = {"WEFT_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "RANK"};
-  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
-    if (getenv(vars[i]))
-      return atoi(getenv(vars[i]));
-  return 0;
+  for (size_t i = 0; i < sizeof(rank_vars) / sizeof(rank_vars[0]); i++)
+    if (getenv(rank_vars[i]))
+      return atoi(getenv(rank_vars[i]));
+  return -1;
 }
 
 /* "64", "1K", "32M", "1G" (powers of 1024, fractions allowed), as nccl-tests. */
@@ -537,6 +565,38 @@ static void usage(FILE *f, const char *prog) {
           prog);
 }
 
+/* Applies one flag; returns NULL, or what is wrong with it. */
+static const char *parse_option(perf_opts_t *o, int ch, const char *arg) {
+  long v = strtol(arg, NULL, 0);
+  switch (ch) {
+  case 't':
+  case 'g': return v != 1 ? "weft runs one rank per process: -t and -g must be 1" : NULL;
+  case 'G': return v != 0 ? "-G (CUDA graphs) is not supported" : NULL;
+  case 'p': return NULL; /* parallel init: ranks are processes, always parallel */
+  case 'b': return parse_size(arg, &o->minbytes) ? "invalid size specified for 'minbytes'" : NULL;
+  case 'e': return parse_size(arg, &o->maxbytes) ? "invalid size specified for 'maxbytes'" : NULL;
+  case 'i': return parse_size(arg, &o->stepbytes) ? "invalid size for 'stepbytes'" : NULL;
+  case 'f': o->stepfactor = v > 0 ? (size_t)v : 1; return NULL;
+  case 'n': o->iters = (int)v; return v < 1 ? "-n needs at least 1 iteration" : NULL;
+  case 'm': o->agg = (int)v; return v < 1 ? "-m needs at least 1" : NULL;
+  case 'w': o->warmup = (int)v; return v < 0 ? "-w must be >= 0" : NULL;
+  case 'c': o->check = v != 0; return NULL;
+  case 'z':
+  case 'y': o->blocking |= v != 0; return NULL;
+  case 'T': o->timeout_s = (int)v; return NULL;
+  case 'C': o->cputime = v != 0; return NULL;
+  case 'a': o->average = (int)v; return v < 0 || v > 3 ? "-a must be 0, 1, 2 or 3" : NULL;
+  case 'r': o->root = (int)v; return NULL;
+  case 'o':
+    o->op = parse_name(arg, op_names, WEFT_NUM_OPS);
+    return o->op == -2 ? "invalid op (sum/prod/min/max/avg/all)" : NULL;
+  case 'd':
+    o->type = parse_name(arg, type_names, WEFT_NUM_DATATYPES);
+    return o->type == -2 ? "invalid datatype" : NULL;
+  default: return "unknown option";
+  }
+}
+
 /* Returns -1 to go on, else the exit status. */
 static int parse_args(int argc, char **argv, perf_ctx_t *c) {
   static const struct option longopts[] = {
@@ -552,34 +612,16 @@ static int parse_args(int argc, char **argv, perf_ctx_t *c) {
       {"report_cputime", required_argument, 0, 'C'}, {"average", required_argument, 0, 'a'},
       {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
   perf_opts_t *o = &c->o;
-  int quiet = env_rank() != 0, ch;
+  int quiet = env_rank() > 0, ch;
   opterr = !quiet;
   while ((ch = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:h", longopts,
                            NULL)) != -1) {
-    const char *bad = NULL;
-    long v = optarg ? strtol(optarg, NULL, 0) : 0;
-    switch (ch) {
-    case 't': case 'g': if (v != 1) bad = "weft runs one rank per process: -t and -g must be 1"; break;
-    case 'G': if (v != 0) bad = "-G (CUDA graphs) is not supported"; break;
-    case 'p': break;
-    case 'b': if (parse_size(optarg, &o->minbytes)) bad = "invalid size specified for 'minbytes'"; break;
-    case 'e': if (parse_size(optarg, &o->maxbytes)) bad = "invalid size specified for 'maxbytes'"; break;
-    case 'i': if (parse_size(optarg, &o->stepbytes)) bad = "invalid size specified for 'stepbytes'"; break;
-    case 'f': o->stepfactor = v > 0 ? (size_t)v : 1; break;
-    case 'n': o->iters = (int)v; if (v < 1) bad = "-n needs at least 1 iteration"; break;
-    case 'm': o->agg = (int)v; if (v < 1) bad = "-m needs at least 1"; break;
-    case 'w': o->warmup = (int)v; if (v < 0) bad = "-w must be >= 0"; break;
-    case 'c': o->check = (int)v != 0; break;
-    case 'z': case 'y': o->blocking |= (int)v != 0; break;
-    case 'T': o->timeout_s = (int)v; break;
-    case 'C': o->cputime = (int)v != 0; break;
-    case 'a': o->average = (int)v; if (v < 0 || v > 3) bad = "-a must be 0, 1, 2 or 3"; break;
-    case 'r': o->root = (int)v; break;
-    case 'o': if ((o->op = parse_name(optarg, op_names, WEFT_NUM_OPS)) == -2) bad = "invalid op (sum/prod/min/max/avg/all)"; break;
-    case 'd': if ((o->type = parse_name(optarg, type_names, WEFT_NUM_DATATYPES)) == -2) bad = "invalid datatype"; break;
-    case 'h': if (!quiet) usage(stdout, c->prog); return 0;
-    default: if (!quiet) usage(stderr, c->prog); return 2;
+    if (ch == 'h' || ch == '?' || ch == ':') {
+      if (!quiet)
+        usage(ch == 'h' ? stdout : stderr, c->prog);
+      return ch == 'h' ? 0 : 2;
     }
+    const char *bad = parse_option(o, ch, optarg);
     if (bad) {
       if (!quiet)
         fprintf(stderr, "%s: %s ('%s')\n", c->prog, bad, optarg);
@@ -614,7 +656,13 @@ static void setup(perf_ctx_t *c) {
   weft_config_t cfg = WEFT_CONFIG_INITIALIZER;
   if (c->o.timeout_s > 0)
     cfg.timeout_ms = c->o.timeout_s * 1000;
-  PERF_CHECK(c, weft_comm_init_from_env(&c->comm, &cfg));
+  if (env_rank() >= 0) {
+    PERF_CHECK(c, weft_comm_init_from_env(&c->comm, &cfg));
+  } else { /* run by hand without a launcher: one rank, as nccl-tests without MPI */
+    weft_unique_id_t id;
+    PERF_CHECK(c, weft_get_unique_id(&id));
+    PERF_CHECK(c, weft_comm_init_rank_config(&c->comm, 1, id, 0, &cfg));
+  }
   PERF_CHECK(c, weft_comm_user_rank(c->comm, &c->rank));
   PERF_CHECK(c, weft_comm_count(c->comm, &c->nranks));
   if (!c->o.blocking)
@@ -640,10 +688,11 @@ static void teardown(perf_ctx_t *c) {
 }
 
 int perf_main(int argc, char **argv, const perf_coll_t *coll) {
-  perf_ctx_t c = {.coll = coll, .prog = basename(argv[0]), .rank = env_rank()};
+  perf_ctx_t c = {.coll = coll, .prog = basename(argv[0])};
   c.o = (perf_opts_t){.minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
                       .stepfactor = 1, .iters = 20, .warmup = 5, .agg = 1, .check = 1,
                       .average = 1, .type = WEFT_FLOAT32, .op = WEFT_SUM, .root = 0};
+  c.rank = env_rank() > 0 ? env_rank() : 0; /* for messages until weft knows */
   setlinebuf(stdout);
   int rc = parse_args(argc, argv, &c);
   if (rc >= 0)

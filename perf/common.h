@@ -76,6 +76,12 @@ double perf_input_value(weft_datatype_t type, weft_redop_t op, int rank, size_t 
  * datatype's arithmetic (integer wrap, avg truncating or rounding as weft does). */
 double perf_reduce_value(weft_datatype_t type, weft_redop_t op, int nranks, size_t i);
 
+/* buf[i] = perf_input_value(type, op, rank, i) / perf_reduce_value(type, op, nranks, i)
+ * for i < n. Fast: the values repeat with a short period, which is computed once and
+ * copied. */
+void perf_fill_input(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int rank);
+void perf_fill_reduced(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int nranks);
+
 /* A value for element i of rank's data in collectives that only move data: distinct
  * per rank and element, exact in every type. */
 double perf_move_value(weft_datatype_t type, int rank, size_t i);

@@ -26,6 +26,8 @@
 
 #include <cmocka.h>
 
+#include "lib/dtype.h"
+
 /* Why a rank did not exit 0: exit codes the rank itself chooses. */
 #define HARNESS_EXIT_CAP 100
 
@@ -49,6 +51,55 @@ const char *harness_status_name(weft_status_t st) {
 #undef HARNESS_NAME_
   default:
     return "(unknown status)";
+  }
+}
+
+size_t harness_esize(weft_datatype_t dt) {
+  static const size_t sz[WEFT_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  return (unsigned)dt < WEFT_NUM_DATATYPES ? sz[dt] : 0;
+}
+
+const char *harness_dt_name(weft_datatype_t dt) {
+  static const char *names[WEFT_NUM_DATATYPES] = {"int8",    "uint8",   "int32",  "uint32",
+                                                  "int64",   "uint64",  "float16", "float32",
+                                                  "float64", "bfloat16"};
+  return (unsigned)dt < WEFT_NUM_DATATYPES ? names[dt] : "(bad dtype)";
+}
+
+const char *harness_op_name(weft_redop_t op) {
+  static const char *names[WEFT_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
+  return (unsigned)op < WEFT_NUM_OPS ? names[op] : "(bad op)";
+}
+
+void harness_store(void *p, size_t i, weft_datatype_t dt, long v) {
+  switch (dt) {
+  case WEFT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
+  case WEFT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+  case WEFT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
+  case WEFT_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
+  case WEFT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
+  case WEFT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
+  case WEFT_FLOAT16: ((uint16_t *)p)[i] = weft__float_to_half((float)v); break;
+  case WEFT_FLOAT32: ((float *)p)[i] = (float)v; break;
+  case WEFT_FLOAT64: ((double *)p)[i] = (double)v; break;
+  case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16((float)v); break;
+  default: break;
+  }
+}
+
+double harness_load(const void *p, size_t i, weft_datatype_t dt) {
+  switch (dt) {
+  case WEFT_INT8: return ((const int8_t *)p)[i];
+  case WEFT_UINT8: return ((const uint8_t *)p)[i];
+  case WEFT_INT32: return ((const int32_t *)p)[i];
+  case WEFT_UINT32: return ((const uint32_t *)p)[i];
+  case WEFT_INT64: return (double)((const int64_t *)p)[i];
+  case WEFT_UINT64: return (double)((const uint64_t *)p)[i];
+  case WEFT_FLOAT16: return weft__half_to_float(((const uint16_t *)p)[i]);
+  case WEFT_FLOAT32: return ((const float *)p)[i];
+  case WEFT_FLOAT64: return ((const double *)p)[i];
+  case WEFT_BFLOAT16: return weft__bf16_to_float(((const uint16_t *)p)[i]);
+  default: return 0;
   }
 }
 
@@ -138,8 +189,8 @@ static void child_isolate(int rank, int keep_fd, pid_t parent) {
   /* Die with the test program, whatever kills it. */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(HARNESS_EXIT_CAP + 1);
-  char name[16];
-  snprintf(name, sizeof name, "weft-rank-%d", rank);
+  char name[32]; /* the kernel keeps 15 characters: "weft-rank-" and up to 5 digits */
+  snprintf(name, sizeof name, "weft-rank-%d", rank % HARNESS_MAX_RANKS);
   prctl(PR_SET_NAME, name);
   /* cmocka's handlers would longjmp into the copy of the runner: restore the defaults. */
   static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS, SIGABRT, SIGPIPE};
@@ -349,6 +400,11 @@ void harness_run(const harness_opts *o, harness_body_fn body, void *arg) {
   munmap(shared, sizeof *shared);
   if (bad)
     fail_msg("%d ranks over %s:%s", o->nranks, o->transport ? o->transport : "default", report);
+}
+
+void harness_filter_from_env(void) {
+  const char *f = getenv("WEFT_TEST_FILTER");
+  if (f && *f) cmocka_set_test_filter(f);
 }
 
 void harness_run_simple(int nranks, const char *transport, harness_body_fn body, void *arg) {

@@ -4,7 +4,7 @@
  * failure detection (a peer that exits) are only exercised for real across processes.
  *
  * The cmocka test (the parent) forks the ranks, creates the unique id (its bootstrap root
- * thread lives in the parent) and hands it to them through a pipe, then waits for all of
+ * thread lives in the parent) and hands it to them through a socketpair, then waits for all of
  * them with a deadline: ranks still running then are killed and named as hung. Each rank
  * process sets WEFT_TRANSPORT (and WEFT_CHUNK_BYTES when asked), initializes its
  * communicator, runs the body, destroys the communicator and _exits with its number of
@@ -64,6 +64,10 @@ typedef struct {
  * parent) unless every rank exited 0 (or was killed as allowed) before the deadline. */
 void harness_run(const harness_opts *opts, harness_body_fn body, void *arg);
 
+/* In main, before cmocka_run_group_tests: runs only the tests whose name matches the
+ * pattern in WEFT_TEST_FILTER ("*" wildcards), when it is set. */
+void harness_filter_from_env(void);
+
 /* Shorthand: nranks over transport with the defaults. */
 void harness_run_simple(int nranks, const char *transport, harness_body_fn body, void *arg);
 
@@ -87,6 +91,15 @@ int harness_wait_flag(harness_rank *r, int idx, int value, int timeout_ms);
 /* 1 when msg names rank `rank` as a rank or peer: a whole-number token equal to rank
  * preceded, within a few words, by "rank", "peer" or "missing". */
 int harness_names_rank(const char *msg, int rank);
+
+/* Elements, for the tests' own references: bytes per element, names as in messages
+ * ("float32", "sum"), and small integers stored in / loaded from any datatype (fp16 and
+ * bf16 through lib/dtype.h's round-to-nearest-even conversions). */
+size_t harness_esize(weft_datatype_t dt);
+const char *harness_dt_name(weft_datatype_t dt);
+const char *harness_op_name(weft_redop_t op);
+void harness_store(void *p, size_t i, weft_datatype_t dt, long v);
+double harness_load(const void *p, size_t i, weft_datatype_t dt);
 
 /* "WEFT_ERR_TIMEOUT"-style name of a status, for diagnostics. */
 const char *harness_status_name(weft_status_t st);

@@ -44,10 +44,6 @@ enum { C_ALL_REDUCE, C_BROADCAST, C_REDUCE, C_ALL_GATHER, C_REDUCE_SCATTER, C_AL
        C_NUM };
 static const char *coll_name[C_NUM] = {"all_reduce", "broadcast", "reduce", "all_gather",
                                         "reduce_scatter", "all_to_all"};
-static const char *dt_name[WEFT_NUM_DATATYPES] = {"int8", "uint8", "int32", "uint32", "int64",
-                                                  "uint64", "float16", "float32", "float64",
-                                                  "bfloat16"};
-static const char *op_name[WEFT_NUM_OPS] = {"sum", "prod", "max", "min", "avg"};
 
 typedef struct {
   int nranks;
@@ -67,11 +63,6 @@ typedef struct {
 } sweep;
 
 /* ---- element values and the reference ------------------------------------------------ */
-
-static size_t esize(weft_datatype_t dt) {
-  static const size_t sz[WEFT_NUM_DATATYPES] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  return sz[dt];
-}
 
 static int is_signed(weft_datatype_t dt) {
   return dt != WEFT_UINT8 && dt != WEFT_UINT32 && dt != WEFT_UINT64;
@@ -98,22 +89,6 @@ static long move_value(int src, int dst, size_t j) {
   return (long)(((size_t)src * 7 + (size_t)dst * 3 + (j % PERIOD) * 5 + 1) % 11);
 }
 
-static void store(void *p, size_t i, weft_datatype_t dt, long v) {
-  switch (dt) {
-  case WEFT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-  case WEFT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-  case WEFT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-  case WEFT_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-  case WEFT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-  case WEFT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-  case WEFT_FLOAT16: ((uint16_t *)p)[i] = weft__float_to_half((float)v); break;
-  case WEFT_FLOAT32: ((float *)p)[i] = (float)v; break;
-  case WEFT_FLOAT64: ((double *)p)[i] = (double)v; break;
-  case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16((float)v); break;
-  default: break;
-  }
-}
-
 /* sum / n in the datatype's arithmetic, as WEFT_AVG defines it. */
 static void store_avg(void *p, size_t i, weft_datatype_t dt, long sum, int n) {
   float q = (float)sum / (float)n;
@@ -122,28 +97,13 @@ static void store_avg(void *p, size_t i, weft_datatype_t dt, long sum, int n) {
   case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16(q); break;
   case WEFT_FLOAT32: ((float *)p)[i] = q; break;
   case WEFT_FLOAT64: ((double *)p)[i] = (double)sum / (double)n; break;
-  default: store(p, i, dt, sum / n); break; /* C division truncates toward zero */
-  }
-}
-
-static double load(const void *p, size_t i, weft_datatype_t dt) {
-  switch (dt) {
-  case WEFT_INT8: return ((const int8_t *)p)[i];
-  case WEFT_UINT8: return ((const uint8_t *)p)[i];
-  case WEFT_INT32: return ((const int32_t *)p)[i];
-  case WEFT_UINT32: return ((const uint32_t *)p)[i];
-  case WEFT_INT64: return (double)((const int64_t *)p)[i];
-  case WEFT_UINT64: return (double)((const uint64_t *)p)[i];
-  case WEFT_FLOAT16: return weft__half_to_float(((const uint16_t *)p)[i]);
-  case WEFT_FLOAT32: return ((const float *)p)[i];
-  case WEFT_FLOAT64: return ((const double *)p)[i];
-  case WEFT_BFLOAT16: return weft__bf16_to_float(((const uint16_t *)p)[i]);
-  default: return 0;
+  default: harness_store(p, i, dt, sum / n); break; /* C division truncates toward zero */
   }
 }
 
 static void pattern_send(uint8_t *pat, weft_datatype_t dt, weft_redop_t op, int rank) {
-  for (size_t j = 0; j < PERIOD; j++) store(pat, j, dt, red_value(op, is_signed(dt), rank, j));
+  for (size_t j = 0; j < PERIOD; j++)
+    harness_store(pat, j, dt, red_value(op, is_signed(dt), rank, j));
 }
 
 static void pattern_expect(uint8_t *pat, weft_datatype_t dt, weft_redop_t op, int n) {
@@ -157,12 +117,12 @@ static void pattern_expect(uint8_t *pat, weft_datatype_t dt, weft_redop_t op, in
       else acc = v < acc ? v : acc;
     }
     if (op == WEFT_AVG) store_avg(pat, j, dt, acc, n);
-    else store(pat, j, dt, acc);
+    else harness_store(pat, j, dt, acc);
   }
 }
 
 static void pattern_move(uint8_t *pat, weft_datatype_t dt, int src, int dst) {
-  for (size_t j = 0; j < PERIOD; j++) store(pat, j, dt, move_value(src, dst, j));
+  for (size_t j = 0; j < PERIOD; j++) harness_store(pat, j, dt, move_value(src, dst, j));
 }
 
 /* dst[i] = pat[(j0 + i) mod PERIOD] for i < count. */
@@ -185,7 +145,7 @@ static int elem_differs(const uint8_t *got, const uint8_t *pat, size_t i, size_t
 /* Checks got[0..count) against the tiled pattern; reports the first mismatches. */
 static void verify(sweep *s, const char *desc, const char *what, const uint8_t *got,
                    size_t count, weft_datatype_t dt, const uint8_t *pat, size_t j0) {
-  size_t esz = esize(dt), bad = 0, first = 0;
+  size_t esz = harness_esize(dt), bad = 0, first = 0;
   for (size_t i = 0; i < count;) {
     size_t k = (j0 + i) % PERIOD, run = PERIOD - k;
     if (run > count - i) run = count - i;
@@ -203,7 +163,7 @@ static void verify(sweep *s, const char *desc, const char *what, const uint8_t *
     uint8_t want[8];
     memcpy(want, pat + ((j0 + t) % PERIOD) * esz, esz);
     harness_fail(r, "%s: %s[%zu]: got %.9g, expected %.9g (%zu of %zu elements differ)", desc,
-                 what, t, load(got, t, dt), load(want, 0, dt), bad, count);
+                 what, t, harness_load(got, t, dt), harness_load(want, 0, dt), bad, count);
     shown++;
   }
 }
@@ -236,8 +196,8 @@ static uint8_t *alloc_buf(size_t bytes) {
 
 static void describe(char *desc, size_t len, int coll, weft_datatype_t dt, int op, size_t count,
                      int inplace, int root) {
-  int n = snprintf(desc, len, "%s %s", coll_name[coll], dt_name[dt]);
-  if (op >= 0) n += snprintf(desc + n, len - (size_t)n, " %s", op_name[op]);
+  int n = snprintf(desc, len, "%s %s", coll_name[coll], harness_dt_name(dt));
+  if (op >= 0) n += snprintf(desc + n, len - (size_t)n, " %s", harness_op_name(op));
   n += snprintf(desc + n, len - (size_t)n, " count %zu %s", count,
                 inplace ? "in-place" : "out-of-place");
   if (root >= 0) snprintf(desc + n, len - (size_t)n, " root %d", root);
@@ -248,7 +208,7 @@ static void describe(char *desc, size_t len, int coll, weft_datatype_t dt, int o
 static void do_all_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t count,
                           int inplace) {
   harness_rank *r = s->r;
-  size_t esz = esize(dt), bytes = count * esz;
+  size_t esz = harness_esize(dt), bytes = count * esz;
   char desc[160];
   describe(desc, sizeof desc, C_ALL_REDUCE, dt, op, count, inplace, -1);
   pattern_send(s->pat_a, dt, op, r->rank);
@@ -269,7 +229,7 @@ static void do_all_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t 
 
 static void do_broadcast(sweep *s, weft_datatype_t dt, size_t count, int inplace, int root) {
   harness_rank *r = s->r;
-  size_t esz = esize(dt), bytes = count * esz;
+  size_t esz = harness_esize(dt), bytes = count * esz;
   char desc[160];
   describe(desc, sizeof desc, C_BROADCAST, dt, -1, count, inplace, root);
   pattern_move(s->pat_b, dt, root, 0);
@@ -292,7 +252,7 @@ static void do_broadcast(sweep *s, weft_datatype_t dt, size_t count, int inplace
 static void do_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t count, int inplace,
                       int root) {
   harness_rank *r = s->r;
-  size_t esz = esize(dt), bytes = count * esz;
+  size_t esz = harness_esize(dt), bytes = count * esz;
   int me_root = r->rank == root;
   char desc[160];
   describe(desc, sizeof desc, C_REDUCE, dt, op, count, inplace, root);
@@ -315,7 +275,7 @@ static void do_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t coun
 static void do_all_gather(sweep *s, weft_datatype_t dt, size_t count, int inplace) {
   harness_rank *r = s->r;
   int n = r->nranks;
-  size_t esz = esize(dt), bytes = count * esz;
+  size_t esz = harness_esize(dt), bytes = count * esz;
   char desc[160];
   describe(desc, sizeof desc, C_ALL_GATHER, dt, -1, count, inplace, -1);
   pattern_move(s->pat_a, dt, r->rank, 0);
@@ -343,7 +303,7 @@ static void do_reduce_scatter(sweep *s, weft_datatype_t dt, weft_redop_t op, siz
                               int inplace) {
   harness_rank *r = s->r;
   int n = r->nranks;
-  size_t esz = esize(dt), bytes = count * esz, all = count * (size_t)n;
+  size_t esz = harness_esize(dt), bytes = count * esz, all = count * (size_t)n;
   char desc[160];
   describe(desc, sizeof desc, C_REDUCE_SCATTER, dt, op, count, inplace, -1);
   pattern_send(s->pat_a, dt, op, r->rank);
@@ -365,7 +325,7 @@ static void do_reduce_scatter(sweep *s, weft_datatype_t dt, weft_redop_t op, siz
 static void do_all_to_all(sweep *s, weft_datatype_t dt, size_t count, int inplace) {
   harness_rank *r = s->r;
   int n = r->nranks;
-  size_t esz = esize(dt), bytes = count * esz, all = bytes * (size_t)n;
+  size_t esz = harness_esize(dt), bytes = count * esz, all = bytes * (size_t)n;
   char desc[160];
   describe(desc, sizeof desc, C_ALL_TO_ALL, dt, -1, count, inplace, -1);
   uint8_t *recv = (count || inplace) ? alloc_buf(all) : NULL;
@@ -406,7 +366,9 @@ static void do_all_to_all(sweep *s, weft_datatype_t dt, size_t count, int inplac
 
 /* Reduce covers every root: rotating with the combination for every dtype and op, and
  * all roots for float32 and int8 sums. The large count runs every dtype with sum and
- * float32 with every op (the full product would cost minutes on 8 ranks over sockets). */
+ * float32 with every op: measured on the 2-core test machine, the small counts alone take
+ * ~12 s of the ~19 s of 8 ranks over sockets, and the full large-count product would add
+ * about 3 times the ~7 s the large counts take now; the whole program takes ~2.5 min. */
 static void sweep_reductions(sweep *s, weft_datatype_t dt, size_t count, size_t block, int big,
                              int inplace, int ci) {
   int n = s->r->nranks;
@@ -443,10 +405,11 @@ static int sweep_body(harness_rank *r) {
   for (int ci = 0; ci < 5 && !s->fatal; ci++) {
     for (int dt = 0; dt < WEFT_NUM_DATATYPES && !s->fatal; dt++) {
       int big = ci == 4;
-      size_t count = big ? prm->big_bytes / esize(dt) + 3 : small[ci];
+      size_t count = big ? prm->big_bytes / harness_esize(dt) + 3 : small[ci];
       /* Per-rank blocks of all_gather, reduce_scatter and all_to_all: the large one is
        * split so the whole buffer stays about big_bytes. */
-      size_t block = big ? prm->big_bytes / esize(dt) / (size_t)r->nranks + 3 : count;
+      size_t esz = harness_esize(dt);
+      size_t block = big ? prm->big_bytes / esz / (size_t)r->nranks + 3 : count;
       for (int inplace = 0; inplace < 2 && !s->fatal; inplace++)
         sweep_one(s, dt, count, block, big, inplace, ci);
     }
@@ -493,5 +456,6 @@ int main(void) {
       SWEEP(5, socket), SWEEP(7, socket), SWEEP(8, socket),
       SWEEP_CHUNKED(3, shm), SWEEP_CHUNKED(4, socket),
   };
+  harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -53,7 +53,11 @@ static void fill_random(void *buf, size_t n, weft_datatype_t dt) {
       case WEFT_FLOAT16: { uint16_t h = weft__float_to_half(v); memcpy(p, &h, 2); break; }
       case WEFT_BFLOAT16: { uint16_t h = weft__float_to_bf16(v); memcpy(p, &h, 2); break; }
       case WEFT_FLOAT32: memcpy(p, &v, 4); break;
-      case WEFT_FLOAT64: { double d = (double)v + (double)(r >> 40) * 0x1p-30; memcpy(p, &d, 8); break; }
+      case WEFT_FLOAT64: {
+        double d = (double)v + (double)(r >> 40) * 0x1p-30;
+        memcpy(p, &d, 8);
+        break;
+      }
       default: memcpy(p, &r, size); break;
     }
   }
@@ -192,7 +196,8 @@ static void signed_and_unsigned_min_max_differ(void **state) {
   assert_true(z[0] == 0);
 }
 
-/* The documented behaviour: a NaN in b is returned, a NaN in a is dropped. */
+/* The documented behaviour: a NaN in b is returned, a NaN in a is dropped; of +0 and -0
+ * (equal), b is returned. */
 static void float_max_min_nan_follows_second_operand(void **state) {
   float nan = f32_from_bits(0x7fc00000u), one = 1.0f;
   float a[2] = {nan, one}, b[2] = {one, nan}, d[2];
@@ -202,6 +207,11 @@ static void float_max_min_nan_follows_second_operand(void **state) {
   weft__reduce(d, a, b, 2, WEFT_FLOAT32, WEFT_MIN);
   assert_true(d[0] == 1.0f);
   assert_true(isnan(d[1]));
+  float pz[1] = {0.0f}, nz[1] = {-0.0f}, z[1];
+  weft__reduce(z, pz, nz, 1, WEFT_FLOAT32, WEFT_MAX); /* equal: b is returned */
+  assert_true(signbit(z[0]));
+  weft__reduce(z, nz, pz, 1, WEFT_FLOAT32, WEFT_MIN);
+  assert_false(signbit(z[0]));
   uint16_t h[2] = {0x7e00, 0x3c00}, g[2] = {0x3c00, 0x7e00}, o[2];
   weft__reduce(o, h, g, 2, WEFT_FLOAT16, WEFT_MAX);
   assert_int_equal(o[0], 0x3c00);
@@ -358,10 +368,14 @@ static void avg_finalize_truncates_integers_toward_zero(void **state) {
 }
 
 static void avg_finalize_divides_floats_in_their_precision(void **state) {
-  float f[2] = {1.0f, -7.0f};
-  weft__avg_finalize(f, 2, WEFT_FLOAT32, 3);
-  assert_true(f[0] == 1.0f / 3.0f);
-  assert_true(f[1] == -7.0f / 3.0f);
+  /* 5 / 3 differs from 5 * (1 / 3) in fp32: the finalize must really divide */
+  volatile float three = 3.0f;
+  float f[3] = {1.0f, -7.0f, 5.0f};
+  weft__avg_finalize(f, 3, WEFT_FLOAT32, 3);
+  assert_true(f[0] == 1.0f / three);
+  assert_true(f[1] == -7.0f / three);
+  assert_true(f[2] == 5.0f / three);
+  assert_true(f[2] != 5.0f * (1.0f / three));
   double d[1] = {1.0};
   weft__avg_finalize(d, 1, WEFT_FLOAT64, 3);
   assert_true(d[0] == 1.0 / 3.0);

@@ -10,9 +10,11 @@
  *
  * Failure policy: when a rank fails, the root tells the others, which normally fail
  * fast on their own; weftrun only steps in after a grace period (SIGTERM, then SIGKILL
- * 2 s later). Ranks get PR_SET_PDEATHSIG so that even a SIGKILLed weftrun leaves no
- * orphans. Multi-host jobs use mpirun or srun instead: weft_comm_init_from_env()
- * understands their environments too.
+ * 2 s later). Each rank leads its own process group, which weftrun signals as a whole,
+ * so processes a rank started go too; ranks get PR_SET_PDEATHSIG so that even a
+ * SIGKILLed weftrun leaves no orphan rank. (Being outside the terminal's foreground
+ * group, ranks should not read a terminal's stdin.) Multi-host jobs use mpirun or srun
+ * instead: weft_comm_init_from_env() understands their environments too.
  *
  * Signals are handled synchronously: SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked
  * and collected with sigtimedwait(), whose timeout is the next deadline, so there is
@@ -115,8 +117,9 @@ static char **rank_environ(const char *id, int rank, int nranks) {
   return env;
 }
 
-/* In the child: undo the parent's signal mask, die with weftrun, exec. */
+/* In the child: own process group, parent's signal mask undone, die with weftrun, exec. */
 static void exec_rank(char **argv, char **env, const sigset_t *oldmask, pid_t parent) {
+  setpgid(0, 0);
   sigprocmask(SIG_SETMASK, oldmask, NULL);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) /* weftrun died before prctl took effect */
@@ -126,10 +129,11 @@ static void exec_rank(char **argv, char **env, const sigset_t *oldmask, pid_t pa
   _exit(127);
 }
 
+/* Each rank leads its own process group, so this reaches what the rank started too. */
 static void signal_ranks(struct job *job, int sig) {
   for (int r = 0; r < job->nranks; r++)
     if (job->ranks[r].running)
-      kill(job->ranks[r].pid, sig);
+      kill(-job->ranks[r].pid, sig);
 }
 
 static void list_running(const struct job *job, FILE *f) {
@@ -176,12 +180,10 @@ static void reap(struct job *job) {
         rank_exited(job, r, status);
 }
 
-/* SIGINT/SIGTERM/SIGHUP sent to weftrun go to the ranks. A tty's Ctrl-C already
- * reached every rank (they share weftrun's process group): not forwarded twice. A
- * second one while the first is pending escalates to SIGKILL. */
-static void on_signal(struct job *job, const siginfo_t *si, int *nforwarded) {
-  if (si->si_code != SI_KERNEL)
-    signal_ranks(job, si->si_signo);
+/* SIGINT/SIGTERM/SIGHUP sent to weftrun (a tty's Ctrl-C included: the ranks are not
+ * in the terminal's process group) go to the ranks; a second one escalates to SIGKILL. */
+static void on_signal(struct job *job, int sig, int *nforwarded) {
+  signal_ranks(job, sig);
   if (++*nforwarded > 1) {
     signal_ranks(job, SIGKILL);
     job->killing = 1;
@@ -226,12 +228,11 @@ static void supervise(struct job *job, const sigset_t *set) {
     if (wait < 0)
       wait = 0;
     struct timespec ts = {(time_t)wait, (long)((wait - (time_t)wait) * 1e9)};
-    siginfo_t si;
-    int sig = sigtimedwait(set, &si, &ts);
+    int sig = sigtimedwait(set, NULL, &ts);
     if (sig == SIGCHLD)
       reap(job);
     else if (sig > 0)
-      on_signal(job, &si, &nforwarded);
+      on_signal(job, sig, &nforwarded);
     reap(job); /* SIGCHLDs coalesce; never miss an exit */
     on_deadlines(job);
   }
@@ -248,6 +249,8 @@ static int launch(struct job *job, char **argv, const char *id, const sigset_t *
     pid_t pid = fork();
     if (pid == 0)
       exec_rank(argv, env, oldmask, self);
+    if (pid > 0)
+      setpgid(pid, pid); /* also here, so that signal_ranks can never miss the group */
     free(env);
     if (pid < 0) {
       fprintf(stderr, "weftrun: fork of rank %d: %s\n", r, strerror(errno));

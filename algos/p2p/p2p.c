@@ -25,12 +25,10 @@ static weft_status_t single_start(weft__task *t, p2p_state *st) {
   int is_send = t->coll == WEFT__COLL_SEND;
   size_t bytes = t->count * weft__dtype_size(t->dtype);
   if (t->peer == comm->rank) {
-    char what[160];
     return weft__error(comm, WEFT_ERR_INVALID_USAGE,
-                       "rank %d: %s: %s self outside a group: put the send and the matching "
-                       "recv in one weft_group_start/end",
-                       comm->rank, weft__task_describe(t, what, sizeof what),
-                       is_send ? "send to" : "recv from");
+                       "rank %d: %s self outside a group: put the send and the matching recv "
+                       "in one weft_group_start/end",
+                       comm->rank, is_send ? "send to" : "recv from");
   }
   weft__req *r = &st->reqs[0];
   if (is_send) {

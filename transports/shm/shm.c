@@ -154,6 +154,10 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
     weft__shm_fifo_attach(&st->conns[i].in, (char *)st->own.base + (size_t)i * st->fifo_bytes,
                           st->nslots, st->slot_bytes);
   st->listen_fd = weft__shm_sock_listen(comm->secret, comm->rank, st->npeers + 16);
+  if (st->listen_fd < 0 && errno == EADDRINUSE)
+    return weft__error(comm, WEFT_ERR_INVALID_USAGE,
+                       "rank %d: shm setup: another communicator of the same unique id and rank is "
+                       "being set up on this host; use a new unique id per communicator", comm->rank);
   if (st->listen_fd < 0)
     return weft__error(comm, WEFT_ERR_SYSTEM,
                        "rank %d: shm setup: listening on an abstract Unix socket: %s",
@@ -245,7 +249,8 @@ static weft_status_t connect_all(struct weft_comm *comm, shm_state *st, uint64_t
   return WEFT_SUCCESS;
 }
 
-/* The connecting process must be the one the bootstrap told us about. */
+/* The process at the other end of a setup socket (the one that connected, or the one that
+ * listened) must be the one the bootstrap told us about. */
 static weft_status_t check_peer_cred(struct weft_comm *comm, int fd, int peer) {
   struct ucred cred;
   socklen_t len = sizeof cred;
@@ -253,7 +258,7 @@ static weft_status_t check_peer_cred(struct weft_comm *comm, int fd, int peer) {
   if (cred.uid == getuid() && (comm->peers[peer].pid <= 0 || cred.pid == comm->peers[peer].pid))
     return WEFT_SUCCESS;
   return weft__error(comm, WEFT_ERR_AUTH,
-                     "rank %d: shm setup: a connection claiming to be peer %d comes from pid %d "
+                     "rank %d: shm setup: a connection claiming to be peer %d belongs to pid %d "
                      "uid %d, expected pid %d", comm->rank, peer, (int)cred.pid, (int)cred.uid,
                      (int)comm->peers[peer].pid);
 }
@@ -309,6 +314,11 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, uint
   snprintf(what, sizeof what, "receiving the segment of peer %d", peer);
   shm_msg m;
   WEFT_TRY(recv_msg(comm, st->out_fds[i], deadline, &m, &seg_fd, what));
+  weft_status_t s = check_peer_cred(comm, st->out_fds[i], peer);
+  if (s != WEFT_SUCCESS) {
+    close_fd(&seg_fd);
+    return s;
+  }
   if (m.rank != peer || seg_fd < 0 || m.fifo_offset + st->fifo_bytes > m.seg_bytes) {
     close_fd(&seg_fd);
     return weft__error(comm, WEFT_ERR_INTERNAL, "rank %d: shm setup: %s: malformed answer",
@@ -359,7 +369,7 @@ static weft_status_t shm_send_progress(struct weft_comm *comm, weft__conn *c, we
     weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
     h->msg_bytes = r->bytes;
     h->bytes = n;
-    memcpy(weft__shm_fifo_slot(f, sc->tail), (const char *)r->src + r->done, n);
+    memcpy(weft__shm_fifo_data(f, h, sc->tail, r->bytes), (const char *)r->src + r->done, n);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     r->done += n;
     *progressed = 1;
@@ -381,7 +391,7 @@ static weft_status_t shm_recv_progress(struct weft_comm *comm, weft__conn *c, we
       sc->tail_seen = atomic_load_explicit(&f->ctrl->tail, memory_order_acquire);
       if (sc->head == sc->tail_seen) return WEFT_SUCCESS;
     }
-    const weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->head);
+    weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->head);
     size_t n = h->bytes;
     if (h->msg_bytes != r->bytes)
       return weft__error(comm, WEFT_ERR_INVALID_USAGE,
@@ -391,7 +401,7 @@ static weft_status_t shm_recv_progress(struct weft_comm *comm, weft__conn *c, we
       return weft__error(comm, WEFT_ERR_INTERNAL,
                          "rank %d: recv from peer %d: corrupt shm slot (%zu bytes)", comm->rank,
                          c->peer, n);
-    weft__req_deliver(r, weft__shm_fifo_slot(f, sc->head), n);
+    weft__req_deliver(r, weft__shm_fifo_data(f, h, sc->head, r->bytes), n);
     atomic_store_explicit(&f->ctrl->head, ++sc->head, memory_order_release);
     *progressed = 1;
     if (r->done == r->bytes) {

@@ -46,7 +46,7 @@
 #include "lib/status.h"
 #include "transports/transport.h"
 
-enum { MAX_SOCKS = 16, STAGE_BYTES = 256 * 1024, SLICE_MS = 200 };
+enum { MAX_SOCKS = 16, STAGE_BYTES = 256 * 1024, SLICE_MS = 200, FAILURE_NOTICE_MS = 300 };
 #define HELLO_MAGIC 0x4b434f5354464557ull /* "WEFTSOCK" little-endian */
 #define ACK_MAGIC 0x4b43414b54464557ull   /* "WEFTKACK" */
 
@@ -114,12 +114,36 @@ static int is_remote_errno(int e) {
          e == EHOSTUNREACH || e == ENETUNREACH || e == ENETDOWN || e == EHOSTDOWN;
 }
 
+/* A peer that closes is often only failing because another rank failed first (it gave up
+ * and exited). The bootstrap root tells every rank who failed; its notice is usually on the
+ * way, so wait for it briefly (error path only) to name the rank that failed first. */
+static int first_failed_rank(struct weft_comm *comm, const char **why) {
+  uint64_t until = weft__now_ns() + (uint64_t)FAILURE_NOTICE_MS * 1000000ull;
+  int failed = -2;
+  for (;;) {
+    if (weft__bootstrap_check_failure(comm, &failed, why) != WEFT_SUCCESS) return failed;
+    int left = weft__ms_left(until);
+    if (left == 0 || comm->bootstrap_fd < 0) return -2;
+    struct pollfd p = {.fd = comm->bootstrap_fd, .events = POLLIN};
+    poll(&p, 1, left);
+  }
+}
+
+static weft_status_t peer_closed(struct weft_comm *comm, sock_peer *sp) {
+  const char *why = "";
+  int failed = first_failed_rank(comm, &why);
+  if (failed >= 0 && failed != sp->peer)
+    return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: socket to peer %d: peer closed the "
+                       "connection after rank %d failed (%s)", comm->rank, sp->peer, failed,
+                       why);
+  return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: socket to peer %d: peer closed the "
+                     "connection (exited or failed?)", comm->rank, sp->peer);
+}
+
 /* A send or receive failed with errno e (0: the peer closed): the stream is unusable. */
 static weft_status_t sock_fail(struct weft_comm *comm, sock_peer *sp, const char *op, int e) {
   if (e == 0 || e == ECONNRESET || e == EPIPE)
-    sp->dead = weft__error(comm, WEFT_ERR_REMOTE,
-                           "rank %d: socket to peer %d: peer closed the connection "
-                           "(exited or failed?)", comm->rank, sp->peer);
+    sp->dead = peer_closed(comm, sp);
   else if (is_remote_errno(e))
     sp->dead = weft__error(comm, WEFT_ERR_REMOTE, "rank %d: socket to peer %d: %s: "
                            "connection lost: %s", comm->rank, sp->peer, op, strerror(e));
