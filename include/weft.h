@@ -375,6 +375,45 @@ WEFT_API weft_status_t weft_all_to_all(const void *sendbuf, void *recvbuf, size_
                                        weft_stream_t stream);
 
 /*
+ * weft_all_to_allv: block p of sendbuf (sendcounts[p] elements at element offset
+ * sdispls[p]) goes to rank p, which stores it at recvbuf + rdispls[rank] (recvcounts[rank]
+ * elements there). The four arrays have nranks entries, in elements; they are copied
+ * before the call returns. recvcounts[p] must equal what rank p sends to us (a mismatch is
+ * an error on the receiver naming both sizes). Not in-place: sendbuf and recvbuf extents
+ * must not overlap. Further errors: WEFT_ERR_INVALID_ARGUMENT (a NULL array; an extent
+ * that overflows).
+ */
+WEFT_API weft_status_t weft_all_to_allv(const void *sendbuf, const size_t *sendcounts,
+                                        const size_t *sdispls, void *recvbuf,
+                                        const size_t *recvcounts, const size_t *rdispls,
+                                        weft_datatype_t datatype, weft_comm_t comm,
+                                        weft_stream_t stream);
+
+/*
+ * weft_gather: root's recvbuf[r * sendcount + i] = sendbuf_r[i]. sendbuf: sendcount
+ * elements on every rank; recvbuf: nranks * sendcount elements, used on root only (may be
+ * NULL elsewhere); in-place on root when sendbuf == recvbuf + root * sendcount.
+ */
+WEFT_API weft_status_t weft_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   weft_datatype_t datatype, int root, weft_comm_t comm,
+                                   weft_stream_t stream);
+
+/*
+ * weft_scatter: every rank's recvbuf[i] = root's sendbuf[rank * recvcount + i]. sendbuf:
+ * nranks * recvcount elements, read on root only (may be NULL elsewhere); recvbuf:
+ * recvcount elements; in-place on root when recvbuf == sendbuf + root * recvcount.
+ */
+WEFT_API weft_status_t weft_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    weft_datatype_t datatype, int root, weft_comm_t comm,
+                                    weft_stream_t stream);
+
+/*
+ * weft_barrier: returns (NULL stream) or completes (stream) only after every rank of comm
+ * has entered it. Errors: as the collectives above.
+ */
+WEFT_API weft_status_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
+
+/*
  * weft_send / weft_recv: point-to-point. The i-th send from a to b matches the i-th
  * recv on b from a, and counts and datatypes must agree (a mismatch is an error on
  * the receiver naming both sizes). Outside a group each call completes on its own, so

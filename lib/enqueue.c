@@ -4,6 +4,8 @@
  * to completion now. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/group.h"
@@ -49,7 +51,8 @@ static weft_status_t check_args(struct weft_comm *comm, const call_args *a) {
     snprintf(msg, sizeof(msg), "invalid reduction op %d (valid: 0..%d)", (int)a->op, WEFT_NUM_OPS - 1);
     return bad(comm, name, msg);
   }
-  int rooted = a->coll == WEFT__COLL_BROADCAST || a->coll == WEFT__COLL_REDUCE;
+  int rooted = a->coll == WEFT__COLL_BROADCAST || a->coll == WEFT__COLL_REDUCE ||
+               a->coll == WEFT__COLL_GATHER || a->coll == WEFT__COLL_SCATTER;
   int p2p = a->coll == WEFT__COLL_SEND || a->coll == WEFT__COLL_RECV;
   int who = rooted ? a->root : a->peer;
   if ((rooted || p2p) && (who < 0 || who >= comm->nranks)) {
@@ -71,12 +74,15 @@ static size_t times(size_t count, int n) {
   return count > SIZE_MAX / (size_t)n ? SIZE_MAX : count * (size_t)n;
 }
 
-static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_stream_t stream) {
-  if (comm == NULL) {
-    weft_status_t st = weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", weft__coll_name(a->coll));
-    if (weft__group_active()) weft__group_fail(st);
-    return st;
-  }
+static weft_status_t null_comm(weft__coll_t coll) {
+  weft_status_t st = weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "%s: comm is NULL", weft__coll_name(coll));
+  if (weft__group_active()) weft__group_fail(st);
+  return st;
+}
+
+/* Checks the call and describes it as a new task (not yet launched). */
+static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft__task **out) {
+  if (comm == NULL) return null_comm(a->coll);
   WEFT_TRY(check_args(comm, a));
   if (atomic_load(&comm->aborted))
     return weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: %s: the communicator was aborted", comm->rank,
@@ -90,8 +96,20 @@ static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_str
   t->op = is_reduction(a->coll) ? a->op : WEFT_SUM;
   t->root = a->root;
   t->peer = a->peer;
+  *out = t;
+  return WEFT_SUCCESS;
+}
+
+/* Records t in the open group, queues it on stream, or runs it now. Takes ownership. */
+static weft_status_t submit(weft__task *t, weft_stream_t stream) {
   if (weft__group_active()) return weft__group_add(t, stream);
   return weft__launch_now(t, stream);
+}
+
+static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_stream_t stream) {
+  weft__task *t;
+  WEFT_TRY(make_task(comm, a, &t));
+  return submit(t, stream);
 }
 
 weft_status_t weft_all_reduce(const void *sendbuf, void *recvbuf, size_t count, weft_datatype_t datatype,
@@ -133,6 +151,102 @@ weft_status_t weft_all_to_all(const void *sendbuf, void *recvbuf, size_t count, 
                               weft_comm_t comm, weft_stream_t stream) {
   size_t all = comm != NULL ? times(count, comm->nranks) : count;
   call_args a = {WEFT__COLL_ALL_TO_ALL, sendbuf, recvbuf, count, all, all, datatype, WEFT_SUM, -1, -1};
+  return launch(comm, &a, stream);
+}
+
+/* ---- all_to_allv: per-peer counts and displacements ------------------------------------ */
+
+/* Elements a buffer must hold for blocks (counts[p] at displs[p]): the end of the last
+ * non-empty block, or SIZE_MAX when one overflows (then caught as an overflowing extent).
+ * *lo is the start of the first non-empty block (SIZE_MAX when all are empty). */
+static size_t v_extent(const size_t *counts, const size_t *displs, int n, size_t *lo) {
+  size_t hi = 0;
+  *lo = SIZE_MAX;
+  for (int p = 0; p < n; p++) {
+    if (counts[p] == 0) continue;
+    if (displs[p] > SIZE_MAX - counts[p]) return SIZE_MAX;
+    if (displs[p] + counts[p] > hi) hi = displs[p] + counts[p];
+    if (displs[p] < *lo) *lo = displs[p];
+  }
+  return hi;
+}
+
+/* 1 when the used byte ranges [lo, hi) of sendbuf and recvbuf overlap. */
+static int v_overlap(const void *sendbuf, size_t slo, size_t shi, const void *recvbuf, size_t rlo, size_t rhi,
+                     size_t esize) {
+  if (slo >= shi || rlo >= rhi) return 0;
+  uintptr_t s0 = (uintptr_t)sendbuf + slo * esize, s1 = (uintptr_t)sendbuf + shi * esize;
+  uintptr_t r0 = (uintptr_t)recvbuf + rlo * esize, r1 = (uintptr_t)recvbuf + rhi * esize;
+  return s0 < r1 && r0 < s1;
+}
+
+/* Checks the four arrays; fills a with the extents for the common checks. */
+static weft_status_t check_v(struct weft_comm *comm, call_args *a, const size_t *const v[4]) {
+  static const char *names[4] = {"sendcounts", "sdispls", "recvcounts", "rdispls"};
+  char msg[200];
+  for (int i = 0; i < 4; i++) {
+    if (v[i] != NULL) continue;
+    snprintf(msg, sizeof(msg), "%s is NULL", names[i]);
+    return bad(comm, "all_to_allv", msg);
+  }
+  size_t slo, rlo, total = 0;
+  a->send_elems = v_extent(v[0], v[1], comm->nranks, &slo);
+  a->recv_elems = v_extent(v[2], v[3], comm->nranks, &rlo);
+  for (int p = 0; p < comm->nranks; p++) total = v[0][p] > SIZE_MAX - total ? SIZE_MAX : total + v[0][p];
+  a->count = total;
+  WEFT_TRY(check_args(comm, a));
+  if (v_overlap(a->sendbuf, slo, a->send_elems, a->recvbuf, rlo, a->recv_elems, weft__dtype_size(a->dtype)))
+    return bad(comm, "all_to_allv", "the sendbuf and recvbuf extents overlap (all_to_allv is never in-place)");
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft_all_to_allv(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                               const size_t *recvcounts, const size_t *rdispls, weft_datatype_t datatype,
+                               weft_comm_t comm, weft_stream_t stream) {
+  if (comm == NULL) return null_comm(WEFT__COLL_ALL_TO_ALLV);
+  call_args a = {WEFT__COLL_ALL_TO_ALLV, sendbuf, recvbuf, 0, 0, 0, datatype, WEFT_SUM, -1, -1};
+  const size_t *const v[4] = {sendcounts, sdispls, recvcounts, rdispls};
+  WEFT_TRY(check_v(comm, &a, v));
+  size_t n = (size_t)comm->nranks;
+  size_t *copy = malloc(4 * n * sizeof(size_t));
+  if (copy == NULL) {
+    weft_status_t st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: all_to_allv: out of memory", comm->rank);
+    if (weft__group_active()) weft__group_fail(st);
+    return st;
+  }
+  for (int i = 0; i < 4; i++) memcpy(copy + (size_t)i * n, v[i], n * sizeof(size_t));
+  weft__task *t;
+  weft_status_t st = make_task(comm, &a, &t);
+  if (st != WEFT_SUCCESS) {
+    free(copy);
+    return st;
+  }
+  t->vcounts = copy;
+  return submit(t, stream);
+}
+
+/* ---- rooted gather / scatter and the barrier ------------------------------------------- */
+
+weft_status_t weft_gather(const void *sendbuf, void *recvbuf, size_t sendcount, weft_datatype_t datatype, int root,
+                          weft_comm_t comm, weft_stream_t stream) {
+  int is_root = comm != NULL && comm->rank == root;
+  size_t all = comm != NULL ? times(sendcount, comm->nranks) : sendcount;
+  call_args a = {WEFT__COLL_GATHER, sendbuf, recvbuf, sendcount, sendcount, is_root ? all : 0, datatype,
+                 WEFT_SUM, root, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_scatter(const void *sendbuf, void *recvbuf, size_t recvcount, weft_datatype_t datatype, int root,
+                           weft_comm_t comm, weft_stream_t stream) {
+  int is_root = comm != NULL && comm->rank == root;
+  size_t all = comm != NULL ? times(recvcount, comm->nranks) : recvcount;
+  call_args a = {WEFT__COLL_SCATTER, sendbuf, recvbuf, recvcount, is_root ? all : 0, recvcount, datatype,
+                 WEFT_SUM, root, -1};
+  return launch(comm, &a, stream);
+}
+
+weft_status_t weft_barrier(weft_comm_t comm, weft_stream_t stream) {
+  call_args a = {WEFT__COLL_BARRIER, NULL, NULL, 0, 0, 0, WEFT_UINT8, WEFT_SUM, -1, -1};
   return launch(comm, &a, stream);
 }
 

@@ -1,9 +1,11 @@
 /* half.c: IEEE binary16 (fp16) and bfloat16 <-> binary32 conversions.
  *
- * Portable bit manipulation, no F16C: weft must build and give identical bits on any
- * x86-64 or aarch64 host (runtime SIMD dispatch can come later). Every conversion is
- * written without branches (selects only) so that the array versions below, which the
- * fp16/bf16 reduction kernels call once per block, auto-vectorize under -O3.
+ * Portable bit manipulation, no F16C: this is the generic level, the one that builds and
+ * gives the reference bits on any x86-64 or aarch64 host; lib/reduce_simd.c has the
+ * F16C / AVX2 / AVX-512 forms, which must (and are tested to) give the same bits. Every
+ * conversion is written without branches (selects only) so that the array versions
+ * below, which the generic fp16/bf16 reduction kernels call once per block,
+ * auto-vectorize under -O3.
  *
  * Rules: float -> 16 bit rounds to nearest, ties to even; overflow gives infinity;
  * results below the smallest normal become subnormals (or zero) correctly rounded;
@@ -96,19 +98,36 @@ uint16_t weft__float_to_half(float f) { return float_to_half_inline(f); }
 float weft__bf16_to_float(uint16_t b) { return bf16_to_float_inline(b); }
 uint16_t weft__float_to_bf16(float f) { return float_to_bf16_inline(f); }
 
-/* Array forms: the loops the reduction kernels run on each block. */
-void weft__half_to_float_n(float *dst, const uint16_t *src, size_t n) {
+/* Array forms: the loops the generic reduction kernels run on each block. */
+void weft__half_to_float_n_generic(float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = half_to_float_inline(src[i]);
 }
 
-void weft__float_to_half_n(uint16_t *dst, const float *src, size_t n) {
+void weft__float_to_half_n_generic(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = float_to_half_inline(src[i]);
 }
 
-void weft__bf16_to_float_n(float *dst, const uint16_t *src, size_t n) {
+void weft__bf16_to_float_n_generic(float *dst, const uint16_t *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float_inline(src[i]);
 }
 
-void weft__float_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
+void weft__float_to_bf16_n_generic(uint16_t *dst, const float *src, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = float_to_bf16_inline(src[i]);
+}
+
+/* The same, on the SIMD level in use. */
+void weft__half_to_float_n(float *dst, const uint16_t *src, size_t n) {
+  weft__kernels()->half_to_float_n(dst, src, n);
+}
+
+void weft__float_to_half_n(uint16_t *dst, const float *src, size_t n) {
+  weft__kernels()->float_to_half_n(dst, src, n);
+}
+
+void weft__bf16_to_float_n(float *dst, const uint16_t *src, size_t n) {
+  weft__kernels()->bf16_to_float_n(dst, src, n);
+}
+
+void weft__float_to_bf16_n(uint16_t *dst, const float *src, size_t n) {
+  weft__kernels()->float_to_bf16_n(dst, src, n);
 }

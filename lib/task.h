@@ -18,11 +18,21 @@ typedef enum {
   WEFT__COLL_ALL_GATHER,
   WEFT__COLL_REDUCE_SCATTER,
   WEFT__COLL_ALL_TO_ALL,
+  WEFT__COLL_ALL_TO_ALLV,
+  WEFT__COLL_GATHER,
+  WEFT__COLL_SCATTER,
+  WEFT__COLL_BARRIER,
   WEFT__COLL_SEND,
   WEFT__COLL_RECV,
   WEFT__COLL_P2P_GROUP, /* the sends and receives of one group, progressed together */
   WEFT__NUM_COLLS
 } weft__coll_t;
+
+/* Accessors of t->vcounts (all_to_allv). */
+#define WEFT__V_SENDCOUNTS(t) ((t)->vcounts)
+#define WEFT__V_SDISPLS(t) ((t)->vcounts + (t)->comm->nranks)
+#define WEFT__V_RECVCOUNTS(t) ((t)->vcounts + 2 * (size_t)(t)->comm->nranks)
+#define WEFT__V_RDISPLS(t) ((t)->vcounts + 3 * (size_t)(t)->comm->nranks)
 
 /* "all_reduce", "broadcast", ... */
 const char *weft__coll_name(weft__coll_t coll);
@@ -58,6 +68,10 @@ typedef struct weft__task {
   int peer;                 /* send / recv; -1 otherwise */
   weft__p2p_op *p2p;        /* WEFT__COLL_P2P_GROUP: its ops */
   int np2p;
+  /* WEFT__COLL_ALL_TO_ALLV: the caller's sendcounts, sdispls, recvcounts, rdispls (nranks
+   * entries each, in elements, in that order) copied into one malloc'd block owned by the
+   * task, so the caller may reuse its arrays as soon as the call returns. */
+  size_t *vcounts;
   const weft__algo *algo;
   void *state;              /* the algorithm's own state, freed with the task */
   struct weft__task *next;  /* in a stream's or group's queue */
@@ -87,5 +101,9 @@ extern const weft__algo weft__algo_all_gather_ring;
 extern const weft__algo weft__algo_broadcast_chain;
 extern const weft__algo weft__algo_reduce_chain;
 extern const weft__algo weft__algo_all_to_all_pairwise;
+extern const weft__algo weft__algo_all_to_allv_pairwise;
+extern const weft__algo weft__algo_gather_linear;
+extern const weft__algo weft__algo_scatter_linear;
+extern const weft__algo weft__algo_barrier_dissemination;
 extern const weft__algo weft__algo_p2p;
 #endif

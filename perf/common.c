@@ -9,7 +9,20 @@
  * calls (enqueued on one stream and synchronized once, or blocking with -z 1), the
  * per-rank time combined across ranks (-a), then a separate validation call on freshly
  * initialised data whose wrong elements are summed over ranks.
+ *   size  = the larger of the send and receive buffers (nccl-tests: max(sendBytes,
+ *           expectedBytes)); count = the count argument of the call,
  *   algbw = size / time,  busbw = algbw * coll->busbw_factor(nranks),  GB/s = 1e9 B/s.
+ *
+ * Two additions, after the nccl-tests columns so that its parsers keep working:
+ *  - p50 / p99 (us): latency percentiles of single out-of-place calls. The timed loop
+ *    above enqueues all iterations and synchronizes once, so it has no per-call times;
+ *    an extra pass of `iters` blocking (NULL-stream) calls is timed call by call
+ *    instead, each call's time is combined over ranks as -a says, and the nearest-rank
+ *    percentiles are taken. With -z 1 the timed loop is already blocking and its own
+ *    per-iteration times are used (a group of -m calls counts as one, divided by -m).
+ *  - -J FILE: rank 0 appends one JSON object per result row: every figure of the row
+ *    and the run's configuration (library version, ranks, distinct hosts, transport,
+ *    algorithm, flags).
  *
  * Only the public weft API is used; ranks are processes (one rank per process, so
  * -t and -g must be 1), and only rank 0 prints.
@@ -33,7 +46,15 @@ typedef struct {
   int type; /* -1: all */
   int op;   /* -1: all */
   int root; /* -1: all, for rooted collectives */
+  const char *json_path; /* -J: NULL for none */
 } perf_opts_t;
+
+/* One half of a result row (out-of-place or in-place). */
+typedef struct {
+  double usec, algbw, busbw;
+  int64_t wrong;
+  int checked; /* 0: wrong is "N/A" */
+} perf_result_t;
 
 typedef struct {
   const perf_coll_t *coll;
@@ -47,6 +68,9 @@ typedef struct {
   double bw_sum;
   int bw_count;
   int errors; /* results with at least one wrong element */
+  int nhosts; /* distinct hostnames among the ranks */
+  FILE *json; /* -J, rank 0 only */
+  double *lat; /* o.iters per-call latencies (s) of the current out-of-place run */
 } perf_ctx_t;
 
 static const char *const type_names[WEFT_NUM_DATATYPES] = {
@@ -187,12 +211,14 @@ double perf_reduce_value(weft_datatype_t type, weft_redop_t op, int nranks, size
   return (double)((float)acc / (float)nranks);
 }
 
-/* Every pattern of perf_input_value repeats in i with period 4, 11 or 13. */
+/* Every pattern of perf_input_value repeats in i with period 4, 11 or 13, and
+ * perf_move_value's with period 113. */
 #define VALUE_PERIOD (4 * 11 * 13)
+#define MOVE_PERIOD 113
 
-/* Copies buf's first VALUE_PERIOD elements over the rest, doubling each time. */
-static void tile_period(void *buf, size_t n, weft_datatype_t type) {
-  size_t es = weft_datatype_size(type), done = n < VALUE_PERIOD ? n : VALUE_PERIOD;
+/* Copies buf's first `period` elements over the rest, doubling each time. */
+static void tile_period(void *buf, size_t n, weft_datatype_t type, size_t period) {
+  size_t es = weft_datatype_size(type), done = n < period ? n : period;
   while (done < n) {
     size_t len = done < n - done ? done : n - done;
     memcpy((char *)buf + done * es, buf, len * es);
@@ -200,21 +226,33 @@ static void tile_period(void *buf, size_t n, weft_datatype_t type) {
   }
 }
 
-void perf_fill_input(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int rank) {
+void perf_fill_input(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int rank,
+                     size_t first) {
   for (size_t i = 0; i < n && i < VALUE_PERIOD; i++)
-    perf_store(buf, i, type, perf_input_value(type, op, rank, i));
-  tile_period(buf, n, type);
+    perf_store(buf, i, type, perf_input_value(type, op, rank, first + i));
+  tile_period(buf, n, type, VALUE_PERIOD);
 }
 
-void perf_fill_reduced(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int nranks) {
+void perf_fill_reduced(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int nranks,
+                       size_t first) {
   for (size_t i = 0; i < n && i < VALUE_PERIOD; i++)
-    perf_store(buf, i, type, perf_reduce_value(type, op, nranks, i));
-  tile_period(buf, n, type);
+    perf_store(buf, i, type, perf_reduce_value(type, op, nranks, first + i));
+  tile_period(buf, n, type, VALUE_PERIOD);
 }
 
 double perf_move_value(weft_datatype_t type, int rank, size_t i) {
-  double v = (double)(((size_t)rank * 31 + i * 7) % 113); /* <= 112: exact in bf16 */
+  double v = (double)(((size_t)rank * 31 + i * 7) % MOVE_PERIOD); /* <= 112: exact in bf16 */
   return type_is_unsigned(type) ? v : v - 56;
+}
+
+void perf_fill_moved(void *buf, size_t n, weft_datatype_t type, int rank, size_t first) {
+  for (size_t i = 0; i < n && i < MOVE_PERIOD; i++)
+    perf_store(buf, i, type, perf_move_value(type, rank, first + i));
+  tile_period(buf, n, type, MOVE_PERIOD);
+}
+
+void *perf_elem(void *buf, size_t i, weft_datatype_t type) {
+  return (char *)buf + i * weft_datatype_size(type);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -247,20 +285,34 @@ static void barrier(perf_ctx_t *c) {
   PERF_CHECK(c, weft_all_reduce(&x, &x, 1, WEFT_INT32, WEFT_SUM, c->comm, NULL));
 }
 
-/* The per-rank time combined over ranks as -a asks: 0 rank 0, 1 avg, 2 min, 3 max. */
-static double combine_time(perf_ctx_t *c, double t) {
+/* Per-rank times t[0..n) combined over ranks, element by element, as -a asks:
+ * 0 rank 0's, 1 the average, 2 the minimum, 3 the maximum. */
+static void combine_times(perf_ctx_t *c, double *t, int n) {
   if (c->o.average == 0) {
-    PERF_CHECK(c, weft_broadcast(&t, &t, 1, WEFT_FLOAT64, 0, c->comm, NULL));
-    return t;
+    PERF_CHECK(c, weft_broadcast(t, t, (size_t)n, WEFT_FLOAT64, 0, c->comm, NULL));
+    return;
   }
   weft_redop_t op = c->o.average == 2 ? WEFT_MIN : c->o.average == 3 ? WEFT_MAX : WEFT_SUM;
-  PERF_CHECK(c, weft_all_reduce(&t, &t, 1, WEFT_FLOAT64, op, c->comm, NULL));
-  return c->o.average == 1 ? t / c->nranks : t;
+  PERF_CHECK(c, weft_all_reduce(t, t, (size_t)n, WEFT_FLOAT64, op, c->comm, NULL));
+  for (int i = 0; c->o.average == 1 && i < n; i++)
+    t[i] /= c->nranks;
 }
 
 static int64_t sum_over_ranks(perf_ctx_t *c, int64_t v) {
   PERF_CHECK(c, weft_all_reduce(&v, &v, 1, WEFT_INT64, WEFT_SUM, c->comm, NULL));
   return v;
+}
+
+static const char *transport_name(void) {
+  const char *t = getenv("WEFT_TRANSPORT");
+  return t && *t ? t : "auto";
+}
+
+/* weft has no public query for the algorithm it selects; WEFT_ALGO is what a user asked
+ * for, and "default" means the library's own choice. */
+static const char *algorithm_name(void) {
+  const char *a = getenv("WEFT_ALGO");
+  return a && *a ? a : "default";
 }
 
 /* ------------------------------------------------------------------------------------
@@ -278,14 +330,15 @@ static void buffers_of(perf_ctx_t *c, const perf_call_t *call, int in_place, cha
   }
 }
 
-/* Enqueues one call (or agg calls in a group), blocking when there is no stream. */
-static void start_coll(perf_ctx_t *c, const perf_call_t *call, int in_place, int agg) {
+/* Issues one call (or agg calls in a group) on stream; blocking when stream is NULL. */
+static void start_coll(perf_ctx_t *c, const perf_call_t *call, int in_place, int agg,
+                       weft_stream_t stream) {
   char *send, *recv;
   buffers_of(c, call, in_place, &send, &recv);
   if (agg > 1)
     PERF_CHECK(c, weft_group_start());
   for (int a = 0; a < agg; a++)
-    PERF_CHECK(c, c->coll->run(call, send, recv, c->comm, c->stream));
+    PERF_CHECK(c, c->coll->run(call, send, recv, c->comm, stream));
   if (agg > 1)
     PERF_CHECK(c, weft_group_end());
 }
@@ -316,52 +369,174 @@ static int64_t count_wrong(perf_ctx_t *c, const perf_call_t *call, int in_place)
   return wrong;
 }
 
-static void print_result(perf_ctx_t *c, double usec, double algbw, double busbw, int64_t wrong) {
+static void print_result(perf_ctx_t *c, const perf_result_t *r) {
   if (c->rank != 0)
     return;
-  const char *fmt = usec >= 10000.0 ? "%7.0f" : usec >= 100.0 ? "%7.1f" : "%7.2f";
+  const char *fmt = r->usec >= 10000.0 ? "%7.0f" : r->usec >= 100.0 ? "%7.1f" : "%7.2f";
   char t[32];
-  snprintf(t, sizeof(t), fmt, usec);
-  if (c->o.check)
-    printf("  %7s  %6.2f  %6.2f  %5lld", t, algbw, busbw, (long long)wrong);
+  snprintf(t, sizeof(t), fmt, r->usec);
+  if (r->checked)
+    printf("  %7s  %6.2f  %6.2f  %5lld", t, r->algbw, r->busbw, (long long)r->wrong);
   else
-    printf("  %7s  %6.2f  %6.2f  %5s", t, algbw, busbw, "N/A");
+    printf("  %7s  %6.2f  %6.2f  %5s", t, r->algbw, r->busbw, "N/A");
 }
 
-static void bench(perf_ctx_t *c, const perf_call_t *call, int in_place) {
-  const perf_opts_t *o = &c->o;
-  if (o->check)
-    init_data(c, call, in_place);
-  start_coll(c, call, in_place, 1); /* untimed: connections, page faults */
-  complete_coll(c);
+/* Times o.iters single blocking out-of-place calls into c->lat (seconds). */
+static void latency_pass(perf_ctx_t *c, const perf_call_t *call) {
   barrier(c);
+  for (int it = 0; it < c->o.iters; it++) {
+    double t0 = now_s();
+    start_coll(c, call, 0, 1, NULL);
+    c->lat[it] = now_s() - t0;
+  }
+}
 
-  double t0 = now_s();
-  for (int it = 0; it < o->iters; it++)
-    start_coll(c, call, in_place, o->agg);
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentiles of c->lat, in us, after combining each call over ranks. */
+static void latency_percentiles(perf_ctx_t *c, double *p50, double *p99) {
+  int n = c->o.iters;
+  combine_times(c, c->lat, n);
+  qsort(c->lat, (size_t)n, sizeof(double), cmp_double);
+  *p50 = c->lat[(int)ceil(0.50 * n) - 1] * 1e6;
+  *p99 = c->lat[(int)ceil(0.99 * n) - 1] * 1e6;
+}
+
+/* The timed loop, as nccl-tests: enqueue every iteration, synchronize once. Blocking
+ * (-z 1) calls complete one by one, so their times also go to c->lat when asked. */
+static double timed_loop(perf_ctx_t *c, const perf_call_t *call, int in_place, int record) {
+  const perf_opts_t *o = &c->o;
+  double t0 = now_s(), prev = t0;
+  for (int it = 0; it < o->iters; it++) {
+    start_coll(c, call, in_place, o->agg, c->stream);
+    if (record && !c->stream) {
+      double t = now_s();
+      c->lat[it] = (t - prev) / o->agg;
+      prev = t;
+    }
+  }
   double cpu = (now_s() - t0) / ((double)o->iters * o->agg);
   complete_coll(c);
   double sec = (now_s() - t0) / ((double)o->iters * o->agg);
-  sec = combine_time(c, o->cputime ? cpu : sec);
+  double t = o->cputime ? cpu : sec;
+  combine_times(c, &t, 1);
+  return t;
+}
 
+static perf_result_t bench(perf_ctx_t *c, const perf_call_t *call, int in_place) {
+  const perf_opts_t *o = &c->o;
+  int check = o->check && !(in_place && c->coll->inplace_unchecked);
+  if (o->check)
+    init_data(c, call, in_place);
+  start_coll(c, call, in_place, 1, c->stream); /* untimed: connections, page faults */
+  complete_coll(c);
+  barrier(c);
+
+  perf_result_t r = {.checked = check};
+  double sec = timed_loop(c, call, in_place, !in_place);
   size_t es = weft_datatype_size(call->type);
   size_t bytes = es * (call->counts.sendcount > call->counts.recvcount ? call->counts.sendcount
                                                                        : call->counts.recvcount);
-  double algbw = sec > 0 ? (double)bytes / 1e9 / sec : 0;
-  double busbw = algbw * c->coll->busbw_factor(c->nranks);
+  r.usec = sec * 1e6;
+  r.algbw = sec > 0 ? (double)bytes / 1e9 / sec : 0;
+  r.busbw = r.algbw * c->coll->busbw_factor(c->nranks);
   barrier(c);
 
-  int64_t wrong = 0;
+  if (!in_place && c->stream)
+    latency_pass(c, call);
   if (o->check) {
     init_data(c, call, in_place);
-    start_coll(c, call, in_place, 1);
+    start_coll(c, call, in_place, 1, c->stream);
     complete_coll(c);
-    wrong = sum_over_ranks(c, count_wrong(c, call, in_place));
+    r.wrong = sum_over_ranks(c, count_wrong(c, call, in_place));
   }
-  print_result(c, sec * 1e6, algbw, busbw, wrong);
-  c->bw_sum += busbw;
+  print_result(c, &r);
+  c->bw_sum += r.busbw;
   c->bw_count++;
-  c->errors += wrong != 0;
+  c->errors += check && r.wrong != 0;
+  return r;
+}
+
+/* ------------------------------------------------------------------------------------
+ * JSON rows (-J)
+ * ------------------------------------------------------------------------------------ */
+
+/* s as a JSON string: quotes, backslashes and control characters escaped. */
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else if (*p == '\t')
+      fputs("\\t", f);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+static void json_field(FILE *f, const char *key, const char *value) {
+  json_string(f, key);
+  fputc(':', f);
+  json_string(f, value);
+}
+
+static void json_result(FILE *f, const char *key, const perf_result_t *r) {
+  json_string(f, key);
+  fprintf(f, ":{\"time_us\":%.3f,\"algbw_gbps\":%.6g,\"busbw_gbps\":%.6g,\"wrong\":", r->usec,
+          r->algbw, r->busbw);
+  if (r->checked)
+    fprintf(f, "%lld}", (long long)r->wrong);
+  else
+    fputs("null}", f);
+}
+
+static void json_config(perf_ctx_t *c) {
+  FILE *f = c->json;
+  const perf_opts_t *o = &c->o;
+  int v = 0;
+  weft_get_version(&v);
+  char version[32];
+  snprintf(version, sizeof(version), "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  fputs("\"config\":{", f);
+  json_field(f, "library", "weft");
+  fputc(',', f);
+  json_field(f, "version", version);
+  fputc(',', f);
+  json_field(f, "collective", c->coll->name);
+  fprintf(f, ",\"nranks\":%d,\"hosts\":%d,", c->nranks, c->nhosts);
+  json_field(f, "transport", transport_name());
+  fputc(',', f);
+  json_field(f, "algorithm", algorithm_name());
+  fprintf(f, ",\"iters\":%d,\"warmup_iters\":%d,\"agg_iters\":%d,\"check\":%d,"
+             "\"blocking\":%d,\"average\":%d,\"report_cputime\":%d}",
+          o->iters, o->warmup, o->agg, o->check, o->blocking, o->average, o->cputime);
+}
+
+static void json_row(perf_ctx_t *c, const perf_call_t *call, size_t bytes,
+                     const perf_result_t res[2], double p50, double p99) {
+  FILE *f = c->json;
+  if (!f)
+    return;
+  fprintf(f, "{\"size\":%zu,\"count\":%zu,", bytes, call->counts.paramcount);
+  json_field(f, "type", type_names[call->type]);
+  fputc(',', f);
+  json_field(f, "redop", c->coll->has_op ? op_names[call->op] : "none");
+  fprintf(f, ",\"root\":%d,", c->coll->has_root ? call->root : -1);
+  json_result(f, "out_of_place", &res[0]);
+  fputc(',', f);
+  json_result(f, "in_place", &res[1]);
+  fprintf(f, ",\"p50_us\":%.3f,\"p99_us\":%.3f,", p50, p99);
+  json_config(c);
+  fputs("}\n", f);
+  fflush(f);
 }
 
 /* ------------------------------------------------------------------------------------
@@ -379,6 +554,25 @@ static size_t next_size(const perf_opts_t *o, size_t size) {
   return size + (o->stepbytes ? o->stepbytes : 1);
 }
 
+static void bench_row(perf_ctx_t *c, const perf_call_t *call) {
+  size_t es = weft_datatype_size(call->type);
+  size_t n = call->counts.sendcount > call->counts.recvcount ? call->counts.sendcount
+                                                             : call->counts.recvcount;
+  if (c->rank == 0)
+    printf("%12zu  %12zu  %8s  %6s  %6d", n * es, call->counts.paramcount,
+           type_names[call->type], c->coll->has_op ? op_names[call->op] : "none",
+           c->coll->has_root ? call->root : -1);
+  perf_result_t res[2];
+  res[0] = bench(c, call, 0);
+  double p50, p99;
+  latency_percentiles(c, &p50, &p99); /* collective: before rank 0 prints on */
+  res[1] = bench(c, call, 1);
+  if (c->rank == 0) {
+    printf("  %7.2f  %7.2f\n", p50, p99);
+    json_row(c, call, n * es, res, p50, p99);
+  }
+}
+
 static void time_test(perf_ctx_t *c, weft_datatype_t type, int op, int root) {
   perf_call_t call = {.type = type, .op = (weft_redop_t)op, .root = root,
                       .rank = c->rank, .nranks = c->nranks};
@@ -387,21 +581,12 @@ static void time_test(perf_ctx_t *c, weft_datatype_t type, int op, int root) {
   for (int w = 0; w < 2; w++) {
     setup_call(c, &call, warm_sizes[w]);
     for (int it = 0; it < c->o.warmup; it++)
-      start_coll(c, &call, 0, 1);
+      start_coll(c, &call, 0, 1, c->stream);
     complete_coll(c);
   }
   for (size_t size = c->o.minbytes; size <= c->o.maxbytes; size = next_size(&c->o, size)) {
     setup_call(c, &call, size);
-    size_t es = weft_datatype_size(type);
-    size_t n = call.counts.sendcount > call.counts.recvcount ? call.counts.sendcount
-                                                             : call.counts.recvcount;
-    if (c->rank == 0)
-      printf("%12zu  %12zu  %8s  %6s  %6d", n * es, call.counts.paramcount, type_names[type],
-             c->coll->has_op ? op_names[op] : "none", c->coll->has_root ? root : -1);
-    bench(c, &call, 0);
-    bench(c, &call, 1);
-    if (c->rank == 0)
-      printf("\n");
+    bench_row(c, &call);
   }
 }
 
@@ -441,11 +626,6 @@ static int local_rank_from_env(void) {
   return 0;
 }
 
-static const char *transport_name(void) {
-  const char *t = getenv("WEFT_TRANSPORT");
-  return t && *t ? t : "auto";
-}
-
 static void print_devices(perf_ctx_t *c) {
   perf_rank_info_t me = {.rank = c->rank, .pid = (int32_t)getpid(),
                          .device = local_rank_from_env()};
@@ -458,6 +638,13 @@ static void print_devices(perf_ctx_t *c) {
   for (int r = 0; c->rank == 0 && r < c->nranks; r++)
     printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] weft %s\n", all[r].rank, 0,
            (int)all[r].pid, all[r].host, (int)all[r].device, all[r].transport);
+  c->nhosts = 0;
+  for (int r = 0; r < c->nranks; r++) { /* a host counts at its first rank */
+    int seen = 0;
+    for (int q = 0; q < r && !seen; q++)
+      seen = strncmp(all[q].host, all[r].host, sizeof(all[r].host)) == 0;
+    c->nhosts += !seen;
+  }
   free(all);
 }
 
@@ -481,11 +668,13 @@ static void print_columns(perf_ctx_t *c) {
   const char *t = c->o.cputime ? "cputime" : "time";
   printf("#\n");
   printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place"
-         "          \n", "", "", "", "", "");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
-         "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw", "#wrong");
-  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
-         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+         "              latency   \n", "", "", "", "", "");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s  %7s  %7s\n", "size",
+         "count", "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw",
+         "#wrong", "p50", "p99");
+  printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s  %7s  %7s\n", "(B)",
+         "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "",
+         "(us)", "(us)");
 }
 
 /* ------------------------------------------------------------------------------------
@@ -555,13 +744,21 @@ static void usage(FILE *f, const char *prog) {
           "[-o,--op <sum/prod/min/max/avg/all>] (default sum)\n\t"
           "[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/all>]"
           " (default float)\n\t"
-          "[-r,--root <root>] (rooted collectives; -1: all roots)\n\t"
+          "[-r,--root <root/all>] (rooted collectives; default 0; -1 or all: every root, "
+          "one row per root)\n\t"
           "[-z,--blocking <0/1>] (1: blocking calls on the NULL stream)\n\t"
           "[-y,--stream_null <0/1>] (same as -z)\n\t"
           "[-T,--timeout <time in seconds>] (weft's deadline for every wait)\n\t"
           "[-C,--report_cputime <0/1>]\n\t"
           "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n\t"
-          "[-h,--help]\n",
+          "[-J,--json <file>] (rank 0 appends one JSON object per result row: every figure,\n\t"
+          "    and the configuration: version, ranks, hosts, transport, algorithm)\n\t"
+          "[-h,--help]\n"
+          "Columns beyond nccl-tests: p50 and p99 (us), percentiles of single out-of-place\n"
+          "calls, each timed on its own in an extra pass of -n blocking (NULL-stream) calls\n"
+          "after the timed loop (with -z 1, the timed loop's own calls), each call's time\n"
+          "combined over ranks as -a says. time/algbw/busbw come from the timed loop, as in\n"
+          "nccl-tests: -n calls enqueued on a stream and synchronized once.\n",
           prog);
 }
 
@@ -586,7 +783,10 @@ static const char *parse_option(perf_opts_t *o, int ch, const char *arg) {
   case 'T': o->timeout_s = (int)v; return NULL;
   case 'C': o->cputime = v != 0; return NULL;
   case 'a': o->average = (int)v; return v < 0 || v > 3 ? "-a must be 0, 1, 2 or 3" : NULL;
-  case 'r': o->root = (int)v; return NULL;
+  case 'r':
+    o->root = strcmp(arg, "all") == 0 ? -1 : (int)v;
+    return o->root < -1 ? "-r must be a rank, -1 or all" : NULL;
+  case 'J': o->json_path = arg; return NULL;
   case 'o':
     o->op = parse_name(arg, op_names, WEFT_NUM_OPS);
     return o->op == -2 ? "invalid op (sum/prod/min/max/avg/all)" : NULL;
@@ -610,11 +810,12 @@ static int parse_args(int argc, char **argv, perf_ctx_t *c) {
       {"blocking", required_argument, 0, 'z'},   {"stream_null", required_argument, 0, 'y'},
       {"timeout", required_argument, 0, 'T'},    {"cudagraph", required_argument, 0, 'G'},
       {"report_cputime", required_argument, 0, 'C'}, {"average", required_argument, 0, 'a'},
+      {"json", required_argument, 0, 'J'},
       {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
   perf_opts_t *o = &c->o;
   int quiet = env_rank() > 0, ch;
   opterr = !quiet;
-  while ((ch = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:h", longopts,
+  while ((ch = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:J:h", longopts,
                            NULL)) != -1) {
     if (ch == 'h' || ch == '?' || ch == ':') {
       if (!quiet)

@@ -6,7 +6,8 @@
  * perf_main(); the harness does everything else exactly as nccl-tests does: the same
  * flags, the same output, timing, validation on a separate iteration and the
  * "# Avg bus bandwidth" footer. Ranks are processes started by weftrun, mpirun, srun or
- * torchrun; each joins with weft_comm_init_from_env().
+ * torchrun; each joins with weft_comm_init_from_env(). Beyond nccl-tests, each row ends
+ * with p50/p99 latency, and -J FILE writes every row as a JSON object (see common.c).
  *
  * Validation needs results that are exact in every datatype. perf_input_value() gives
  * each (rank, element) a small value chosen per op so that the reduction over up to 32
@@ -43,7 +44,9 @@ typedef struct {
 typedef struct {
   const char *name; /* "all_reduce" */
   int has_op;       /* prints and loops over -o; otherwise the op column is "none" */
-  int has_root;     /* prints and loops over -r (-r -1: every root); otherwise root -1 */
+  int has_root;     /* prints and loops over -r (-r -1 or all: every root); else root -1 */
+  int inplace_unchecked; /* in-place is timed but not validated ("N/A"), as nccl-tests
+                            does for sendrecv, whose in-place form races by design */
   /* count: size / element size, the total nccl-tests derives from -b/-e. */
   void (*get_counts)(size_t count, int nranks, perf_counts_t *counts);
   /* busbw = algbw * busbw_factor(nranks), as nccl-tests' PERFORMANCE.md derives it. */
@@ -76,14 +79,21 @@ double perf_input_value(weft_datatype_t type, weft_redop_t op, int rank, size_t 
  * datatype's arithmetic (integer wrap, avg truncating or rounding as weft does). */
 double perf_reduce_value(weft_datatype_t type, weft_redop_t op, int nranks, size_t i);
 
-/* buf[i] = perf_input_value(type, op, rank, i) / perf_reduce_value(type, op, nranks, i)
- * for i < n. Fast: the values repeat with a short period, which is computed once and
- * copied. */
-void perf_fill_input(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int rank);
-void perf_fill_reduced(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int nranks);
+/* buf[i] = perf_input_value(type, op, rank, first + i) /
+ * perf_reduce_value(type, op, nranks, first + i) for i < n. first is the element index
+ * of buf[0] in the rank's whole buffer (reduce_scatter checks block `rank`). Fast: the
+ * values repeat with a short period, which is computed once and copied. */
+void perf_fill_input(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int rank,
+                     size_t first);
+void perf_fill_reduced(void *buf, size_t n, weft_datatype_t type, weft_redop_t op, int nranks,
+                       size_t first);
 
 /* A value for element i of rank's data in collectives that only move data: distinct
  * per rank and element, exact in every type. */
 double perf_move_value(weft_datatype_t type, int rank, size_t i);
+/* buf[i] = perf_move_value(type, rank, first + i) for i < n, as fast as the fills above. */
+void perf_fill_moved(void *buf, size_t n, weft_datatype_t type, int rank, size_t first);
+/* buf + i elements of type, for the callbacks' block arithmetic. */
+void *perf_elem(void *buf, size_t i, weft_datatype_t type);
 
 #endif

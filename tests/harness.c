@@ -183,6 +183,59 @@ int harness_names_rank(const char *msg, int rank) {
   return 0;
 }
 
+/* ---- guarded buffers and cross-rank checks -------------------------------------------- */
+
+uint8_t *harness_guarded_alloc(size_t bytes, uint8_t fill) {
+  uint8_t *b = malloc(bytes + 2 * HARNESS_GUARD);
+  if (!b) abort();
+  memset(b, HARNESS_GUARD_BYTE, HARNESS_GUARD);
+  memset(b + HARNESS_GUARD, fill, bytes);
+  memset(b + HARNESS_GUARD + bytes, HARNESS_GUARD_BYTE, HARNESS_GUARD);
+  return b + HARNESS_GUARD;
+}
+
+void harness_guarded_free(uint8_t *buf) {
+  if (buf) free(buf - HARNESS_GUARD);
+}
+
+int harness_guarded_check(harness_rank *r, const uint8_t *buf, size_t bytes, const char *desc) {
+  for (int i = 0; i < HARNESS_GUARD; i++) {
+    const uint8_t *before = buf - HARNESS_GUARD + i, *after = buf + bytes + i;
+    if (*before != HARNESS_GUARD_BYTE)
+      return harness_fail(r, "%s: guard byte %d before the buffer overwritten (0x%02x)", desc,
+                          HARNESS_GUARD - i, *before);
+    if (*after != HARNESS_GUARD_BYTE)
+      return harness_fail(r, "%s: guard byte %d after the buffer overwritten (0x%02x)", desc, i,
+                          *after);
+  }
+  return 1;
+}
+
+uint64_t harness_hash(const void *p, size_t bytes, uint64_t seed) {
+  uint64_t h = seed ? seed : 0xcbf29ce484222325ull;
+  const uint8_t *b = p;
+  for (size_t i = 0; i < bytes; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+int harness_all_gather_u64(harness_rank *r, uint64_t h, uint64_t *all, const char *desc) {
+  weft_status_t st = weft_all_gather(&h, all, sizeof h, WEFT_UINT8, r->comm, NULL);
+  if (st == WEFT_SUCCESS) return 1;
+  return harness_fail(r, "%s: all_gather of result hashes returned %s: \"%s\"", desc,
+                      harness_status_name(st), weft_get_last_error(r->comm));
+}
+
+int harness_same_on_all_ranks(harness_rank *r, uint64_t h, const char *desc) {
+  uint64_t all[HARNESS_MAX_RANKS];
+  if (!harness_all_gather_u64(r, h, all, desc)) return 0;
+  for (int p = 1; p < r->nranks; p++)
+    if (all[p] != all[0])
+      return harness_fail(r, "%s: result not bitwise identical on every rank: hash of rank %d "
+                          "%016llx, of rank 0 %016llx", desc, p, (unsigned long long)all[p],
+                          (unsigned long long)all[0]);
+  return 1;
+}
+
 /* ---- the rank process ---------------------------------------------------------------- */
 
 static void child_isolate(int rank, int keep_fd, pid_t parent) {

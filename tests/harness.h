@@ -101,6 +101,30 @@ const char *harness_op_name(weft_redop_t op);
 void harness_store(void *p, size_t i, weft_datatype_t dt, long v);
 double harness_load(const void *p, size_t i, weft_datatype_t dt);
 
+/* ---- buffers with guard bytes on both sides, and cross-rank checks ----------------------
+ * A guarded buffer has HARNESS_GUARD bytes of HARNESS_GUARD_BYTE before and after its
+ * `bytes` usable bytes (filled with `fill`), so a write before the start (a negative offset,
+ * a wrong displacement) is caught as well as one past the end. Never NULL, even for 0 bytes. */
+#define HARNESS_GUARD 64
+#define HARNESS_GUARD_BYTE 0xC3
+uint8_t *harness_guarded_alloc(size_t bytes, uint8_t fill);
+void harness_guarded_free(uint8_t *buf);
+/* Checks both guards of buf (bytes usable bytes); reports the first overwritten byte with
+ * desc and returns 0 when one was. */
+int harness_guarded_check(harness_rank *r, const uint8_t *buf, size_t bytes, const char *desc);
+
+/* FNV-1a, 64 bits, over bytes (seeded with `seed`; 0 for the standard offset basis). */
+uint64_t harness_hash(const void *p, size_t bytes, uint64_t seed);
+
+/* Collective over r->comm: all-gathers every rank's 64-bit value h (as weft_all_gather of
+ * 8 uint8s) into all[0..nranks). Returns 0 (counting a failure, naming desc) when the
+ * all-gather itself fails. all must hold nranks values. */
+int harness_all_gather_u64(harness_rank *r, uint64_t h, uint64_t *all, const char *desc);
+
+/* Collective: 1 when every rank passed the same h (a result that must be bitwise identical
+ * on every rank); else reports which ranks differ from rank 0 and returns 0. */
+int harness_same_on_all_ranks(harness_rank *r, uint64_t h, const char *desc);
+
 /* "WEFT_ERR_TIMEOUT"-style name of a status, for diagnostics. */
 const char *harness_status_name(weft_status_t st);
 #endif

@@ -5,7 +5,7 @@
  * every block; per slice, n-1 ring steps (ring.h): step s sends block (r-s) and receives
  * block (r-s-1), both in recvbuf, so the block received at step s is forwarded at step s+1.
  * Bytes each rank sends: (n-1) * sendcount * size. Latency term: n-1 steps per slice,
- * ceil(sendcount / chunk) slices. No scratch.
+ * ceil(sendcount / chunk) slices. No scratch. Picked for every all-gather today.
  * Sources: Thakur, Rabenseifner & Gropp, "Optimization of collective communication
  * operations in MPICH" (IJHPCA 2005), ring all-gather; NCCL's ring all-gather. */
 #include <string.h>

@@ -9,7 +9,8 @@
  * straight into recvbuf with acc = sendbuf block r, which also covers in-place
  * (recvbuf == sendbuf + r * recvcount). WEFT_AVG divides each finished piece once.
  * Bytes each rank sends: (n-1) * recvcount * size. Latency term: n-1 steps per slice,
- * ceil(recvcount / chunk) slices. Scratch: 2 pieces of chunk elements.
+ * ceil(recvcount / chunk) slices. Scratch: 2 pieces of chunk elements (n > 2).
+ * Picked for every reduce-scatter today.
  * Sources: Patarasuk & Yuan 2009 (the first half of their all-reduce); NCCL's ring
  * reduce-scatter; Thakur, Rabenseifner & Gropp 2005. */
 #include <string.h>

@@ -15,7 +15,8 @@
  * Moving a message of B bytes: the sender copies it into max(1, ceil(B / slot)) slots of
  * the receiver's FIFO, the receiver copies (or reduces) it out: 2B bytes of memory traffic
  * per side, no system call, no lock; the counters are only re-read when the locally cached
- * copy says the FIFO is full (sender) or empty (receiver).
+ * copy says the FIFO is full (sender) or empty (receiver). Messages of up to 48 bytes ride
+ * in the slot header's cache line, so a tiny message moves two lines (header, tail).
  * Environment: WEFT_SHM_NSLOTS (default 8) and WEFT_SHM_SLOT_BYTES (default 256K, a
  * multiple of 64) must be set the same on every rank; setup fails naming the rank that
  * differs. Ideas from NCCL's shm transport and Open MPI's vader FIFOs; no code taken. */
