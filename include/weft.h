@@ -197,6 +197,7 @@ WEFT_API weft_status_t weft_unique_id_from_string(const char *str, weft_unique_i
  * Errors: WEFT_ERR_INVALID_ARGUMENT (comm NULL, nranks < 1, rank outside
  * [0, nranks), a malformed id), WEFT_ERR_AUTH (the root rejected the secret, or
  * other ranks joined with another nranks, or this rank number was already taken),
+ * WEFT_ERR_INVALID_USAGE (the id's communicator is already complete: an id serves one),
  * WEFT_ERR_TIMEOUT (not every rank joined or connected in time; the message lists
  * the missing ranks), WEFT_ERR_REMOTE (a rank failed during init),
  * WEFT_ERR_SYSTEM, WEFT_ERR_NO_MEMORY. On error *comm is NULL.

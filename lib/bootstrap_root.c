@@ -89,25 +89,32 @@ static int secret_ok(const uint8_t *a, const uint8_t *b) {
   return diff == 0;
 }
 
-static int hello_problem(root_state *s, const weft__bs_hello *h, char *why, size_t len) {
+/* WEFT_SUCCESS when h may join, else the status to refuse it with and why. */
+static weft_status_t hello_problem(root_state *s, const weft__bs_hello *h, char *why, size_t len) {
   if (h->magic != WEFT__ID_MAGIC || !secret_ok(h->secret, s->secret)) {
     snprintf(why, len, "wrong unique id secret");
-    return 1;
+    return WEFT_ERR_AUTH;
+  }
+  if (s->ready) {
+    snprintf(why, len,
+             "rank %d: this unique id's communicator of %d ranks is already complete; a unique id "
+             "serves one communicator (make a new one with weft_get_unique_id)", h->rank, s->nranks);
+    return WEFT_ERR_INVALID_USAGE;
   }
   if (h->nranks < 1 || h->rank < 0 || h->rank >= h->nranks) {
     snprintf(why, len, "rank %d of %d is out of range", h->rank, h->nranks);
-    return 1;
+    return WEFT_ERR_AUTH;
   }
   if (s->nranks != 0 && h->nranks != s->nranks) {
     snprintf(why, len, "rank %d says nranks=%d but earlier ranks said %d", h->rank, h->nranks,
              s->nranks);
-    return 1;
+    return WEFT_ERR_AUTH;
   }
   if (s->nranks != 0 && s->ranks[h->rank].state != SLOT_EMPTY) {
     snprintf(why, len, "rank %d joined twice", h->rank);
-    return 1;
+    return WEFT_ERR_AUTH;
   }
-  return 0;
+  return WEFT_SUCCESS;
 }
 
 static void admit(root_state *s, int fd, const weft__bs_hello *h) {
@@ -127,8 +134,7 @@ static void admit(root_state *s, int fd, const weft__bs_hello *h) {
   if (++s->njoined < s->nranks) return;
   s->ready = 1;
   for (int i = 0; i < s->nranks; i++) send_msg(s->ranks[i].fd, WEFT__BS_READY, NULL, 0, NULL, 0);
-  close(s->listen_fd);
-  s->listen_fd = -1;
+  /* Keep listening: a late rank reusing this id is told why at once instead of timing out. */
 }
 
 static void on_hello(root_state *s, int fd) {
@@ -140,10 +146,11 @@ static void on_hello(root_state *s, int fd) {
     close(fd); /* not a weft rank, or gone already */
     return;
   }
-  char why[160];
-  if (hello_problem(s, &h, why, sizeof(why))) {
+  char why[200];
+  weft_status_t st = hello_problem(s, &h, why, sizeof(why));
+  if (st != WEFT_SUCCESS) {
     WEFT_WARN("bootstrap root: rejected a rank: %s", why);
-    reject(fd, WEFT_ERR_AUTH, why);
+    reject(fd, st, why);
     return;
   }
   admit(s, fd, &h);

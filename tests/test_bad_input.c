@@ -23,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include <time.h>
 #include "lib/bootstrap.h"
 #include "tests/harness.h"
 
@@ -394,6 +395,36 @@ static void ranks_disagreeing_on_nranks_are_rejected(void **state) {
   run_bad_join(JOIN_OTHER_NRANKS);
 }
 
+/* A unique id serves one communicator: a second init with it, after its communicator is
+ * complete, must be refused at once (not left to time out) and say why. */
+static int reuse_id_body(harness_rank *r) {
+  if (r->rank == 0) {
+    weft_config_t cfg = WEFT_CONFIG_INITIALIZER;
+    cfg.timeout_ms = 10000;
+    weft_comm_t again = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    weft_status_t st = weft_comm_init_rank_config(&again, r->nranks, r->id, 0, &cfg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    harness_expect_status(r, st, WEFT_ERR_INVALID_USAGE, "second init with a used unique id");
+    if (again != NULL) harness_fail(r, "failed init left *comm non-NULL");
+    if (strstr(weft_get_last_error(NULL), "already complete") == NULL)
+      harness_fail(r, "message does not say the id is used up: \"%s\"", weft_get_last_error(NULL));
+    if (secs > 5.0) harness_fail(r, "refusal took %.1f s; it must come at once", secs);
+  }
+  /* The first communicator still works. */
+  int32_t one = 1, sum = 0;
+  harness_expect_status(r, weft_all_reduce(&one, &sum, 1, WEFT_INT32, WEFT_SUM, r->comm, NULL),
+                        WEFT_SUCCESS, "all_reduce after the refused init");
+  if (sum != r->nranks) harness_fail(r, "all_reduce gave %d, expected %d", sum, r->nranks);
+  return r->failures;
+}
+
+static void unique_id_reused_for_a_second_communicator_is_refused_at_once(void **state) {
+  harness_run_simple(2, "shm", reuse_id_body, NULL);
+}
+
 int main(void) {
   static const char *shm = "shm", *sock = "socket";
   const struct CMUnitTest tests[] = {
@@ -408,6 +439,7 @@ int main(void) {
       cmocka_unit_test(unique_id_with_a_wrong_secret_is_rejected_and_the_other_rank_names_it),
       cmocka_unit_test(rank_number_claimed_twice_is_rejected),
       cmocka_unit_test(ranks_disagreeing_on_nranks_are_rejected),
+      cmocka_unit_test(unique_id_reused_for_a_second_communicator_is_refused_at_once),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
