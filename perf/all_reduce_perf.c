@@ -16,11 +16,11 @@ static void all_reduce_counts(size_t count, int nranks, perf_counts_t *c) {
 static double all_reduce_busbw_factor(int nranks) { return 2.0 * (nranks - 1) / nranks; }
 
 static void all_reduce_fill(const perf_call_t *call, void *sendbuf) {
-  perf_fill_input(sendbuf, call->counts.sendcount, call->type, call->op, call->rank);
+  perf_fill_input(sendbuf, call->counts.sendcount, call->type, call->op, call->rank, 0);
 }
 
 static size_t all_reduce_expected(const perf_call_t *call, void *expected) {
-  perf_fill_reduced(expected, call->counts.recvcount, call->type, call->op, call->nranks);
+  perf_fill_reduced(expected, call->counts.recvcount, call->type, call->op, call->nranks, 0);
   return call->counts.recvcount;
 }
 

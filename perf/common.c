@@ -64,7 +64,7 @@ typedef struct {
   weft_stream_t stream; /* NULL in blocking mode */
   int rank, nranks;
   char *sendbuf, *recvbuf, *expected;
-  size_t sendbytes, recvbytes;
+  size_t recvbytes, bufbytes; /* bufbytes: the send and receive buffers */
   double bw_sum;
   int bw_count;
   int errors; /* results with at least one wrong element */
@@ -871,11 +871,37 @@ static void setup(perf_ctx_t *c) {
   /* counts of one-byte elements are byte counts; every type needs at most these */
   perf_counts_t max;
   c->coll->get_counts(c->o.maxbytes, c->nranks, &max);
-  c->sendbytes = max.sendcount;
   c->recvbytes = max.recvcount;
-  c->sendbuf = alloc_buffer(c, c->sendbytes);
-  c->recvbuf = alloc_buffer(c, c->recvbytes);
+  c->bufbytes = max.sendcount > max.recvcount ? max.sendcount : max.recvcount;
+  /* both as large as the larger side, as nccl-tests: in-place runs send from recvbuf */
+  c->sendbuf = alloc_buffer(c, c->bufbytes);
+  c->recvbuf = alloc_buffer(c, c->bufbytes);
   c->expected = alloc_buffer(c, c->recvbytes);
+  c->lat = calloc((size_t)c->o.iters, sizeof(double));
+  if (!c->lat)
+    die(c, "calloc of the latency samples", WEFT_ERR_NO_MEMORY);
+}
+
+/* Checks that need the communicator: the root, and rank 0 opening the -J file. Every
+ * rank reaches the same verdict, so all of them stop together. Returns -1 to go on, else
+ * the exit status. */
+static int check_setup(perf_ctx_t *c) {
+  if (c->coll->has_root && c->o.root >= c->nranks) {
+    if (c->rank == 0)
+      fprintf(stderr, "%s: root %d outside [0, %d) (-r)\n", c->prog, c->o.root, c->nranks);
+    return 2;
+  }
+  int32_t ok = 1;
+  if (c->rank == 0 && c->o.json_path) {
+    c->json = fopen(c->o.json_path, "a");
+    if (!c->json) {
+      fprintf(stderr, "%s: rank 0: cannot open -J file %s: %s\n", c->prog, c->o.json_path,
+              strerror(errno));
+      ok = 0;
+    }
+  }
+  PERF_CHECK(c, weft_broadcast(&ok, &ok, 1, WEFT_INT32, 0, c->comm, NULL));
+  return ok ? -1 : 2;
 }
 
 static void teardown(perf_ctx_t *c) {
@@ -883,9 +909,14 @@ static void teardown(perf_ctx_t *c) {
     PERF_CHECK(c, weft_stream_destroy(c->stream));
   PERF_CHECK(c, weft_comm_destroy(c->comm));
   c->comm = NULL;
-  munmap(c->sendbuf, c->sendbytes ? c->sendbytes : 1);
-  munmap(c->recvbuf, c->recvbytes ? c->recvbytes : 1);
+  munmap(c->sendbuf, c->bufbytes ? c->bufbytes : 1);
+  munmap(c->recvbuf, c->bufbytes ? c->bufbytes : 1);
   munmap(c->expected, c->recvbytes ? c->recvbytes : 1);
+  free(c->lat);
+  if (c->json && fclose(c->json) != 0)
+    fprintf(stderr, "%s: rank 0: writing -J file %s: %s\n", c->prog, c->o.json_path,
+            strerror(errno));
+  c->json = NULL;
 }
 
 int perf_main(int argc, char **argv, const perf_coll_t *coll) {
@@ -900,6 +931,11 @@ int perf_main(int argc, char **argv, const perf_coll_t *coll) {
     return rc;
 
   setup(&c);
+  rc = check_setup(&c);
+  if (rc >= 0) {
+    teardown(&c);
+    return rc;
+  }
   if (c.rank == 0)
     print_header(&c);
   print_devices(&c);

@@ -1,15 +1,20 @@
 #!/bin/sh
-# weftrun_perf.sh: end-to-end TAP test of weftrun and all_reduce_perf, run from the
-# build directory by `make check`: real processes, both transports, every datatype and
-# op, and weftrun's failure path (a rank's exit status becomes weftrun's).
+# weftrun_perf.sh: end-to-end TAP test of weftrun and the nccl-tests-style perf programs,
+# run from the build directory by `make check`: real processes, both transports, every
+# perf program with every datatype (and op, and root), the -J JSON rows, and weftrun's
+# failure path (a rank's exit status becomes weftrun's). Sizes are small: this checks
+# correctness, not speed, and the whole script takes well under a minute.
 # Every command runs under `timeout 120` so a hang fails the test instead of blocking.
+# Flag lists in variables ($env_args, $small) are split into words on purpose:
+# shellcheck disable=SC2086
 
 cd "${WEFT_TOP_BUILDDIR:-.}" || { echo "1..0 # SKIP no build dir"; exit 0; }
 
 n=0
 failed=0
 out=$(mktemp "${TMPDIR:-/tmp}/weftrun_perf.XXXXXX") || exit 1
-trap 'rm -f "$out"' EXIT
+json=$(mktemp "${TMPDIR:-/tmp}/weftrun_perf_json.XXXXXX") || exit 1
+trap 'rm -f "$out" "$json"' EXIT
 
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() {
@@ -19,7 +24,8 @@ not_ok() {
 }
 
 # check_perf NAME ENV-ASSIGNMENTS... -- WEFTRUN-ARGS...: exit 0, result rows whose
-# two #wrong columns are all 0, and the nccl-tests footer.
+# two #wrong columns are 0 (or N/A where nccl-tests does not check, as in-place
+# sendrecv) followed by p50 and p99, and the nccl-tests footer.
 check_perf() {
   name=$1; shift
   env_args=
@@ -29,7 +35,8 @@ check_perf() {
   env $env_args timeout 120 ./weftrun "$@" >"$out" 2>&1
   rc=$?
   rows=$(grep -c '^ *[0-9]' "$out")
-  bad=$(awk '/^ *[0-9]/ && ($9 != 0 || $13 != 0)' "$out" | wc -l)
+  bad=$(awk '/^ *[0-9]/ && (NF != 15 || ($9 != "0" && $9 != "N/A") ||
+                            ($13 != "0" && $13 != "N/A"))' "$out" | wc -l)
   if [ $rc -eq 0 ] && [ "$rows" -gt 0 ] && [ "$bad" -eq 0 ] &&
      grep -q '^# Avg bus bandwidth' "$out" && grep -q '^# Out of bounds values : 0 OK' "$out"; then
     ok "$name ($rows rows)"
@@ -39,7 +46,7 @@ check_perf() {
   fi
 }
 
-echo "1..6"
+echo "1..26"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -49,6 +56,57 @@ check_perf "all_reduce_perf on 3 ranks, every datatype and op" -- \
   -n 3 ./all_reduce_perf -b 1 -e 4K -f 8 -n 2 -w 1 -d all -o all
 check_perf "all_reduce_perf on 3 ranks, blocking calls, min time" -- \
   -n 3 ./all_reduce_perf -b 4 -e 64K -f 16 -n 2 -w 1 -z 1 -a 2 -d bfloat16 -o avg
+
+# Every other perf program on 2 ranks: every datatype, and every op and root they take.
+small="-b 1 -e 4K -f 8 -n 2 -w 1 -d all"
+for p in all_gather alltoall sendrecv; do
+  check_perf "${p}_perf on 2 ranks, every datatype" -- -n 2 ./${p}_perf $small
+done
+for p in broadcast gather scatter; do
+  check_perf "${p}_perf on 2 ranks, every datatype and root" -- -n 2 ./${p}_perf $small -r all
+done
+check_perf "reduce_scatter_perf on 2 ranks, every datatype and op" -- \
+  -n 2 ./reduce_scatter_perf $small -o all
+check_perf "reduce_perf on 2 ranks, every datatype, op and root" -- \
+  -n 2 ./reduce_perf -b 4 -e 4K -f 32 -n 2 -w 1 -d all -o all -r all
+# And on 4 ranks, every datatype.
+for p in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv gather scatter; do
+  check_perf "${p}_perf on 4 ranks, every datatype" -- \
+    -n 4 ./${p}_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d all -r all
+done
+check_perf "alltoall_perf on 3 ranks over socket" WEFT_TRANSPORT=socket -- \
+  -n 3 ./alltoall_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d int8
+check_perf "gather_perf on 3 ranks over socket, every root" WEFT_TRANSPORT=socket -- \
+  -n 3 ./gather_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d bfloat16 -r -1
+
+# -J: one JSON object per result row, each with the figures and the configuration.
+rm -f "$json"
+timeout 120 ./weftrun -n 2 ./broadcast_perf -b 8 -e 1K -f 4 -n 2 -w 1 -r all -J "$json" \
+  >"$out" 2>&1
+rc=$?
+rows=$(grep -c '^ *[0-9]' "$out")
+if ! command -v python3 >/dev/null 2>&1; then
+  ok "broadcast_perf -J rows parse as JSON # SKIP no python3"
+elif [ $rc -eq 0 ] && python3 - "$json" "$rows" >>"$out" 2>&1 <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert len(rows) == int(sys.argv[2]), "%d JSON rows, %s printed" % (len(rows), sys.argv[2])
+for r in rows:
+    for key in ("size", "count", "type", "redop", "root", "p50_us", "p99_us"):
+        assert key in r, key
+    for half in ("out_of_place", "in_place"):
+        assert r[half]["wrong"] == 0 and r[half]["time_us"] > 0, r
+    c = r["config"]
+    assert c["library"] == "weft" and c["collective"] == "broadcast", c
+    assert c["nranks"] == 2 and c["hosts"] == 1 and c["transport"] and c["algorithm"], c
+assert sorted(set(r["root"] for r in rows)) == [0, 1]
+PY
+then
+  ok "broadcast_perf -J rows parse as JSON"
+else
+  echo "# exit status $rc"
+  not_ok "broadcast_perf -J rows parse as JSON"
+fi
 
 timeout 120 ./weftrun -n 2 sh -c 'exit $((WEFT_RANK * 3))' >"$out" 2>&1
 rc=$?

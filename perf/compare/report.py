@@ -1,0 +1,313 @@
+#!/usr/bin/env python3
+"""report.py: turns the raw output of perf/compare/run.sh into compare.md and compare.png.
+
+Why a separate step: run.sh only runs programs; everything that reads numbers is here,
+so a report can be redrawn from raw/ without running the sweep again:
+
+    python3 perf/compare/report.py --raw compare/raw --out compare
+
+Inputs in raw/, one file per collective, library and round:
+  COLL.weft.rK.json   weft's perf tool `-J` rows (out_of_place figures), when it has -J;
+  COLL.weft.rK.txt    otherwise its nccl-tests table (out-of-place columns);
+  COLL.mpi.rK.jsonl, COLL.gloo.rK.jsonl   JSON lines of mpi_bench / gloo_bench;
+  skipped.txt         peers or collectives run.sh skipped, and why;
+  failed.txt          runs that exited non-zero (their rows up to the failure are kept).
+Per collective, library and size it takes the median over rounds of the time per call
+and of busbw; the weft/peer ratio is peer time / weft time (= weft busbw / peer busbw:
+same bytes), so above 1 means weft is faster. Any wrong element in any round is shown
+as WRONG and makes the exit status 1.
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+
+LIBS = [("weft", "weft"), ("mpi", "Open MPI"), ("gloo", "Gloo")]
+COLORS = {"weft": "#d62728", "mpi": "#1f77b4", "gloo": "#2ca02c"}
+RAW_NAME = re.compile(r"^(?P<coll>[a-z_]+)\.(?P<lib>weft|mpi|gloo)\.r(?P<round>\d+)\.(?P<ext>json|jsonl|txt)$")
+
+
+def human_size(n):
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return f"{n}"
+
+
+def row(size, time_us, busbw, wrong, p50=None, p99=None):
+    return {"size": int(size), "time_us": float(time_us), "busbw": float(busbw),
+            "wrong": wrong, "p50_us": p50, "p99_us": p99}
+
+
+def read_weft_json(path):
+    """weft's -J rows; None when the file has no usable row (older or other format)."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            try:
+                o = json.loads(line)
+                oop = o["out_of_place"]
+                rows.append(row(o["size"], oop["time_us"], oop.get("busbw_gbps", oop.get("busbw")),
+                                oop.get("wrong"), o.get("p50_us"), o.get("p99_us")))
+            except (ValueError, KeyError, TypeError):
+                return None
+    return rows or None
+
+
+def read_weft_table(path):
+    """The nccl-tests table: size count type redop root time algbw busbw #wrong ..."""
+    rows = []
+    with open(path) as f:
+        for line in f:
+            fields = line.split()
+            if not fields or line.lstrip().startswith("#") or not fields[0].isdigit():
+                continue
+            if len(fields) < 9:
+                continue
+            wrong = None if fields[8] == "N/A" else int(fields[8])
+            rows.append(row(fields[0], fields[5], fields[7], wrong))
+    return rows
+
+
+def read_jsonl(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                o = json.loads(line)
+                rows.append(row(o["size"], o["time_us"], o["busbw"], o.get("wrong"),
+                                o.get("p50_us"), o.get("p99_us")))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return rows
+
+
+def header_lines(path):
+    """The '# ...' banner of a run (versions, transport), first line only."""
+    txt = os.path.splitext(path)[0] + (".txt" if path.endswith(".json") else os.path.splitext(path)[1])
+    try:
+        with open(txt) as f:
+            for line in f:
+                if line.startswith("# ") and ("weft-library" in line or "_bench" in line):
+                    return line[2:].strip().split(": ", 1)[-1]  # without the program name
+    except OSError:
+        pass
+    return None
+
+
+def load(raw):
+    """{(coll, lib): {size: [row per round]}}, {lib: banner}"""
+    data, banners, seen = {}, {}, set()
+    names = sorted(os.listdir(raw))
+    for name in names:
+        m = RAW_NAME.match(name)
+        if not m:
+            continue
+        coll, lib, rnd, ext = m["coll"], m["lib"], m["round"], m["ext"]
+        path = os.path.join(raw, name)
+        if lib == "weft":
+            if (coll, rnd) in seen:
+                continue
+            rows = None
+            if os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.json")):
+                rows = read_weft_json(os.path.join(raw, f"{coll}.weft.r{rnd}.json"))
+            if rows is None and os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.txt")):
+                rows = read_weft_table(os.path.join(raw, f"{coll}.weft.r{rnd}.txt"))
+            seen.add((coll, rnd))
+            path = os.path.join(raw, f"{coll}.weft.r{rnd}.txt")
+        else:
+            rows = read_jsonl(path)
+        banners.setdefault(lib, header_lines(path))
+        per_size = data.setdefault((coll, lib), {})
+        for r in rows or []:
+            if r["size"] > 0:
+                per_size.setdefault(r["size"], []).append(r)
+    return data, banners
+
+
+def summarize(rounds):
+    """Median over rounds; wrong is the largest count seen (None: not checked)."""
+    wrongs = [r["wrong"] for r in rounds if r["wrong"] is not None]
+    p50 = [r["p50_us"] for r in rounds if r["p50_us"] is not None]
+    return {"time_us": statistics.median(r["time_us"] for r in rounds),
+            "busbw": statistics.median(r["busbw"] for r in rounds),
+            "p50_us": statistics.median(p50) if p50 else None,
+            "wrong": max(wrongs) if wrongs else None, "rounds": len(rounds)}
+
+
+def fmt_bw(s):
+    if s is None:
+        return "–"
+    if s["wrong"]:
+        return f"WRONG ({s['wrong']})"
+    return f"{s['busbw']:.2f}" if s["busbw"] >= 0.1 else f"{s['busbw']:.3f}"
+
+
+def fmt_us(s):
+    if s is None:
+        return "–"
+    t = s["time_us"]
+    return f"{t:.0f}" if t >= 1000 else f"{t:.1f}" if t >= 10 else f"{t:.2f}"
+
+
+def ratio(weft, peer):
+    if weft is None or peer is None or weft["time_us"] <= 0 or weft["wrong"] or peer["wrong"]:
+        return None
+    return peer["time_us"] / weft["time_us"]
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def coll_table(coll, med):
+    """Markdown lines for one collective; med: {lib: {size: summary}}."""
+    sizes = sorted(set().union(*[set(v) for v in med.values()]) if med else [])
+    out = [f"## {coll}", ""]
+    if not sizes:
+        return out + ["No results.", ""]
+    out.append("| size | busbw weft | busbw MPI | busbw Gloo | lat weft (us) | lat MPI (us) "
+               "| lat Gloo (us) | weft/MPI | weft/Gloo |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    ratios = {"mpi": [], "gloo": []}
+    for size in sizes:
+        s = {lib: med.get(lib, {}).get(size) for lib, _ in LIBS}
+        cells = [human_size(size)] + [fmt_bw(s[lib]) for lib, _ in LIBS]
+        cells += [fmt_us(s[lib]) for lib, _ in LIBS]
+        for peer in ("mpi", "gloo"):
+            r = ratio(s["weft"], s[peer])
+            cells.append(f"{r:.2f}x" if r else "–")
+            ratios[peer].append((size, r))
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    notes = []
+    for peer, label in (("mpi", "Open MPI"), ("gloo", "Gloo")):
+        small = geomean([r for sz, r in ratios[peer] if sz <= 4096])
+        large = geomean([r for sz, r in ratios[peer] if sz >= 1 << 20])
+        if small or large:
+            parts = []
+            if small:
+                parts.append(f"{small:.2f}x at <= 4K")
+            if large:
+                parts.append(f"{large:.2f}x at >= 1M")
+            notes.append(f"weft/{label} (geometric mean): " + ", ".join(parts))
+    return out + ([("- " + n) for n in notes] + [""] if notes else [])
+
+
+def plot(path, colls, med_all, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    n = len(colls)
+    ncols = min(3, n)
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
+    for i, coll in enumerate(colls):
+        ax = axes[i // ncols][i % ncols]
+        med = med_all.get(coll, {})
+        for lib, label in LIBS:
+            pts = sorted(med.get(lib, {}).items())
+            if not pts:
+                continue
+            xs = [sz for sz, _ in pts]
+            ax.plot(xs, [s["busbw"] for _, s in pts], marker="o", markersize=3, linewidth=1.5,
+                    color=COLORS[lib], label=label)
+            bad = [(sz, s["busbw"]) for sz, s in pts if s["wrong"]]
+            if bad:
+                ax.scatter([b[0] for b in bad], [b[1] for b in bad], marker="x", s=60,
+                           color="black", zorder=5, label=f"{label}: wrong result")
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_size(int(v)) if v >= 1 else ""))
+        ax.set_title(coll)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_ylim(bottom=0)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8, loc="upper left")
+        else:
+            ax.text(0.5, 0.5, "no results", ha="center", va="center", transform=ax.transAxes)
+    for j in range(n, nrows * ncols):
+        axes[j // ncols][j % ncols].axis("off")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--raw", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--np", default="?")
+    ap.add_argument("--transport", default="auto")
+    ap.add_argument("--colls", default="all_reduce all_gather reduce_scatter all_to_all broadcast")
+    ap.add_argument("--libs", default="weft mpi gloo")
+    ap.add_argument("--rounds", default="?")
+    ap.add_argument("--iters", default="?")
+    ap.add_argument("--no-plot", action="store_true")
+    a = ap.parse_args()
+
+    data, banners = load(a.raw)
+    colls = a.colls.split()
+    med_all = {coll: {lib: {sz: summarize(rs) for sz, rs in data.get((coll, lib), {}).items()}
+                      for lib, _ in LIBS if lib in a.libs.split()} for coll in colls}
+    transport = {"auto": "weft auto (shm), Open MPI default BTLs (vader shm), Gloo TCP",
+                 "socket": "weft socket, Open MPI --mca btl tcp,self, Gloo TCP"}.get(a.transport, a.transport)
+    title = (f"busbw, {a.np} ranks, float32 sum, {a.transport} transport, "
+             f"median of {a.rounds} round(s)")
+
+    md = ["# weft vs Open MPI vs Gloo", "",
+          f"- ranks: {a.np}; float32, sum; out-of-place; {a.iters} timed iterations per size; "
+          f"median of {a.rounds} alternating round(s)",
+          f"- transport: {transport}",
+          "- busbw in GB/s (nccl-tests factors: all_reduce 2(n-1)/n, all_gather, reduce_scatter, "
+          "all_to_all (n-1)/n, broadcast 1); latency = mean time per call in us",
+          "- weft/peer = peer time / weft time (above 1: weft is faster); WRONG = wrong elements "
+          "in the checked call"]
+    for lib, label in LIBS:
+        if banners.get(lib):
+            md.append(f"- {label}: `{banners[lib]}`")
+    for what in ("skipped", "failed"):
+        path = os.path.join(a.raw, f"{what}.txt")
+        if os.path.exists(path):
+            with open(path) as f:
+                md += [f"- {what}: {line.strip()}" for line in f if line.strip()]
+    md.append("")
+    for coll in colls:
+        md += coll_table(coll, med_all[coll])
+
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "compare.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(a.out, "compare.jsonl"), "w") as f:
+        for coll in colls:
+            for lib, per in med_all[coll].items():
+                for sz, s in sorted(per.items()):
+                    f.write(json.dumps({"coll": coll, "lib": lib, "size": sz, **s}) + "\n")
+    print(f"compare: wrote {os.path.join(a.out, 'compare.md')}")
+    if not a.no_plot:
+        plot(os.path.join(a.out, "compare.png"), colls, med_all, title)
+        print(f"compare: wrote {os.path.join(a.out, 'compare.png')}")
+
+    wrong = [(coll, lib, sz) for coll in colls for lib, per in med_all[coll].items()
+             for sz, s in per.items() if s["wrong"]]
+    for coll, lib, sz in wrong:
+        print(f"compare: {lib} {coll} returned wrong results at {human_size(sz)}", file=sys.stderr)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

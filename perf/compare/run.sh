@@ -1,0 +1,216 @@
+#!/bin/bash
+# run.sh: `make compare`: the same sweep through weft, Open MPI and Gloo, in one run.
+#
+# Why: a number for weft alone says little on a shared 2-core box; the same ranks, sizes,
+# dtype (float32, sum), iteration counts and result checks run through the peers right
+# after it, alternating (weft, MPI, Gloo, then again for each round), so that a noisy
+# minute hits every library alike. Medians over rounds go into compare.md (busbw and
+# latency per size, weft/peer ratios) and compare.png (busbw against size, one panel per
+# collective, one line per library), written by report.py.
+#
+# Run from a build dir (`make compare` does): weft's perf tools and weftrun are there.
+# Peers: perf/compare/mpi_bench.c (built with mpicc, run with mpirun) and
+# perf/compare/gloo_bench.cc (built with g++ -lgloo, started by weftrun, TCP on
+# loopback). A peer that is not installed is skipped with a message, never a failure;
+# perf/compare/install-peers.sh installs them (or WEFT_COMPARE_INSTALL=1 here).
+#
+# Environment (defaults in brackets):
+#   COMPARE_NP [2]            ranks
+#   COMPARE_MINBYTES [8], COMPARE_MAXBYTES [256M], COMPARE_FACTOR [2]
+#   COMPARE_ROUNDS [3]        alternating rounds; medians per size
+#   COMPARE_ITERS [20], COMPARE_WARMUP [5]
+#   COMPARE_COLLS             [all_reduce all_gather reduce_scatter all_to_all broadcast]
+#   COMPARE_LIBS              [weft mpi gloo]
+#   COMPARE_TRANSPORT [auto]  auto: weft picks (shm), Open MPI default BTLs (vader shm);
+#                             socket: WEFT_TRANSPORT=socket, mpirun --mca btl tcp,self.
+#                             Gloo is always TCP.
+#   COMPARE_QUICK=1           sizes up to 4M, 1 round, 10 iters, 2 warm-ups
+#   COMPARE_WEFT_FLAGS [-z 1] extra flags for weft's perf tools (-z 1: blocking calls,
+#                             as MPI and Gloo make them)
+#   COMPARE_TIMEOUT [1800]    seconds one library's sweep may take
+#   COMPARE_OUT [./compare]   where compare.md, compare.png and raw/ go
+#   COMPARE_GLOO_PREFIX [/usr] where Gloo's include/ and lib/ are
+#   WEFT_COMPARE_INSTALL=1    run install-peers.sh first
+# Exit status: 0, or 1 when weft failed to run or any library returned wrong results.
+# shellcheck disable=SC2317 # run_weft/run_mpi/run_gloo are called as "run_$lib"
+# make runs this with $(SHELL), which may be dash: go on in bash.
+if [ -z "${BASH_VERSION:-}" ]; then exec bash "$0" "$@"; fi
+set -u
+
+SRC=$(cd "$(dirname "$0")" && pwd)
+BUILD=$(pwd)
+log() { echo "compare: $*"; }
+
+if [ "${COMPARE_QUICK:-0}" = 1 ]; then
+  : "${COMPARE_MAXBYTES:=4M}" "${COMPARE_ROUNDS:=1}" "${COMPARE_ITERS:=10}" "${COMPARE_WARMUP:=2}"
+fi
+NP=${COMPARE_NP:-2}
+MINB=${COMPARE_MINBYTES:-8}
+MAXB=${COMPARE_MAXBYTES:-256M}
+FACTOR=${COMPARE_FACTOR:-2}
+ROUNDS=${COMPARE_ROUNDS:-3}
+ITERS=${COMPARE_ITERS:-20}
+WARMUP=${COMPARE_WARMUP:-5}
+COLLS=${COMPARE_COLLS:-all_reduce all_gather reduce_scatter all_to_all broadcast}
+LIBS=${COMPARE_LIBS:-weft mpi gloo}
+TRANSPORT=${COMPARE_TRANSPORT:-auto}
+WEFT_FLAGS=${COMPARE_WEFT_FLAGS:--z 1}
+TIMEOUT=${COMPARE_TIMEOUT:-1800}
+OUT=${COMPARE_OUT:-$BUILD/compare}
+GLOO_PREFIX=${COMPARE_GLOO_PREFIX:-/usr}
+RAW=$OUT/raw
+SWEEP=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
+
+# shellcheck disable=SC2054 # tcp,self is one mpirun argument
+case $TRANSPORT in
+  auto | shm) MPI_MCA=(); WEFT_T=auto ;;
+  socket | tcp) MPI_MCA=(--mca btl tcp,self --mca btl_tcp_if_include lo); WEFT_T=socket ;;
+  *) log "COMPARE_TRANSPORT=$TRANSPORT: expected auto or socket"; exit 2 ;;
+esac
+
+if [ ! -x "$BUILD/weftrun" ]; then
+  log "run me from a weft build dir (no ./weftrun in $BUILD); 'make compare' does"
+  exit 2
+fi
+[ "${WEFT_COMPARE_INSTALL:-0}" = 1 ] && bash "$SRC/install-peers.sh"
+
+rm -rf "$RAW"
+mkdir -p "$RAW" "$OUT/bin"
+: >"$RAW/skipped.txt"
+: >"$RAW/failed.txt"
+skip() { log "skipping $1: $2"; echo "$1: $2" >>"$RAW/skipped.txt"; }
+
+# ---- build the peers' harnesses (only when their sources are newer) ----
+
+have_lib() { case " $LIBS " in *" $1 "*) return 0 ;; esac; return 1; }
+
+build_mpi() {
+  if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+    skip "Open MPI" "mpicc not found (run perf/compare/install-peers.sh)"
+    return 1
+  fi
+  local bin=$OUT/bin/mpi_bench
+  [ "$bin" -nt "$SRC/mpi_bench.c" ] && [ "$bin" -nt "$SRC/bench_common.h" ] && return 0
+  mpicc -std=gnu11 -O2 -Wall -Wextra -Wno-unused-parameter -o "$bin" "$SRC/mpi_bench.c" \
+    2>"$RAW/mpi_build.log" && return 0
+  skip "Open MPI" "mpi_bench did not build (see $RAW/mpi_build.log)"
+  return 1
+}
+
+build_gloo() {
+  if [ ! -f "$GLOO_PREFIX/include/gloo/allreduce.h" ]; then
+    skip "Gloo" "$GLOO_PREFIX/include/gloo not found (run perf/compare/install-peers.sh)"
+    return 1
+  fi
+  if ! command -v g++ >/dev/null; then
+    skip "Gloo" "g++ not found (run perf/compare/install-peers.sh)"
+    return 1
+  fi
+  local bin=$OUT/bin/gloo_bench
+  [ "$bin" -nt "$SRC/gloo_bench.cc" ] && [ "$bin" -nt "$SRC/bench_common.h" ] && return 0
+  g++ -std=c++17 -O2 -Wall -Wextra -Wno-unused-parameter -I"$GLOO_PREFIX/include" \
+    -o "$bin" "$SRC/gloo_bench.cc" -L"$GLOO_PREFIX/lib" -lgloo -pthread \
+    2>"$RAW/gloo_build.log" && return 0
+  skip "Gloo" "gloo_bench did not build (see $RAW/gloo_build.log)"
+  return 1
+}
+
+ACTIVE=""
+for lib in $LIBS; do
+  case $lib in
+    weft) ACTIVE="$ACTIVE weft" ;;
+    mpi) build_mpi && ACTIVE="$ACTIVE mpi" ;;
+    gloo) build_gloo && ACTIVE="$ACTIVE gloo" ;;
+    *) log "unknown library '$lib' in COMPARE_LIBS (weft, mpi, gloo)"; exit 2 ;;
+  esac
+done
+
+# ---- weft's perf tools: which exist (placeholders exit 77 on -h) ----
+
+weft_tool() {
+  case $1 in
+    all_to_all) echo alltoall_perf ;;
+    *) echo "$1_perf" ;;
+  esac
+}
+
+WEFT_COLLS=""
+for coll in $COLLS; do
+  tool=$BUILD/$(weft_tool "$coll")
+  if have_lib weft && ! { [ -x "$tool" ] && "$tool" -h >/dev/null 2>&1; }; then
+    skip "weft $coll" "$(basename "$tool") is not built yet"
+  else
+    WEFT_COLLS="$WEFT_COLLS $coll"
+  fi
+done
+
+# ---- one sweep of one library; its output goes to raw/COLL.LIB.rROUND.* ----
+
+STATUS=0
+run_weft() {
+  local coll=$1 base=$2 tool
+  tool=$BUILD/$(weft_tool "$coll")
+  case " $WEFT_COLLS " in *" $coll "*) ;; *) return 0 ;; esac
+  local json=()
+  "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.json")
+  # shellcheck disable=SC2086 # WEFT_FLAGS is a list of flags
+  WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" "$tool" "${SWEEP[@]}" \
+    -d float -o sum -c 1 $WEFT_FLAGS "${json[@]}" >"$base.txt" 2>"$base.err"
+}
+
+run_mpi() {
+  timeout "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
+    "${MPI_MCA[@]}" "$OUT/bin/mpi_bench" "$1" "${SWEEP[@]}" -t "$TRANSPORT" \
+    >"$2.jsonl" 2>"$2.err"
+}
+
+run_gloo() {
+  local store rc
+  store=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare-gloo.XXXXXX")
+  COMPARE_GLOO_STORE=$store timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" \
+    "$OUT/bin/gloo_bench" "$1" "${SWEEP[@]}" -t tcp >"$2.jsonl" 2>"$2.err"
+  rc=$?
+  rm -rf "$store"
+  return "$rc"
+}
+
+log "$NP ranks, sizes $MINB..$MAXB x$FACTOR, $ROUNDS round(s) of $ITERS iters," \
+  "transport $TRANSPORT, libraries:$ACTIVE; output in $OUT"
+for round in $(seq 1 "$ROUNDS"); do
+  for coll in $COLLS; do
+    for lib in $ACTIVE; do
+      base=$RAW/$coll.$lib.r$round
+      t0=$SECONDS
+      "run_$lib" "$coll" "$base"
+      rc=$?
+      secs=$((SECONDS - t0))
+      if [ "$rc" = 0 ]; then
+        log "round $round/$ROUNDS $coll $lib: ok (${secs} s)"
+        continue
+      fi
+      [ "$rc" = 124 ] && what="timed out after $TIMEOUT s" || what="exit $rc"
+      log "round $round/$ROUNDS $coll $lib: FAILED ($what); last lines of $base.err:"
+      tail -n 5 "$base.err" 2>/dev/null | sed 's/^/    /'
+      echo "round $round $coll $lib: $what ($(tail -n 1 "$base.err" 2>/dev/null))" >>"$RAW/failed.txt"
+      if [ "$lib" = weft ]; then STATUS=1; fi
+    done
+  done
+done
+
+# ---- the report: a python with matplotlib draws the plot, any python3 the table ----
+
+PY=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import matplotlib' 2>/dev/null; then PY=$p; break; fi
+done
+PLOT=()
+if [ -z "$PY" ]; then
+  log "no plot: matplotlib not found (run perf/compare/install-peers.sh)"
+  PY=python3
+  PLOT=(--no-plot)
+fi
+"$PY" "$SRC/report.py" --raw "$RAW" --out "$OUT" --np "$NP" --transport "$TRANSPORT" \
+  --colls "$COLLS" --libs "$LIBS" --rounds "$ROUNDS" --iters "$ITERS" "${PLOT[@]}"
+rc=$?
+[ $rc = 0 ] || STATUS=1 # report.py exits 1 when some library returned wrong results
+exit $STATUS
