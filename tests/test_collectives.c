@@ -2,11 +2,15 @@
  * rank computes locally.
  *
  * One test per transport (shm, socket) and rank count (1, 2, 3, 4, 5, 7, 8; more ranks than
- * the 2 cores, so a waiting rank must yield), plus two runs with 4 KiB pipeline chunks. In
- * each, one communicator runs all_reduce, broadcast, reduce, all_gather, reduce_scatter
- * and all_to_all over every datatype, every op where one applies, counts 0, 1, 7, 4097 and
- * about 3 MiB, in place and out of place, and checks the received elements, the guard
- * bytes after every receive buffer, and that send buffers stay unchanged.
+ * the 2 cores, so a waiting rank must yield), plus four runs with 4 KiB pipeline chunks, where
+ * "larger than one chunk" is cheap even per ring block. In each, one communicator runs
+ * all_reduce, broadcast, reduce, all_gather, reduce_scatter and all_to_all over every
+ * datatype, every op where one applies, counts 0, 1, 2, 3, 5, 7, 4095, 4097 (2^12 -+ 1) and
+ * one above the pipeline chunk (1 MiB, or 256 KiB with 4 KiB chunks), in place and out of
+ * place, every root of broadcast and reduce (see sweep_reductions), and checks the received
+ * elements, the guard bytes before and after every buffer, that send buffers stay
+ * unchanged, and, after each count, that the results every rank must share (all_reduce,
+ * broadcast, all_gather) are bitwise identical on every rank (a hash chain all-gathered).
  *
  * Values are small integers chosen so that every result is exact in every datatype
  * (bf16 holds integers up to 256 exactly, int8 up to 127):
@@ -35,8 +39,6 @@
 #include "tests/harness.h"
 
 #define PERIOD 3960u   /* lcm(9, 8, 5, 11) */
-#define GUARD 64       /* bytes checked after every receive buffer */
-#define GUARD_BYTE 0xC3
 #define FILL_BYTE 0xEE /* receive buffers start as this: never a valid expected value */
 #define MAX_REPORTS 40 /* mismatch lines per rank before going quiet */
 
@@ -58,6 +60,7 @@ typedef struct {
   int fatal;                    /* a call failed: the communicator is no longer trusted */
   uint8_t pat_a[PERIOD * 8];    /* one period of send data */
   uint8_t pat_b[PERIOD * 8];    /* one period of the expected result */
+  uint64_t replicated;          /* chain of hashes of results every rank must hold bit for bit */
   double ms[C_NUM];             /* time spent per collective (rank 0 reports it) */
   long calls[C_NUM];
 } sweep;
@@ -168,13 +171,17 @@ static void verify(sweep *s, const char *desc, const char *what, const uint8_t *
   }
 }
 
-static void check_guard(sweep *s, const char *desc, const uint8_t *end) {
-  for (int i = 0; i < GUARD; i++)
-    if (end[i] != GUARD_BYTE) {
-      harness_fail(s->r, "%s: guard byte %d after the receive buffer overwritten (0x%02x)",
-                   desc, i, end[i]);
-      return;
-    }
+/* Checks the guard bytes before and after buf (bytes long), then frees it. */
+static void release(sweep *s, const char *desc, uint8_t *buf, size_t bytes) {
+  if (buf == NULL) return;
+  harness_guarded_check(s->r, buf, bytes, desc);
+  harness_guarded_free(buf);
+}
+
+/* Results every rank must hold identically (all_reduce, broadcast, all_gather) are chained
+ * into one hash, compared across ranks after each count. */
+static void replicate(sweep *s, const void *p, size_t bytes) {
+  s->replicated = harness_hash(p, bytes, harness_hash(&bytes, sizeof bytes, s->replicated));
 }
 
 static int call_ok(sweep *s, weft_status_t st, const char *desc) {
@@ -185,14 +192,8 @@ static int call_ok(sweep *s, weft_status_t st, const char *desc) {
   return 0;
 }
 
-/* A buffer of bytes plus GUARD guard bytes, filled with FILL_BYTE. */
-static uint8_t *alloc_buf(size_t bytes) {
-  uint8_t *b = malloc(bytes + GUARD);
-  if (!b) abort();
-  memset(b, FILL_BYTE, bytes);
-  memset(b + bytes, GUARD_BYTE, GUARD);
-  return b;
-}
+/* A buffer of bytes filled with FILL_BYTE, with guard bytes before and after it. */
+static uint8_t *alloc_buf(size_t bytes) { return harness_guarded_alloc(bytes, FILL_BYTE); }
 
 static void describe(char *desc, size_t len, int coll, weft_datatype_t dt, int op, size_t count,
                      int inplace, int root) {
@@ -220,11 +221,11 @@ static void do_all_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t 
   weft_status_t st = weft_all_reduce(inplace ? recv : send, recv, count, dt, op, r->comm, NULL);
   if (call_ok(s, st, desc) && recv) {
     verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, 0);
-    check_guard(s, desc, recv + bytes);
+    replicate(s, recv, bytes);
     if (send) verify(s, desc, "sendbuf (must stay unchanged)", send, count, dt, s->pat_a, 0);
   }
-  free(recv);
-  free(send);
+  release(s, desc, recv, bytes);
+  release(s, desc, send, bytes);
 }
 
 static void do_broadcast(sweep *s, weft_datatype_t dt, size_t count, int inplace, int root) {
@@ -239,12 +240,12 @@ static void do_broadcast(sweep *s, weft_datatype_t dt, size_t count, int inplace
   weft_status_t st = weft_broadcast(inplace ? recv : send, recv, count, dt, root, r->comm, NULL);
   if (call_ok(s, st, desc) && recv) {
     verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, 0);
-    check_guard(s, desc, recv + bytes);
+    replicate(s, recv, bytes);
     if (send && r->rank == root)
       verify(s, desc, "root's sendbuf (must stay unchanged)", send, count, dt, s->pat_b, 0);
   }
-  free(recv);
-  free(send);
+  release(s, desc, recv, bytes);
+  release(s, desc, send, bytes);
 }
 
 /* Non-roots pass recvbuf NULL out of place and sendbuf == recvbuf in place (then their
@@ -264,12 +265,11 @@ static void do_reduce(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t coun
   weft_status_t st = weft_reduce(send, recv, count, dt, op, root, r->comm, NULL);
   if (call_ok(s, st, desc) && send) {
     if (me_root) verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, 0);
-    if (me_root) check_guard(s, desc, recv + bytes);
     if (!me_root || !inplace)
       verify(s, desc, "sendbuf (must stay unchanged)", send, count, dt, s->pat_a, 0);
   }
-  if (recv != send) free(recv);
-  free(send);
+  if (recv != send) release(s, desc, recv, bytes);
+  release(s, desc, send, bytes);
 }
 
 static void do_all_gather(sweep *s, weft_datatype_t dt, size_t count, int inplace) {
@@ -291,12 +291,12 @@ static void do_all_gather(sweep *s, weft_datatype_t dt, size_t count, int inplac
       pattern_move(s->pat_b, dt, p, 0);
       verify(s, desc, what, recv + bytes * (size_t)p, count, dt, s->pat_b, 0);
     }
-    check_guard(s, desc, recv + bytes * (size_t)n);
+    replicate(s, recv, bytes * (size_t)n);
     if (!inplace && send)
       verify(s, desc, "sendbuf (must stay unchanged)", send, count, dt, s->pat_a, 0);
   }
-  if (!inplace) free(send);
-  free(recv);
+  if (!inplace) release(s, desc, send, bytes);
+  release(s, desc, recv, bytes * (size_t)n);
 }
 
 static void do_reduce_scatter(sweep *s, weft_datatype_t dt, weft_redop_t op, size_t count,
@@ -314,12 +314,11 @@ static void do_reduce_scatter(sweep *s, weft_datatype_t dt, weft_redop_t op, siz
   weft_status_t st = weft_reduce_scatter(send, recv, count, dt, op, r->comm, NULL);
   if (call_ok(s, st, desc) && send) {
     verify(s, desc, "recvbuf", recv, count, dt, s->pat_b, count * (size_t)r->rank);
-    check_guard(s, desc, inplace ? send + all * esz : recv + bytes);
     if (!inplace)
       verify(s, desc, "sendbuf (must stay unchanged)", send, all, dt, s->pat_a, 0);
   }
-  if (!inplace) free(recv);
-  free(send);
+  if (!inplace) release(s, desc, recv, bytes);
+  release(s, desc, send, all * esz);
 }
 
 static void do_all_to_all(sweep *s, weft_datatype_t dt, size_t count, int inplace) {
@@ -342,15 +341,14 @@ static void do_all_to_all(sweep *s, weft_datatype_t dt, size_t count, int inplac
       pattern_move(s->pat_b, dt, p, r->rank);
       verify(s, desc, what, recv + bytes * (size_t)p, count, dt, s->pat_b, 0);
     }
-    check_guard(s, desc, recv + all);
     for (int p = 0; p < n && !inplace && send; p++) {
       pattern_move(s->pat_a, dt, r->rank, p);
       verify(s, desc, "sendbuf (must stay unchanged)", send + bytes * (size_t)p, count, dt,
              s->pat_a, 0);
     }
   }
-  if (!inplace) free(send);
-  free(recv);
+  if (!inplace) release(s, desc, send, all);
+  release(s, desc, recv, all);
 }
 
 /* ---- the sweep ------------------------------------------------------------------------- */
@@ -366,9 +364,9 @@ static void do_all_to_all(sweep *s, weft_datatype_t dt, size_t count, int inplac
 
 /* Reduce covers every root: rotating with the combination for every dtype and op, and
  * all roots for float32 and int8 sums. The large count runs every dtype with sum and
- * float32 with every op: measured on the 2-core test machine, the small counts alone take
- * ~12 s of the ~19 s of 8 ranks over sockets, and the full large-count product would add
- * about 3 times the ~7 s the large counts take now; the whole program takes ~2.5 min. */
+ * float32 with every op; counts 2, 3, 5 and 4095 alternate in-place by type (sweep_body).
+ * Measured on the 2-core test machine: the whole program takes ~50 s, of which ~9 s for
+ * 8 ranks over shm; the full product at every count took ~110 s. */
 static void sweep_reductions(sweep *s, weft_datatype_t dt, size_t count, size_t block, int big,
                              int inplace, int ci) {
   int n = s->r->nranks;
@@ -401,18 +399,26 @@ static int sweep_body(harness_rank *r) {
   if (!s) abort();
   s->r = r;
   double t0 = harness_now_ms();
-  static const size_t small[] = {0, 1, 7, 4097};
-  for (int ci = 0; ci < 5 && !s->fatal; ci++) {
+  /* The counts: 0, 1, 2, 3, 5, 7, 2^k - 1, 2^k + 1, then one above a chunk. */
+  static const size_t small[] = {0, 1, 2, 3, 5, 7, 4095, 4097};
+  enum { NSMALL = sizeof small / sizeof small[0] };
+  for (int ci = 0; ci <= NSMALL && !s->fatal; ci++) {
     for (int dt = 0; dt < WEFT_NUM_DATATYPES && !s->fatal; dt++) {
-      int big = ci == 4;
+      int big = ci == NSMALL;
       size_t count = big ? prm->big_bytes / harness_esize(dt) + 3 : small[ci];
       /* Per-rank blocks of all_gather, reduce_scatter and all_to_all: the large one is
        * split so the whole buffer stays about big_bytes. */
       size_t esz = harness_esize(dt);
       size_t block = big ? prm->big_bytes / esz / (size_t)r->nranks + 3 : count;
+      /* Counts 0, 1, 7 and the large one run in place and out of place for every type;
+       * 2, 3, 5 and 4095 alternate between the two by type, to keep the time down. */
+      int both = count == 0 || count == 1 || count == 7 || big;
       for (int inplace = 0; inplace < 2 && !s->fatal; inplace++)
-        sweep_one(s, dt, count, block, big, inplace, ci);
+        if (both || inplace == (dt + ci) % 2) sweep_one(s, dt, count, block, big, inplace, ci);
     }
+    char what[64];
+    snprintf(what, sizeof what, "count class %d: all_reduce, broadcast, all_gather", ci);
+    if (!s->fatal && !harness_same_on_all_ranks(r, s->replicated, what)) s->fatal = 1;
   }
   if (s->fatal && r->comm) {
     weft_comm_abort(r->comm); /* the others then fail fast instead of waiting for us */
@@ -440,10 +446,10 @@ static void run_sweep(void **state) {
   harness_run(&o, sweep_body, (void *)prm);
 }
 
-#define MIB3 ((size_t)3 << 20)
+#define MIB1 ((size_t)1 << 20)
 #define SWEEP(n, tr)                                                                   \
   {"all_collectives_match_reference_on_" #n "_ranks_over_" #tr, run_sweep, NULL, NULL, \
-   &(sweep_params){n, #tr, 0, MIB3}}
+   &(sweep_params){n, #tr, 0, MIB1}}
 #define SWEEP_CHUNKED(n, tr)                                                           \
   {"all_collectives_match_reference_with_4096_byte_chunks_on_" #n "_ranks_over_" #tr,  \
    run_sweep, NULL, NULL, &(sweep_params){n, #tr, 4096, (size_t)256 << 10}}
@@ -454,7 +460,8 @@ int main(void) {
       SWEEP(7, shm), SWEEP(8, shm),
       SWEEP(1, socket), SWEEP(2, socket), SWEEP(3, socket), SWEEP(4, socket),
       SWEEP(5, socket), SWEEP(7, socket), SWEEP(8, socket),
-      SWEEP_CHUNKED(3, shm), SWEEP_CHUNKED(4, socket),
+      SWEEP_CHUNKED(3, shm), SWEEP_CHUNKED(4, socket), SWEEP_CHUNKED(8, shm),
+      SWEEP_CHUNKED(5, socket),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,6 +19,18 @@
 
 static const size_t counts[] = {0, 1, 7, 33, 4097};
 
+/* Per-level tests get their level's kernels as state (NULL: the CPU lacks the level and
+ * the test was named "... # SKIP ..."). */
+static const struct weft__kernels *level_kernels(void **state) {
+  return *state ? weft__kernels_at(*(const weft__simd_t *)*state) : NULL;
+}
+
+/* weft__reduce on the given level. */
+static void kreduce(const struct weft__kernels *k, void *dst, const void *a, const void *b,
+                    size_t n, weft_datatype_t dt, weft_redop_t op) {
+  if (n) k->reduce[dt][op](dst, a, b, n);
+}
+
 static uint32_t f32_bits(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
@@ -131,7 +143,8 @@ static void ref_elem(void *out, const void *a, const void *b, weft_datatype_t dt
 }
 
 /* mode 0: dst separate; 1: dst == a; 2: dst == b. */
-static void check_one(weft_datatype_t dt, weft_redop_t op, size_t n, int mode) {
+static void check_one(const struct weft__kernels *k, weft_datatype_t dt, weft_redop_t op,
+                      size_t n, int mode) {
   size_t size = weft__dtype_size(dt), bytes = n * size + 1;
   char *a = malloc(bytes), *b = malloc(bytes), *d = malloc(bytes), *ref = malloc(bytes);
   assert_non_null(a); assert_non_null(b); assert_non_null(d); assert_non_null(ref);
@@ -142,11 +155,12 @@ static void check_one(weft_datatype_t dt, weft_redop_t op, size_t n, int mode) {
   memset(d, 0x5a, bytes);
   char *dst = mode == 0 ? d : (mode == 1 ? a : b);
   dst[n * size] = 0x5a; /* guard byte: nothing past count may be written */
-  weft__reduce(dst, a, b, n, dt, op);
+  kreduce(k, dst, a, b, n, dt, op);
   for (size_t i = 0; i < n * size; i++) {
     if (dst[i] != ref[i])
-      fail_msg("%s %s count %zu mode %d: byte %zu (element %zu) is 0x%02x, expected 0x%02x",
-               weft__dtype_name(dt), weft__op_name(op), n, mode, i, i / size,
+      fail_msg("%s: %s %s count %zu mode %d: byte %zu (element %zu) is 0x%02x, expected "
+               "0x%02x", weft__simd_name(k->level), weft__dtype_name(dt), weft__op_name(op),
+               n, mode, i, i / size,
                (unsigned char)dst[i], (unsigned char)ref[i]);
   }
   assert_int_equal(dst[n * size], 0x5a);
@@ -154,66 +168,74 @@ static void check_one(weft_datatype_t dt, weft_redop_t op, size_t n, int mode) {
 }
 
 static void every_dtype_and_op_matches_scalar_reference(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
   for (int dt = 0; dt < WEFT_NUM_DATATYPES; dt++)
     for (int op = 0; op < WEFT_NUM_OPS; op++)
       for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
-        for (int mode = 0; mode < 3; mode++) check_one(dt, op, counts[c], mode);
+        for (int mode = 0; mode < 3; mode++) check_one(k, dt, op, counts[c], mode);
 }
 
 static void integer_sum_and_prod_wrap_around(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
   int8_t i8a[2] = {127, -128}, i8b[2] = {1, -1};
-  weft__reduce(i8a, i8a, i8b, 2, WEFT_INT8, WEFT_SUM);
+  kreduce(k, i8a, i8a, i8b, 2, WEFT_INT8, WEFT_SUM);
   assert_int_equal(i8a[0], -128);
   assert_int_equal(i8a[1], 127);
   int8_t p8a[1] = {-128}, p8b[1] = {-1};
-  weft__reduce(p8a, p8a, p8b, 1, WEFT_INT8, WEFT_PROD);
+  kreduce(k, p8a, p8a, p8b, 1, WEFT_INT8, WEFT_PROD);
   assert_int_equal(p8a[0], -128);
   uint8_t u8a[2] = {200, 255}, u8b[2] = {2, 255}, u8d[2];
-  weft__reduce(u8d, u8a, u8b, 2, WEFT_UINT8, WEFT_PROD);
+  kreduce(k, u8d, u8a, u8b, 2, WEFT_UINT8, WEFT_PROD);
   assert_int_equal(u8d[0], 144); /* 400 mod 256 */
   assert_int_equal(u8d[1], 1);   /* 65025 mod 256 */
   int32_t i32a[1] = {INT32_MAX}, i32b[1] = {1};
-  weft__reduce(i32a, i32a, i32b, 1, WEFT_INT32, WEFT_SUM);
+  kreduce(k, i32a, i32a, i32b, 1, WEFT_INT32, WEFT_SUM);
   assert_int_equal(i32a[0], INT32_MIN);
   int64_t i64a[1] = {INT64_MAX}, i64b[1] = {2};
-  weft__reduce(i64a, i64a, i64b, 1, WEFT_INT64, WEFT_PROD);
+  kreduce(k, i64a, i64a, i64b, 1, WEFT_INT64, WEFT_PROD);
   assert_true(i64a[0] == -2);
   uint64_t u64a[1] = {UINT64_MAX}, u64b[1] = {1};
-  weft__reduce(u64a, u64a, u64b, 1, WEFT_UINT64, WEFT_AVG);
+  kreduce(k, u64a, u64a, u64b, 1, WEFT_UINT64, WEFT_AVG);
   assert_true(u64a[0] == 0);
 }
 
 static void signed_and_unsigned_min_max_differ(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
   int8_t a[1] = {-1}, b[1] = {1}, d[1];
-  weft__reduce(d, a, b, 1, WEFT_INT8, WEFT_MAX);
+  kreduce(k, d, a, b, 1, WEFT_INT8, WEFT_MAX);
   assert_int_equal(d[0], 1);
-  weft__reduce(d, a, b, 1, WEFT_UINT8, WEFT_MAX); /* 0xff as uint8 is 255 */
+  kreduce(k, d, a, b, 1, WEFT_UINT8, WEFT_MAX); /* 0xff as uint8 is 255 */
   assert_int_equal(d[0], -1);
   int64_t x[1] = {INT64_MIN}, y[1] = {0}, z[1];
-  weft__reduce(z, x, y, 1, WEFT_INT64, WEFT_MIN);
+  kreduce(k, z, x, y, 1, WEFT_INT64, WEFT_MIN);
   assert_true(z[0] == INT64_MIN);
-  weft__reduce(z, x, y, 1, WEFT_UINT64, WEFT_MIN);
+  kreduce(k, z, x, y, 1, WEFT_UINT64, WEFT_MIN);
   assert_true(z[0] == 0);
 }
 
 /* The documented behaviour: a NaN in b is returned, a NaN in a is dropped; of +0 and -0
  * (equal), b is returned. */
 static void float_max_min_nan_follows_second_operand(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
   float nan = f32_from_bits(0x7fc00000u), one = 1.0f;
   float a[2] = {nan, one}, b[2] = {one, nan}, d[2];
-  weft__reduce(d, a, b, 2, WEFT_FLOAT32, WEFT_MAX);
+  kreduce(k, d, a, b, 2, WEFT_FLOAT32, WEFT_MAX);
   assert_true(d[0] == 1.0f);
   assert_true(isnan(d[1]));
-  weft__reduce(d, a, b, 2, WEFT_FLOAT32, WEFT_MIN);
+  kreduce(k, d, a, b, 2, WEFT_FLOAT32, WEFT_MIN);
   assert_true(d[0] == 1.0f);
   assert_true(isnan(d[1]));
   float pz[1] = {0.0f}, nz[1] = {-0.0f}, z[1];
-  weft__reduce(z, pz, nz, 1, WEFT_FLOAT32, WEFT_MAX); /* equal: b is returned */
+  kreduce(k, z, pz, nz, 1, WEFT_FLOAT32, WEFT_MAX); /* equal: b is returned */
   assert_true(signbit(z[0]));
-  weft__reduce(z, nz, pz, 1, WEFT_FLOAT32, WEFT_MIN);
+  kreduce(k, z, nz, pz, 1, WEFT_FLOAT32, WEFT_MIN);
   assert_false(signbit(z[0]));
   uint16_t h[2] = {0x7e00, 0x3c00}, g[2] = {0x3c00, 0x7e00}, o[2];
-  weft__reduce(o, h, g, 2, WEFT_FLOAT16, WEFT_MAX);
+  kreduce(k, o, h, g, 2, WEFT_FLOAT16, WEFT_MAX);
   assert_int_equal(o[0], 0x3c00);
   assert_true(isnan(weft__half_to_float(o[1])));
 }
@@ -241,13 +263,17 @@ static void half_widens_all_65536_patterns_exactly(void **state) {
   }
 }
 
+/* The level's array conversions against the scalar (generic) ones and the IEEE rules. */
 static void half_round_trips_all_65536_patterns(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
   uint16_t in[65536], back[65536];
   float wide[65536];
   for (uint32_t h = 0; h < 65536; h++) in[h] = (uint16_t)h;
-  weft__half_to_float_n(wide, in, 65536);
-  weft__float_to_half_n(back, wide, 65536);
+  k->half_to_float_n(wide, in, 65536);
+  k->float_to_half_n(back, wide, 65536);
   for (uint32_t h = 0; h < 65536; h++) {
+    assert_int_equal(f32_bits(wide[h]), f32_bits(weft__half_to_float(in[h])));
     assert_int_equal(weft__float_to_half(weft__half_to_float(in[h])), back[h]);
     int nan = (h & 0x7c00) == 0x7c00 && (h & 0x3ff);
     if (!nan) {
@@ -260,11 +286,13 @@ static void half_round_trips_all_65536_patterns(void **state) {
 }
 
 static void bf16_round_trips_all_65536_patterns(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
   uint16_t in[65536], back[65536];
   float wide[65536];
   for (uint32_t b = 0; b < 65536; b++) in[b] = (uint16_t)b;
-  weft__bf16_to_float_n(wide, in, 65536);
-  weft__float_to_bf16_n(back, wide, 65536);
+  k->bf16_to_float_n(wide, in, 65536);
+  k->float_to_bf16_n(back, wide, 65536);
   for (uint32_t b = 0; b < 65536; b++) {
     int nan = (b & 0x7f80) == 0x7f80 && (b & 0x7f);
     uint32_t want_wide = nan ? (b | 0x40) << 16 : b << 16;
@@ -397,17 +425,200 @@ static void avg_finalize_divides_floats_in_their_precision(void **state) {
 /* A long fp16 avg across several blocks: sum then finalize equals the element-wise
  * reference (covers the block loops of the finalize step). */
 static void avg_reduce_then_finalize_matches_reference(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
   enum { n = 1000 };
   uint16_t a[n], b[n], d[n];
   fill_random(a, n, WEFT_FLOAT16);
   fill_random(b, n, WEFT_FLOAT16);
-  weft__reduce(d, a, b, n, WEFT_FLOAT16, WEFT_AVG);
+  kreduce(k, d, a, b, n, WEFT_FLOAT16, WEFT_AVG);
   weft__avg_finalize(d, n, WEFT_FLOAT16, 2);
   for (int i = 0; i < n; i++) {
     float s = weft__half_to_float(weft__float_to_half(weft__half_to_float(a[i]) +
                                                       weft__half_to_float(b[i])));
     assert_int_equal(d[i], weft__float_to_half(s / 2.0f));
   }
+}
+
+/* ---- Levels against the generic level --------------------------------------------- */
+
+/* Float bit patterns that stress the kernels: signed zeros, subnormals, the largest
+ * finite values, infinities, quiet and signalling NaNs with payloads, fp16/bf16 rounding
+ * ties; the rest random bits (so also NaN and Inf now and then). */
+static uint32_t hostile_f32(uint64_t r) {
+  static const uint32_t special[] = {
+      0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00800000u, 0x00018000u,
+      0x00008000u, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+      0xffc00001u, 0x7f800001u, 0xff812345u, 0x7fffffffu, 0x3f808000u, 0x3f818000u,
+      0x33000000u, 0x33800000u, 0x387fc000u, 0x38800000u, 0x477ff000u, 0x477fe000u,
+      0x47800000u, 0x3f801000u, 0x3f803000u, 0xb3400000u};
+  size_t ns = sizeof special / sizeof special[0];
+  if (r % 3 == 0) return special[(r >> 8) % ns];
+  return (uint32_t)(r >> 16);
+}
+
+/* Every element of the 16-bit types and of fp32 is drawn from the hostile patterns; fp64
+ * and the integer types get random bits. */
+static void fill_hostile(void *buf, size_t n, weft_datatype_t dt) {
+  size_t size = weft__dtype_size(dt);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t r = rng_next();
+    char *p = (char *)buf + i * size;
+    uint32_t f = hostile_f32(r);
+    if (dt == WEFT_FLOAT16 || dt == WEFT_BFLOAT16) {
+      uint16_t h = (uint16_t)(r % 5 == 0 ? f >> 16 : r >> 24); /* any 16-bit pattern */
+      if (r % 7 == 0) h = (uint16_t)(dt == WEFT_FLOAT16 ? 0x7c00u : 0x7f80u) | (uint16_t)(r >> 60);
+      memcpy(p, &h, 2);
+    } else if (dt == WEFT_FLOAT32) {
+      memcpy(p, &f, 4);
+    } else {
+      memcpy(p, &r, size);
+    }
+  }
+}
+
+static int is_nan_elem(const void *p, weft_datatype_t dt) {
+  uint16_t h;
+  uint32_t u;
+  uint64_t q;
+  switch (dt) {
+    case WEFT_FLOAT16: memcpy(&h, p, 2); return (h & 0x7fff) > 0x7c00;
+    case WEFT_BFLOAT16: memcpy(&h, p, 2); return (h & 0x7fff) > 0x7f80;
+    case WEFT_FLOAT32: memcpy(&u, p, 4); return (u & 0x7fffffffu) > 0x7f800000u;
+    case WEFT_FLOAT64:
+      memcpy(&q, p, 8);
+      return (q & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+    default: return 0;
+  }
+}
+
+/* Bit-identical, except one documented freedom: when sum or prod meets a NaN in both
+ * operands, which payload comes out is up to the compiler (x86 returns the first source
+ * operand's NaN, and GCC may swap the operands of a commutative add or multiply), so two
+ * NaNs count as equal there. max and min return an operand and must match exactly. */
+static int same_result(const void *got, const void *want, const void *x, const void *y,
+                       weft_datatype_t dt, weft_redop_t op) {
+  size_t size = weft__dtype_size(dt);
+  if (memcmp(got, want, size) == 0) return 1;
+  return op != WEFT_MAX && op != WEFT_MIN && is_nan_elem(x, dt) && is_nan_elem(y, dt) &&
+         is_nan_elem(got, dt) && is_nan_elem(want, dt);
+}
+
+/* Every dtype and op, counts around the vector widths (1..130, 4097), in and out of place,
+ * against the generic level on the same inputs. */
+static void level_matches_generic_bit_for_bit(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
+  const struct weft__kernels *g = weft__kernels_at(WEFT__SIMD_GENERIC);
+  enum { max_n = 4097 };
+  char *a = malloc(max_n * 8), *b = malloc(max_n * 8), *ga = malloc(max_n * 8);
+  char *gb = malloc(max_n * 8), *gd = malloc(max_n * 8), *d = malloc(max_n * 8);
+  assert_non_null(a); assert_non_null(b); assert_non_null(ga); assert_non_null(gb);
+  assert_non_null(gd); assert_non_null(d);
+  for (int dt = 0; dt < WEFT_NUM_DATATYPES; dt++) {
+    size_t size = weft__dtype_size(dt);
+    for (int op = 0; op < WEFT_NUM_OPS; op++) {
+      for (size_t n = 1; n <= max_n; n = n < 130 ? n + 1 : max_n + (n == max_n)) {
+        fill_hostile(a, n, dt);
+        fill_hostile(b, n, dt);
+        g->reduce[dt][op](gd, a, b, n);
+        k->reduce[dt][op](d, a, b, n);
+        memcpy(ga, a, n * size);
+        k->reduce[dt][op](ga, ga, b, n); /* in place on a */
+        memcpy(gb, b, n * size);
+        k->reduce[dt][op](gb, a, gb, n); /* in place on b */
+        for (size_t i = 0; i < n; i++) {
+          size_t at = i * size;
+          const char *x = a + at, *y = b + at;
+          if (!same_result(d + at, gd + at, x, y, dt, op) ||
+              !same_result(ga + at, gd + at, x, y, dt, op) ||
+              !same_result(gb + at, gd + at, x, y, dt, op))
+            fail_msg("%s: %s %s count %zu element %zu differs from generic",
+                     weft__simd_name(k->level), weft__dtype_name(dt), weft__op_name(op), n, i);
+        }
+      }
+    }
+  }
+  free(a); free(b); free(ga); free(gb); free(gd); free(d);
+}
+
+/* Narrowing inputs: for every non-negative 16-bit pattern its value, the midpoints to its
+ * neighbours and one fp32 ulp either side of them, negated too; then hostile and random
+ * fp32 patterns. */
+static size_t narrowing_inputs(float *out, float (*widen)(uint16_t), uint16_t inf) {
+  size_t m = 0;
+  for (uint32_t lo = 0; lo < inf; lo++) {
+    float vlo = widen((uint16_t)lo), vhi = widen((uint16_t)(lo + 1));
+    float mid = (float)(((double)vlo + (double)vhi) / 2);
+    float v[4] = {vlo, mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY)};
+    for (int j = 0; j < 4; j++) {
+      out[m++] = v[j];
+      out[m++] = -v[j];
+    }
+  }
+  for (int i = 0; i < 1 << 19; i++) out[m++] = f32_from_bits(hostile_f32(rng_next()));
+  return m;
+}
+
+static void check_conversions(const struct weft__kernels *k, const struct weft__kernels *g,
+                              float (*widen)(uint16_t), uint16_t inf, int half) {
+  size_t cap = (size_t)inf * 8 + (1u << 19);
+  float *in = malloc(cap * 4), *kw = malloc(65536 * 4), *gw = malloc(65536 * 4);
+  uint16_t *kn = malloc(cap * 2), *gn = malloc(cap * 2), pat[65536];
+  assert_non_null(in); assert_non_null(kw); assert_non_null(gw);
+  assert_non_null(kn); assert_non_null(gn);
+  for (uint32_t h = 0; h < 65536; h++) pat[h] = (uint16_t)h;
+  (half ? k->half_to_float_n : k->bf16_to_float_n)(kw, pat, 65536);
+  (half ? g->half_to_float_n : g->bf16_to_float_n)(gw, pat, 65536);
+  for (uint32_t h = 0; h < 65536; h++)
+    if (f32_bits(kw[h]) != f32_bits(gw[h]))
+      fail_msg("%s: %s 0x%04x widens to 0x%08x, generic 0x%08x", weft__simd_name(k->level),
+               half ? "half" : "bf16", h, f32_bits(kw[h]), f32_bits(gw[h]));
+  size_t m = narrowing_inputs(in, widen, inf);
+  /* odd offsets and lengths: the tails run too */
+  for (size_t off = 0; off < 3; off++) {
+    (half ? k->float_to_half_n : k->float_to_bf16_n)(kn, in + off, m - 2 * off);
+    (half ? g->float_to_half_n : g->float_to_bf16_n)(gn, in + off, m - 2 * off);
+    for (size_t i = 0; i < m - 2 * off; i++)
+      if (kn[i] != gn[i])
+        fail_msg("%s: fp32 0x%08x narrows to %s 0x%04x, generic 0x%04x",
+                 weft__simd_name(k->level), f32_bits(in[off + i]), half ? "half" : "bf16",
+                 kn[i], gn[i]);
+  }
+  free(in); free(kw); free(gw); free(kn); free(gn);
+}
+
+static void level_conversions_match_generic_for_every_pattern(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
+  const struct weft__kernels *g = weft__kernels_at(WEFT__SIMD_GENERIC);
+  check_conversions(k, g, weft__half_to_float, 0x7c00, 1);
+  check_conversions(k, g, weft__bf16_to_float, 0x7f80, 0);
+}
+
+/* WEFT_SIMD's parsing; the level in use is the one it asks for (make check runs with it
+ * unset: the best level of this CPU). */
+static void simd_level_follows_request_and_cpu(void **state) {
+  int unknown;
+  weft__simd_t best = weft__simd_choose(NULL, &unknown);
+  assert_int_equal(unknown, 0);
+  assert_true(weft__simd_supported(best));
+  assert_true(best == WEFT__SIMD_NUM_LEVELS - 1 || !weft__simd_supported(best + 1));
+  assert_int_equal(weft__simd_choose("", NULL), best);
+  assert_int_equal(weft__simd_choose("generic", NULL), WEFT__SIMD_GENERIC);
+  assert_int_equal(weft__simd_choose("AVX2", NULL),
+                   weft__simd_supported(WEFT__SIMD_AVX2) ? WEFT__SIMD_AVX2 : WEFT__SIMD_GENERIC);
+  assert_true(weft__simd_choose("avx512", NULL) <= WEFT__SIMD_AVX512);
+  assert_int_equal(weft__simd_choose("sse9", &unknown), best);
+  assert_int_equal(unknown, 1);
+  assert_int_equal(weft__kernels()->level, weft__simd_choose(getenv("WEFT_SIMD"), NULL));
+  assert_non_null(weft__kernels_at(WEFT__SIMD_GENERIC));
+  assert_null(weft__kernels_at(WEFT__SIMD_NUM_LEVELS));
+  assert_string_equal(weft__simd_name(WEFT__SIMD_AVX512), "avx512");
+  /* weft__reduce runs the level in use */
+  float x[3] = {1, 2, 3}, y[3] = {4, 5, 6};
+  weft__reduce(x, x, y, 3, WEFT_FLOAT32, WEFT_SUM);
+  assert_true(x[0] == 5 && x[1] == 7 && x[2] == 9);
 }
 
 static void sizes_and_names_follow_nccl_tests(void **state) {
@@ -436,22 +647,55 @@ static void sizes_and_names_follow_nccl_tests(void **state) {
   weft__avg_finalize(NULL, 10, (weft_datatype_t)-1, 2);
 }
 
+/* Tests that run once per SIMD level, then the level-independent ones. */
+static const struct {
+  const char *name;
+  CMUnitTestFunction fn;
+} per_level[] = {
+    {"every_dtype_and_op_matches_scalar_reference", every_dtype_and_op_matches_scalar_reference},
+    {"integer_sum_and_prod_wrap_around", integer_sum_and_prod_wrap_around},
+    {"signed_and_unsigned_min_max_differ", signed_and_unsigned_min_max_differ},
+    {"float_max_min_nan_follows_second_operand", float_max_min_nan_follows_second_operand},
+    {"half_round_trips_all_65536_patterns", half_round_trips_all_65536_patterns},
+    {"bf16_round_trips_all_65536_patterns", bf16_round_trips_all_65536_patterns},
+    {"avg_reduce_then_finalize_matches_reference", avg_reduce_then_finalize_matches_reference},
+    {"level_matches_generic_bit_for_bit", level_matches_generic_bit_for_bit},
+    {"level_conversions_match_generic_for_every_pattern",
+     level_conversions_match_generic_for_every_pattern},
+};
+
 int main(void) {
-  const struct CMUnitTest tests[] = {
+  static const struct CMUnitTest once[] = {
       cmocka_unit_test(sizes_and_names_follow_nccl_tests),
-      cmocka_unit_test(every_dtype_and_op_matches_scalar_reference),
-      cmocka_unit_test(integer_sum_and_prod_wrap_around),
-      cmocka_unit_test(signed_and_unsigned_min_max_differ),
-      cmocka_unit_test(float_max_min_nan_follows_second_operand),
+      cmocka_unit_test(simd_level_follows_request_and_cpu),
       cmocka_unit_test(half_widens_all_65536_patterns_exactly),
-      cmocka_unit_test(half_round_trips_all_65536_patterns),
-      cmocka_unit_test(bf16_round_trips_all_65536_patterns),
       cmocka_unit_test(half_rounds_to_nearest_even),
       cmocka_unit_test(half_subnormals_round_correctly),
       cmocka_unit_test(bf16_rounds_to_nearest_even),
       cmocka_unit_test(avg_finalize_truncates_integers_toward_zero),
       cmocka_unit_test(avg_finalize_divides_floats_in_their_precision),
-      cmocka_unit_test(avg_reduce_then_finalize_matches_reference),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  enum { n_once = sizeof once / sizeof once[0], n_per = sizeof per_level / sizeof per_level[0] };
+  static weft__simd_t levels[WEFT__SIMD_NUM_LEVELS];
+  struct CMUnitTest tests[n_once + n_per * WEFT__SIMD_NUM_LEVELS];
+  size_t n = 0;
+  memcpy(tests, once, sizeof once);
+  n = n_once;
+  for (int l = 0; l < WEFT__SIMD_NUM_LEVELS; l++) {
+    levels[l] = (weft__simd_t)l;
+    int have = weft__kernels_at(levels[l]) != NULL;
+    for (size_t t = 0; t < n_per; t++) {
+      /* A level the CPU lacks passes with a TAP SKIP directive in its name. */
+      char *name = NULL;
+      if (asprintf(&name, have ? "%s: %s" : "%s: %s # SKIP %s not supported by this CPU",
+                   weft__simd_name(levels[l]), per_level[t].name,
+                   weft__simd_name(levels[l])) < 0)
+        return 1;
+      tests[n++] = (struct CMUnitTest){.name = name, .test_func = per_level[t].fn,
+                                       .initial_state = have ? &levels[l] : NULL};
+    }
+  }
+  int failed = _cmocka_run_group_tests("test_reduce", tests, n, NULL, NULL);
+  for (size_t t = n_once; t < n; t++) free((char *)tests[t].name);
+  return failed;
 }
