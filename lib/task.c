@@ -62,6 +62,10 @@ void weft__task_free(weft__task *t) {
 }
 
 const char *weft__task_describe(const weft__task *t, char *buf, size_t len) {
+  if (t->coll == WEFT__COLL_BARRIER) {
+    snprintf(buf, len, "barrier #%llu", (unsigned long long)t->seq);
+    return buf;
+  }
   int n = snprintf(buf, len, "%s #%llu (count %zu %s", weft__coll_name(t->coll), (unsigned long long)t->seq,
                    t->count, weft__dtype_name(t->dtype));
   if (t->coll == WEFT__COLL_ALL_REDUCE || t->coll == WEFT__COLL_REDUCE || t->coll == WEFT__COLL_REDUCE_SCATTER)
