@@ -119,7 +119,8 @@ weft_status_t weft__bootstrap_allgather(struct weft_comm *comm, const void *mine
 }
 
 weft_status_t weft__bootstrap_barrier(struct weft_comm *comm) {
-  return weft__bootstrap_allgather(comm, NULL, 0, NULL);
+  char none;
+  return weft__bootstrap_allgather(comm, &none, 0, &none);
 }
 
 weft_status_t weft__bootstrap_check_failure(struct weft_comm *comm, int *failed_rank,

@@ -112,7 +112,7 @@ static weft_status_t id_from_root_addr(int rank, weft_unique_id_t *id) {
 weft_status_t weft_comm_init_from_env(weft_comm_t *comm, const weft_config_t *config) {
   if (comm == NULL)
     return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init_from_env: comm is NULL");
-  int rank, size;
+  int rank = 0, size = 0;
   WEFT_TRY(find_rank_size(&rank, &size));
   weft_unique_id_t id;
   const char *id_str = getenv("WEFT_UNIQUE_ID");

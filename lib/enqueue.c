@@ -87,7 +87,7 @@ static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft_
   if (atomic_load(&comm->aborted))
     return weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: %s: the communicator was aborted", comm->rank,
                        weft__coll_name(a->coll));
-  weft__task *t;
+  weft__task *t = NULL;
   WEFT_TRY(weft__task_new(comm, a->coll, &t));
   t->sendbuf = a->sendbuf;
   t->recvbuf = a->recvbuf;
@@ -107,7 +107,7 @@ static weft_status_t submit(weft__task *t, weft_stream_t stream) {
 }
 
 static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_stream_t stream) {
-  weft__task *t;
+  weft__task *t = NULL;
   WEFT_TRY(make_task(comm, a, &t));
   return submit(t, stream);
 }
@@ -215,7 +215,7 @@ weft_status_t weft_all_to_allv(const void *sendbuf, const size_t *sendcounts, co
     return st;
   }
   for (int i = 0; i < 4; i++) memcpy(copy + (size_t)i * n, v[i], n * sizeof(size_t));
-  weft__task *t;
+  weft__task *t = NULL;
   weft_status_t st = make_task(comm, &a, &t);
   if (st != WEFT_SUCCESS) {
     free(copy);
