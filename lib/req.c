@@ -35,6 +35,7 @@ void weft__req_post(weft__conn *conn, weft__req *r) {
 }
 
 void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
+  if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
   char *dst = (char *)r->dst + r->done;
   if (r->acc == NULL) {
     memcpy(dst, data, nbytes);

@@ -370,7 +370,8 @@ static weft_status_t shm_send_progress(struct weft_comm *comm, weft__conn *c, we
     weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
     h->msg_bytes = r->bytes;
     h->bytes = n;
-    memcpy(weft__shm_fifo_data(f, h, sc->tail, r->bytes), (const char *)r->src + r->done, n);
+    if (n > 0) /* an empty message may come with a NULL buffer: memcpy(NULL, 0) is undefined */
+      memcpy(weft__shm_fifo_data(f, h, sc->tail, r->bytes), (const char *)r->src + r->done, n);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     r->done += n;
     *progressed = 1;
