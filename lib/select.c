@@ -1,29 +1,438 @@
-/* select.c: picks the algorithm that runs a task.
+/* select.c: the tuner. Picks the algorithm that runs a task, as NCCL's tuning does: every
+ * candidate algorithm of the collective gets a cost from an alpha-beta model,
+ *     time = steps * alpha + bytes on the critical path * beta + bytes reduced * gamma,
+ * with alpha, beta and gamma per transport from a stored table (model_table below, measured
+ * on a 2-core VM with all_reduce_perf; WEFT_TUNER_MODEL replaces it), and the cheapest wins.
+ * Candidates and their cost functions are rows of data (candidates[] below), not nested ifs.
  *
- * Today one algorithm per collective, kept as data (a table indexed by collective) rather
- * than nested ifs, so the tuner can later replace a row with measured choices by size and
- * rank count without touching the algorithms. Every rank computes the same choice from the
- * same arguments, so all ranks always run the same algorithm. */
-#include <stddef.h>
-#include "lib/task.h"
+ * Every rank must run the same algorithm, so the choice depends only on values identical on
+ * all ranks: the collective, count, datatype, nranks, environment variables that must be
+ * equal everywhere (WEFT_ALGO, WEFT_TUNER_MODEL, WEFT_CHUNK_BYTES, WEFT_TRANSPORT), and
+ * comm-wide facts computed from comm->peers (every rank's host identity, exchanged at init):
+ * whether all ranks share one host (then the transport is shm unless forced to socket, else
+ * the slowest link, socket, is modelled) and whether they outnumber its cores.
+ *
+ * WEFT_ALGO overrides the model with NCCL_ALGO's grammar (see weft__algo_filter_parse);
+ * WEFT_PROTO takes NCCL_PROTO's (weft has only Simple); WEFT_TUNER_TRACE=1 logs each call's
+ * choice and why; weft-tune prints the resolved table. */
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "algos/algos.h"
+#include "algos/patterns.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/env.h"
+#include "lib/log.h"
+#include "lib/select.h"
 
-static const weft__algo *const default_algo[WEFT__NUM_COLLS] = {
-    [WEFT__COLL_ALL_REDUCE] = &weft__algo_all_reduce_ring,
-    [WEFT__COLL_BROADCAST] = &weft__algo_broadcast_chain,
-    [WEFT__COLL_REDUCE] = &weft__algo_reduce_chain,
-    [WEFT__COLL_ALL_GATHER] = &weft__algo_all_gather_ring,
-    [WEFT__COLL_REDUCE_SCATTER] = &weft__algo_reduce_scatter_ring,
-    [WEFT__COLL_ALL_TO_ALL] = &weft__algo_all_to_all_pairwise,
-    [WEFT__COLL_ALL_TO_ALLV] = &weft__algo_all_to_allv_pairwise,
-    [WEFT__COLL_GATHER] = &weft__algo_gather_linear,
-    [WEFT__COLL_SCATTER] = &weft__algo_scatter_linear,
-    [WEFT__COLL_BARRIER] = &weft__algo_barrier_dissemination,
-    [WEFT__COLL_SEND] = &weft__algo_p2p,
-    [WEFT__COLL_RECV] = &weft__algo_p2p,
-    [WEFT__COLL_P2P_GROUP] = &weft__algo_p2p,
+/* ---- the model's parameters: a stored table ------------------------------------------ */
+typedef struct {
+  double alpha_us;       /* one dependent message step (post, deliver, the peer noticing) */
+  double beta_us;        /* per KiB moved through the transport (one pass over memory) */
+  double gamma_us;       /* per KiB reduced */
+  double oversub_alpha;  /* added to alpha when ranks outnumber cores */
+  double oversub_beta;   /* beta and gamma are multiplied by this then (cores are shared) */
+} model_params;
+
+/* Fitted to all_reduce_perf / all_gather_perf / alltoall_perf -z 1 (p50 of single calls,
+ * medians of 3-5 interleaved runs) on the 2-core VM weft is developed on. Its per-step cost
+ * swings with the load of other jobs: 2-rank shm all-reduce of 8 B took 38 us with the ring
+ * (2 steps) against 25.5 us with recursive doubling (1 step) at load 5-9, so alpha ~12 us,
+ * and 7.0 against 6.7 us when quiet, so alpha < 1 us; alpha = 6 puts the crossover between
+ * the two measured ones (32 KiB: 40.8 against 30.9 us loaded, 11.6 against 13.2 us quiet).
+ * 512 KiB took 104 us with the ring, hence beta ~0.1 us/KiB; with 4 ranks on the 2 cores
+ * the per-byte cost doubled (ring: 160 us at 128 KiB). Socket (loopback), 2 ranks, loaded:
+ * ring 86 us and recursive doubling 47 us at 8 B, hence alpha ~40 us; 171 us for both at
+ * 256 KiB, hence beta ~0.25 us/KiB. */
+static const model_params model_table[WEFT__NUM_TRANSPORTS] = {
+    [WEFT__TRANSPORT_SHM] = {6.0, 0.10, 0.05, 0.0, 2.0},
+    [WEFT__TRANSPORT_SOCKET] = {40.0, 0.25, 0.05, 0.0, 1.5},
 };
+
+/* ---- cost of each algorithm ----------------------------------------------------------- */
+typedef struct {
+  double a;           /* alpha of one step, with oversubscription */
+  double b, g;        /* beta and gamma per byte */
+  double n, bytes, chunk;
+  int L;              /* ceil(log2 n) */
+  int p2, rem;        /* the recursive-doubling fold */
+} cost_in;
+
+static double ceil_div(double x, double y) { return x <= 0 ? 0 : (double)(long long)((x + y - 1) / y); }
+
+static double ar_ring(const cost_in *c) {
+  double slices = ceil_div(c->bytes, c->n * c->chunk);
+  return slices * 2 * (c->n - 1) * c->a + 2 * (c->n - 1) / c->n * c->bytes * c->b +
+         (c->n - 1) / c->n * c->bytes * c->g;
+}
+static double ar_recursive_doubling(const cost_in *c) {
+  /* Each step moves the whole buffer; the higher rank of a pair also makes a separate pass
+   * to reduce in rank order (measured: 2.4x the ring's per-byte cost). */
+  int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
+  return (lp + fold) * (c->a + c->bytes * c->b) + lp * c->bytes * (c->b + c->g);
+}
+static double ar_rabenseifner(const cost_in *c) {
+  /* Measured: its steps cost about twice a ring step on 4 ranks over 2 cores, since each
+   * waits for a different peer (127 us against the ring's 113 us at 8 B), and its bytes
+   * 1.5 times the ring's (whole halves in flight rather than pipelined slices: 822 us
+   * against 600 us at 256 KiB on 8 ranks). */
+  int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
+  double frac = (double)(c->p2 - 1) / c->p2;
+  return (2 * lp + fold) * 2 * c->a + (2 * frac + fold) * c->bytes * c->b * 1.5 +
+         (frac + fold / 2) * c->bytes * c->g;
+}
+static double ar_tree(const cost_in *c) {
+  /* Up: L levels receiving both halves into scratch and reducing; down: L levels. */
+  return 2 * c->L * c->a + c->L * c->bytes * (3 * c->b + c->g);
+}
+static double ag_ring(const cost_in *c) {
+  return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * c->b;
+}
+static double ag_bruck(const cost_in *c) {
+  /* Plus the copies into and out of the rotated scratch. */
+  return c->L * c->a + (c->n - 1) * c->bytes * c->b + 2 * c->n * c->bytes * c->b;
+}
+static double a2a_pairwise(const cost_in *c) {
+  /* Every message is posted at once, but each peer's is a step of its own to schedule. */
+  return (c->n - 1) * (c->a + c->bytes * c->b);
+}
+static double a2a_bruck(const cost_in *c) {
+  /* About n/2 blocks per step, packed and unpacked, plus the two rotations. */
+  double moved = c->L * (c->n / 2) * c->bytes;
+  return c->L * c->a + moved * c->b * 2 + 2 * c->n * c->bytes * c->b;
+}
+static double chain(const cost_in *c, double per_byte) {
+  /* Filling the pipeline takes n-2 chunk steps, then the chunks stream. */
+  double piece = c->bytes < c->chunk ? c->bytes : c->chunk;
+  return (c->n - 2 + ceil_div(c->bytes, c->chunk)) * c->a + (c->n - 2) * piece * per_byte +
+         c->bytes * per_byte;
+}
+static double bc_chain(const cost_in *c) { return chain(c, c->b); }
+static double bc_binomial(const cost_in *c) { return c->L * (c->a + c->bytes * c->b); }
+static double rd_chain(const cost_in *c) { return chain(c, c->b + c->g); }
+static double rd_binomial(const cost_in *c) { return c->L * (c->a + c->bytes * (c->b + c->g)); }
+
+/* ---- the candidates: rows of data --------------------------------------------------- */
+typedef struct {
+  weft__coll_t coll;
+  const weft__algo *algo;
+  double (*cost)(const cost_in *); /* NULL: the only candidate, not modelled */
+  size_t max_bytes;                /* above this the model does not consider it (0: no cap) */
+} candidate;
+
+/* The caps keep whole-message algorithms (no pipelining, scratch as large as the buffer)
+ * where they were measured to win: past the caches their rounds stall on memory, which a
+ * linear model does not see (recursive doubling went from 59 us at 512 KiB to 306 us at
+ * 1 MiB on 2 ranks, while the ring went from 107 to 173 us). */
+static const candidate candidates[] = {
+    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_ring, ar_ring, 0},
+    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_recursive_doubling, ar_recursive_doubling, 512 << 10},
+    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_rabenseifner, ar_rabenseifner, 1 << 20},
+    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_tree, ar_tree, 512 << 10},
+    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_ring, ag_ring, 0},
+    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_bruck, ag_bruck, 256 << 10},
+    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_chain, bc_chain, 0},
+    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_binomial, bc_binomial, 1 << 20},
+    {WEFT__COLL_REDUCE, &weft__algo_reduce_chain, rd_chain, 0},
+    {WEFT__COLL_REDUCE, &weft__algo_reduce_binomial, rd_binomial, 1 << 20},
+    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_ring, NULL, 0},
+    {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_pairwise, a2a_pairwise, 0},
+    {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_bruck, a2a_bruck, 64 << 10},
+    {WEFT__COLL_ALL_TO_ALLV, &weft__algo_all_to_allv_pairwise, NULL, 0},
+    {WEFT__COLL_GATHER, &weft__algo_gather_linear, NULL, 0},
+    {WEFT__COLL_SCATTER, &weft__algo_scatter_linear, NULL, 0},
+    {WEFT__COLL_BARRIER, &weft__algo_barrier_dissemination, NULL, 0},
+    {WEFT__COLL_SEND, &weft__algo_p2p, NULL, 0},
+    {WEFT__COLL_RECV, &weft__algo_p2p, NULL, 0},
+    {WEFT__COLL_P2P_GROUP, &weft__algo_p2p, NULL, 0},
+};
+enum { NCANDIDATES = sizeof(candidates) / sizeof(candidates[0]) };
+
+/* The candidates of coll as indices into candidates[]; returns how many. */
+static int rows_of(weft__coll_t coll, int *rows) {
+  int k = 0;
+  for (int i = 0; i < NCANDIDATES && k < WEFT__SELECT_MAX_CANDIDATES; i++)
+    if (candidates[i].coll == coll) rows[k++] = i;
+  return k;
+}
+
+int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max) {
+  int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(coll, rows);
+  for (int i = 0; i < k && i < max; i++) out[i] = candidates[rows[i]].algo;
+  return k;
+}
+
+const char *weft__select_transport_name(int transport) {
+  return transport == WEFT__TRANSPORT_SHM ? "shm" : "socket";
+}
+
+/* ---- WEFT_TUNER_MODEL: "shm:alpha,beta,gamma,oversub_alpha,oversub_beta;socket:..." ---- */
+static void parse_model(const char *spec, model_params *out) {
+  memcpy(out, model_table, sizeof(model_table));
+  for (const char *p = spec; p != NULL && *p != '\0';) {
+    const char *end = strchr(p, ';');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[128];
+    snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) - 1 ? len : sizeof(item) - 1), p);
+    int tr = strncmp(item, "shm:", 4) == 0 ? WEFT__TRANSPORT_SHM
+             : strncmp(item, "socket:", 7) == 0 ? WEFT__TRANSPORT_SOCKET : -1;
+    model_params m;
+    if (tr < 0 || sscanf(strchr(item, ':') + 1, "%lf,%lf,%lf,%lf,%lf", &m.alpha_us, &m.beta_us,
+                         &m.gamma_us, &m.oversub_alpha, &m.oversub_beta) != 5) {
+      WEFT_WARN("WEFT_TUNER_MODEL: cannot read \"%s\" (want shm:alpha,beta,gamma,oversub_alpha,"
+                "oversub_beta or socket:...; us and us per KiB); keeping the stored table for it", item);
+    } else {
+      out[tr] = m;
+    }
+    p = end ? end + 1 : NULL;
+  }
+}
+
+static const model_params *model_for(int transport) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static char cached[256];
+  static int parsed;
+  static model_params params[WEFT__NUM_TRANSPORTS];
+  const char *spec = weft__env_str("WEFT_TUNER_MODEL", "");
+  pthread_mutex_lock(&mu);
+  if (!parsed || strncmp(cached, spec, sizeof(cached)) != 0) {
+    parse_model(spec, params);
+    snprintf(cached, sizeof(cached), "%s", spec);
+    parsed = 1;
+  }
+  pthread_mutex_unlock(&mu);
+  return &params[transport == WEFT__TRANSPORT_SHM ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET];
+}
+
+static void make_cost_in(const weft__select_input *in, cost_in *c) {
+  const model_params *m = model_for(in->transport);
+  double scale = in->oversubscribed ? m->oversub_beta : 1;
+  c->a = m->alpha_us + (in->oversubscribed ? m->oversub_alpha : 0);
+  c->b = m->beta_us * scale / 1024;
+  c->g = m->gamma_us * scale / 1024;
+  c->n = in->nranks;
+  c->bytes = (double)in->bytes;
+  c->chunk = in->chunk_bytes ? (double)in->chunk_bytes : 512 * 1024;
+  c->L = weft__ceil_log2(in->nranks);
+  c->p2 = weft__pow2_floor(in->nranks > 0 ? in->nranks : 1);
+  c->rem = in->nranks - c->p2;
+}
+
+double weft__select_cost(const weft__algo *algo, const weft__select_input *in) {
+  int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(in->coll, rows);
+  cost_in c;
+  make_cost_in(in, &c);
+  for (int i = 0; i < k; i++)
+    if (candidates[rows[i]].algo == algo && candidates[rows[i]].cost) return candidates[rows[i]].cost(&c);
+  return -1;
+}
+
+/* ---- WEFT_ALGO ------------------------------------------------------------------------ */
+/* Lowercase without '_' and '-', so "Recursive_Doubling", "recursivedoubling" and
+ * "all_reduce" / "allreduce" match. */
+static void squash(const char *s, size_t len, char *out, size_t outlen) {
+  size_t k = 0;
+  for (size_t i = 0; i < len && s[i] != '\0' && k + 1 < outlen; i++) {
+    if (s[i] == '_' || s[i] == '-' || isspace((unsigned char)s[i])) continue;
+    out[k++] = (char)tolower((unsigned char)s[i]);
+  }
+  out[k] = '\0';
+}
+
+/* The collective named by name (NCCL's "allreduce", weft's "all_reduce", "bcast"), or -1. */
+static int coll_by_name(const char *name) {
+  if (strcmp(name, "bcast") == 0) return WEFT__COLL_BROADCAST;
+  for (int c = 0; c < WEFT__NUM_COLLS; c++) {
+    char s[32];
+    const char *cn = weft__coll_name((weft__coll_t)c);
+    squash(cn, strlen(cn), s, sizeof(s));
+    if (strcmp(s, name) == 0) return c;
+  }
+  return -1;
+}
+
+/* Bits of coll's candidates named in the comma-separated list [p, p+len); *unknown is set
+ * when a name is no candidate of coll. */
+static unsigned named_mask(weft__coll_t coll, const char *p, size_t len, int *unknown) {
+  int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(coll, rows);
+  unsigned mask = 0;
+  while (len > 0) {
+    const char *comma = memchr(p, ',', len);
+    size_t n = comma ? (size_t)(comma - p) : len;
+    char want[64];
+    squash(p, n, want, sizeof(want));
+    int found = 0;
+    for (int i = 0; i < k; i++) {
+      char have[64];
+      squash(candidates[rows[i]].algo->name, strlen(candidates[rows[i]].algo->name), have, sizeof(have));
+      if (strcmp(want, have) == 0) mask |= 1u << i, found = 1;
+    }
+    if (!found && want[0] != '\0') *unknown = 1;
+    len -= comma ? n + 1 : n;
+    p += comma ? n + 1 : n;
+  }
+  return mask;
+}
+
+/* Applies one list ("ring,bruck" or "^ring") to coll. Returns 1 when some name was not a
+ * candidate of coll. */
+static int apply_list(weft__algo_filter *f, weft__coll_t coll, const char *p, size_t len) {
+  int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(coll, rows);
+  unsigned all = (1u << k) - 1;
+  int exclude = len > 0 && *p == '^', unknown = 0;
+  unsigned named = named_mask(coll, p + exclude, len - (size_t)exclude, &unknown);
+  unsigned allowed = exclude ? all & ~named : named;
+  f->allowed[coll] = allowed ? allowed : all; /* nothing left: keep every candidate */
+  return unknown;
+}
+
+int weft__algo_filter_parse(const char *spec, weft__algo_filter *f) {
+  memset(f, 0, sizeof(*f));
+  for (int c = 0; c < WEFT__NUM_COLLS; c++) f->allowed[c] = ~0u;
+  for (const char *p = spec; p != NULL && *p != '\0';) {
+    const char *end = strchr(p, ';');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *colon = memchr(p, ':', len);
+    if (colon == NULL) {
+      /* One list for every collective: a name must fit at least one of them. */
+      int fits_none = 1;
+      for (int c = 0; c < WEFT__NUM_COLLS; c++) fits_none &= apply_list(f, (weft__coll_t)c, p, len);
+      if (fits_none) f->bad = 1;
+    } else {
+      char cname[32];
+      squash(p, (size_t)(colon - p), cname, sizeof(cname));
+      int coll = coll_by_name(cname);
+      if (coll < 0) f->bad = 1;
+      else if (apply_list(f, (weft__coll_t)coll, colon + 1, len - (size_t)(colon + 1 - p))) f->bad = 1;
+    }
+    p = end ? end + 1 : NULL;
+  }
+  return !f->bad;
+}
+
+/* The process's WEFT_ALGO, parsed again only when its text changes. */
+static void filter_from_env(weft__algo_filter *out) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static char cached[512];
+  static int parsed;
+  static weft__algo_filter filter;
+  const char *spec = weft__env_str("WEFT_ALGO", "");
+  pthread_mutex_lock(&mu);
+  if (!parsed || strncmp(cached, spec, sizeof(cached)) != 0) {
+    if (!weft__algo_filter_parse(spec, &filter))
+      WEFT_WARN("WEFT_ALGO=%s names an algorithm or collective weft does not have (see "
+                "weft-tune --list); those names are ignored", spec);
+    snprintf(cached, sizeof(cached), "%s", spec);
+    parsed = 1;
+  }
+  *out = filter;
+  pthread_mutex_unlock(&mu);
+}
+
+/* ---- resolving ------------------------------------------------------------------------ */
+/* 1 when candidate c may run in.bytes under the model (its cap). */
+static int within_cap(const candidate *c, const weft__select_input *in) {
+  return c->max_bytes == 0 || in->bytes <= c->max_bytes;
+}
+
+const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
+                                       char *why, size_t whylen) {
+  int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(in->coll, rows);
+  unsigned allowed = f ? f->allowed[in->coll] : ~0u;
+  int any_in_cap = 0;
+  for (int i = 0; i < k; i++)
+    if (((allowed >> i) & 1) && within_cap(&candidates[rows[i]], in)) any_in_cap = 1;
+  const weft__algo *best = NULL;
+  double best_cost = 0;
+  size_t used = 0;
+  cost_in ci;
+  if (k > 1) make_cost_in(in, &ci);
+  if (why && whylen) why[0] = '\0';
+  for (int i = 0; i < k; i++) {
+    const candidate *c = &candidates[rows[i]];
+    int ok = (allowed >> i) & 1, capped = !within_cap(c, in);
+    double cost = c->cost && k > 1 ? c->cost(&ci) : 0;
+    if (why && used < whylen && (k > 1 || !ok))
+      used += (size_t)snprintf(why + used, whylen - used, "%s%s %.1f us%s", used ? ", " : "",
+                               c->algo->name, cost,
+                               !ok ? " (excluded by WEFT_ALGO)" : capped ? " (above its size cap)" : "");
+    /* A forced algorithm runs at any size; the model alone keeps to the caps. */
+    if (!ok || (capped && any_in_cap)) continue;
+    if (best == NULL || cost < best_cost) best = c->algo, best_cost = cost;
+  }
+  if (why && used == 0) snprintf(why, whylen, "the only algorithm");
+  return best ? best : (k > 0 ? candidates[rows[0]].algo : NULL);
+}
+
+/* The bytes the model sees: count * size, i.e. the whole buffer, or the block per rank of an
+ * all-gather or all-to-all. */
+static size_t model_bytes(const weft__task *t) {
+  size_t esize = weft__dtype_size(t->dtype);
+  if (t->coll == WEFT__COLL_SEND || t->coll == WEFT__COLL_RECV || t->coll == WEFT__COLL_P2P_GROUP ||
+      t->coll == WEFT__COLL_BARRIER || t->coll == WEFT__COLL_ALL_TO_ALLV)
+    return 0;
+  return t->count * esize;
+}
+
+/* Comm-wide facts, identical on all ranks: comm->peers holds every rank's host identity. */
+static void comm_facts(const struct weft_comm *comm, int *transport, int *oversubscribed) {
+  int one_host = 1;
+  for (int p = 1; p < comm->nranks && one_host; p++)
+    one_host = comm->peers[p].host_hash == comm->peers[0].host_hash;
+  *transport = WEFT__TRANSPORT_SOCKET;
+  *oversubscribed = 0;
+  if (!one_host || comm->nranks < 2) return;
+  /* On one host every rank's peers use the same transport: shm, or socket when forced. */
+  *transport = comm->peer_transports[(comm->rank + 1) % comm->nranks];
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  *oversubscribed = cores > 0 && comm->nranks > cores;
+}
+
+/* weft has one protocol, NCCL's "Simple" (whole chunks through the transport's FIFO; no
+ * LL / LL128 flag-in-data protocols). WEFT_PROTO takes NCCL_PROTO's grammar so scripts
+ * written for NCCL keep working; a value that leaves no Simple is warned about once. */
+static void check_proto(void) {
+  static int checked;
+  if (__atomic_exchange_n(&checked, 1, __ATOMIC_RELAXED)) return;
+  const char *v = weft__env_str("WEFT_PROTO", NULL);
+  if (v == NULL) return;
+  char s[128];
+  squash(v, strlen(v), s, sizeof(s));
+  int excluded = s[0] == '^' && strstr(s, "simple") != NULL;
+  int listed = s[0] != '^' && strstr(s, "simple") != NULL;
+  if (excluded || (s[0] != '^' && !listed))
+    WEFT_WARN("WEFT_PROTO=%s: weft has only the Simple protocol; using it", v);
+}
+
+static int trace_on(void) {
+  static int on = -1;
+  int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+  if (v < 0) {
+    v = weft__env_long("WEFT_TUNER_TRACE", 0) != 0;
+    __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
 
 const weft__algo *weft__select_algo(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
-  return default_algo[t->coll];
+  struct weft_comm *comm = t->comm;
+  weft__select_input in = {t->coll, comm->nranks, model_bytes(t), WEFT__TRANSPORT_SHM, 0,
+                           comm->chunk_bytes};
+  comm_facts(comm, &in.transport, &in.oversubscribed);
+  weft__algo_filter f;
+  filter_from_env(&f);
+  check_proto();
+  if (!trace_on()) return weft__select_resolve(&in, &f, NULL, 0);
+  char why[512], what[160];
+  const weft__algo *a = weft__select_resolve(&in, &f, why, sizeof(why));
+  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B, %d ranks over %s%s: %s (%s)",
+                  weft__task_describe(t, what, sizeof(what)), in.bytes, in.nranks,
+                  weft__select_transport_name(in.transport),
+                  in.oversubscribed ? " (more ranks than cores)" : "", a ? a->name : "none", why);
+  return a;
 }

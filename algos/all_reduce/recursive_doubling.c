@@ -1,0 +1,117 @@
+/* all_reduce/recursive_doubling.c: recursive-doubling all-reduce, for small messages.
+ *
+ * With p2 the largest power of two <= n and rem = n - p2 (patterns.h, the fold):
+ *   round 0        fold in: of the first 2 rem ranks, odd rank r sends its whole input to
+ *                  r-1, which reduces it on arrival (its own data first: rank order).
+ *   rounds 1 .. L  L = log2 p2 exchange steps among the p2 new ranks: at step k new rank v
+ *                  swaps its whole partial result with v ^ 2^k and combines the two as
+ *                  (lower new rank's data) op (higher new rank's data). Both partners compute
+ *                  the same operation on the same operands in the same order, so every rank
+ *                  ends with identical bits, for floats and NaNs too. The lower rank reduces
+ *                  on arrival; the higher one receives into scratch and reduces after.
+ *                  WEFT_AVG divides the final sum once, on every rank of the p2 (the same
+ *                  bits in, the same bits out).
+ *   round L+1      fold out: rank r-1 sends the result to the odd rank r.
+ * Bytes each rank sends: L * count * size (+ count * size for fold ranks). Latency term:
+ * L + 2 [rem > 0] steps of alpha, against 2(n-1) for the ring: the tuner picks it for small
+ * messages. Scratch: 2 * count * size (a round reads one buffer while it fills the other).
+ * Sources: Thakur, Rabenseifner & Gropp, "Optimization of collective communication
+ * operations in MPICH" (IJHPCA 2005), section 4.1 (recursive doubling and the fold). */
+#include <string.h>
+#include "algos/patterns.h"
+#include "algos/rounds.h"
+#include "lib/dtype.h"
+
+typedef struct {
+  weft__rounds rounds;
+  weft__rd_fold fold;
+  int steps;        /* L */
+  size_t bytes;
+  char *b0;         /* the input of step 0 */
+  char *scratch[2];
+  weft__req req[2];
+} rd_state;
+
+/* The buffer holding the result of step k-1 (input of step k), k = 0 .. L. */
+static char *buf_at(weft__task *t, rd_state *st, int k) {
+  if (k == 0) return st->b0;
+  if (k == st->steps) return t->recvbuf;
+  return st->scratch[(k - 1) % 2];
+}
+
+static int real_partner(const rd_state *st, int k) {
+  return weft__rd_real(st->fold.newrank ^ (1 << k), st->fold.rem);
+}
+
+static void rd_post(weft__task *t, int i) {
+  rd_state *st = t->state;
+  weft__rounds *r = &st->rounds;
+  int L = st->steps;
+  if (i == 0) {
+    if (st->fold.partner < 0) return;
+    if (st->fold.newrank < 0) weft__round_send(r, t, st->fold.partner, t->sendbuf, st->bytes);
+    else weft__round_recv(r, t, st->fold.partner, st->b0, t->sendbuf, st->bytes);
+  } else if (i <= L) {
+    if (st->fold.newrank < 0) return;
+    int k = i - 1, peer = real_partner(st, k);
+    int lower = st->fold.newrank < (st->fold.newrank ^ (1 << k));
+    char *in = buf_at(t, st, k), *out = buf_at(t, st, k + 1);
+    weft__round_send(r, t, peer, in, st->bytes);
+    weft__round_recv(r, t, peer, out, lower ? in : NULL, st->bytes);
+  } else {
+    if (st->fold.partner < 0) return;
+    if (st->fold.newrank < 0) weft__round_recv(r, t, st->fold.partner, t->recvbuf, NULL, st->bytes);
+    else weft__round_send(r, t, st->fold.partner, t->recvbuf, st->bytes);
+  }
+}
+
+static void rd_finish(weft__task *t, int i) {
+  rd_state *st = t->state;
+  if (i < 1 || i > st->steps || st->fold.newrank < 0) return;
+  int k = i - 1;
+  size_t count = st->bytes / weft__dtype_size(t->dtype);
+  char *in = buf_at(t, st, k), *out = buf_at(t, st, k + 1);
+  if (st->fold.newrank > (st->fold.newrank ^ (1 << k))) weft__reduce(out, out, in, count, t->dtype, t->op);
+  if (k == st->steps - 1 && t->op == WEFT_AVG) weft__avg_finalize(out, count, t->dtype, t->comm->nranks);
+}
+
+static weft_status_t rd_start(weft__task *t) {
+  int n = t->comm->nranks;
+  size_t bytes = t->count * weft__dtype_size(t->dtype);
+  int single = n == 1 || bytes == 0;
+  size_t hdr = weft__align_up(sizeof(rd_state), 64), sbytes = weft__align_up(bytes, 64);
+  weft_status_t status;
+  rd_state *st = weft__algo_state_alloc(t, hdr, single ? 0 : 2 * sbytes, &status);
+  if (st == NULL) return status;
+  if (single) {
+    if (bytes > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, bytes);
+    if (bytes > 0 && t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
+    weft__rounds_init(&st->rounds, 0, st->req, 2, rd_post, rd_finish);
+    return WEFT_SUCCESS;
+  }
+  st->fold = weft__rd_fold_of(t->comm->rank, n);
+  st->steps = weft__ceil_log2(st->fold.p2);
+  st->bytes = bytes;
+  st->scratch[0] = (char *)st + hdr;
+  st->scratch[1] = (char *)st + hdr + sbytes;
+  /* Step 0 reads b0 and writes buf_at(1); they must differ, and b0 must hold the folded
+   * sum on a rank that receives the fold. */
+  int fold_in = st->fold.partner >= 0 && st->fold.newrank >= 0;
+  int in_place = t->sendbuf == t->recvbuf;
+  st->b0 = (char *)t->sendbuf;
+  if (fold_in || (in_place && st->steps == 1)) {
+    st->b0 = st->steps == 1 ? st->scratch[0] : st->scratch[1];
+    if (!fold_in) memcpy(st->b0, t->sendbuf, bytes);
+  }
+  weft__rounds_init(&st->rounds, st->steps + 2, st->req, 2, rd_post, rd_finish);
+  weft__rounds_progress(&st->rounds, t); /* posts round 0 */
+  return WEFT_SUCCESS;
+}
+
+static weft_status_t rd_progress(weft__task *t) {
+  rd_state *st = t->state;
+  return weft__rounds_progress(&st->rounds, t);
+}
+
+const weft__algo weft__algo_all_reduce_recursive_doubling = {
+    "recursive_doubling", WEFT__COLL_ALL_REDUCE, rd_start, rd_progress};

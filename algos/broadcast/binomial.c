@@ -1,0 +1,62 @@
+/* broadcast/binomial.c: binomial-tree broadcast, for small messages.
+ *
+ * Virtual rank v = (rank - root) mod n (patterns.h). Round 0: every rank but the root
+ * receives the whole message from its parent (v with its lowest set bit cleared) into
+ * recvbuf; the root copies sendbuf to recvbuf unless in-place. Round 1: it sends the message
+ * to its children v + m, farthest (largest subtree) first. ceil(log2 n) levels.
+ * Bytes each rank sends: nchildren * count * size (the root sends ceil(log2 n) copies).
+ * Latency term: ceil(log2 n) alpha against n-1 for the chain; not pipelined, so the tuner
+ * keeps the chain for large messages. Sources: Thakur, Rabenseifner & Gropp 2005, section 3
+ * (binomial broadcast for short messages); MPICH's MPIR_Bcast_intra_binomial. */
+#include <string.h>
+#include "algos/patterns.h"
+#include "algos/rounds.h"
+#include "lib/dtype.h"
+
+typedef struct {
+  weft__rounds rounds;
+  int v, n;
+  size_t bytes;
+  weft__req req[]; /* one receive, or one send per child */
+} bc_state;
+
+static void bc_post(weft__task *t, int i) {
+  bc_state *st = t->state;
+  int parent = weft__binomial_parent(st->v);
+  if (i == 0) {
+    if (parent >= 0)
+      weft__round_recv(&st->rounds, t, weft__binomial_real(parent, t->root, st->n), t->recvbuf,
+                       NULL, st->bytes);
+    return;
+  }
+  const void *src = parent < 0 ? t->sendbuf : t->recvbuf;
+  for (int c = weft__binomial_nchildren(st->v, st->n) - 1; c >= 0; c--) {
+    int child = weft__binomial_child(st->v, st->n, c);
+    weft__round_send(&st->rounds, t, weft__binomial_real(child, t->root, st->n), src, st->bytes);
+  }
+}
+
+static weft_status_t bc_start(weft__task *t) {
+  int n = t->comm->nranks;
+  int v = weft__binomial_vrank(t->comm->rank, t->root, n);
+  int nreq = weft__binomial_nchildren(v, n) + 1;
+  weft_status_t status;
+  bc_state *st = weft__algo_state_alloc(t, sizeof(bc_state) + (size_t)nreq * sizeof(weft__req), 0,
+                                        &status);
+  if (st == NULL) return status;
+  st->v = v;
+  st->n = n;
+  st->bytes = t->count * weft__dtype_size(t->dtype);
+  if (v == 0 && st->bytes > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, st->bytes);
+  weft__rounds_init(&st->rounds, st->bytes > 0 ? 2 : 0, st->req, nreq, bc_post, NULL);
+  weft__rounds_progress(&st->rounds, t);
+  return WEFT_SUCCESS;
+}
+
+static weft_status_t bc_progress(weft__task *t) {
+  bc_state *st = t->state;
+  return weft__rounds_progress(&st->rounds, t);
+}
+
+const weft__algo weft__algo_broadcast_binomial = {"binomial", WEFT__COLL_BROADCAST, bc_start,
+                                                  bc_progress};

@@ -1,0 +1,154 @@
+/* patterns.h: pure pattern maths of the log-depth algorithms (binomial trees, recursive
+ * doubling and halving with the non-power-of-two fold, Bruck steps). No transports, no
+ * state: static inline functions that unit tests exercise alone and that every rank
+ * evaluates to the same answer from (rank, nranks, root).
+ *
+ * Binomial tree over "virtual ranks" v = (rank - root) mod n, so the root is v = 0.
+ *   The parent of v > 0 is v with its lowest set bit cleared; the children of v are
+ *   v + m for each power of two m below v's lowest set bit (below the first power of two
+ *   >= n for the root) with v + m < n. The subtree of v + m holds v+m .. v+2m-1 (clipped
+ *   to n), so children in increasing m cover v's subtree in increasing virtual order.
+ *
+ * Non-power-of-two fold (Thakur, Rabenseifner & Gropp 2005, section 4.1, mirrored so the
+ * lower rank keeps the data): let p2 be the largest power of two <= n and rem = n - p2.
+ * Of the first 2*rem ranks the odd ones hand their input to rank-1 and wait for the
+ * result; the rest form p2 "new ranks" numbered in rank order: rank r < 2 rem has new rank
+ * r/2, rank r >= 2 rem has new rank r - rem. Each new rank's data covers a contiguous,
+ * increasing range of real ranks, so "lower new rank op higher new rank" is rank order.
+ *
+ * Double binary tree (NCCL's, Sanders, Speck & Traeff 2009): tree 0 is an in-order binary
+ *   tree over ranks 0..n-1: rank r > 0 with lowest set bit b has children r - b/2 and the
+ *   highest r + b'/2 < n (b' <= b), and parent (r ^ b) | 2b, or r ^ b when that is >= n;
+ *   rank 0 is the root, with one child: the highest power of two below n. All odd ranks are
+ *   leaves. Tree 1 is tree 0 over relabelled ranks: mirrored (r -> n-1-r) for even n,
+ *   shifted (r -> r+1 mod n) for odd n, so most leaves of one tree are inner nodes of the
+ *   other and each tree's root and links carry half the data.
+ *
+ * Bruck all-gather: ceil(log2 n) steps; at step k rank r sends the min(2^k, n - 2^k)
+ * blocks it holds (its own first, rotated so block 0 is rank r's) to r - 2^k and receives
+ * as many from r + 2^k, appended after the 2^k it has. A final rotation puts block i of
+ * the scratch at position (r + i) mod n (Bruck et al., IEEE TPDS 1997). */
+#ifndef WEFT_ALGOS_PATTERNS_H
+#define WEFT_ALGOS_PATTERNS_H
+#include "algos/ring.h"
+
+/* Smallest k with 2^k >= n (0 for n <= 1). */
+static inline int weft__ceil_log2(int n) {
+  int k = 0;
+  while ((1LL << k) < n) k++;
+  return k;
+}
+/* Largest power of two <= n (n >= 1). */
+static inline int weft__pow2_floor(int n) {
+  int p = 1;
+  while ((long long)p * 2 <= n) p *= 2;
+  return p;
+}
+
+/* ---- binomial tree ---- */
+static inline int weft__binomial_vrank(int rank, int root, int n) {
+  return weft__ring_mod((long long)rank - root, n);
+}
+static inline int weft__binomial_real(int vrank, int root, int n) {
+  return weft__ring_mod((long long)vrank + root, n);
+}
+/* The parent's virtual rank, or -1 for the root. */
+static inline int weft__binomial_parent(int v) { return v == 0 ? -1 : v & (v - 1); }
+/* The largest m (a power of two) such that v + m may be a child: half of v's lowest set
+ * bit, or for the root half of the first power of two >= n. 0 when v has no children. */
+static inline int weft__binomial_top_mask(int v, int n) {
+  int limit = v == 0 ? (1 << weft__ceil_log2(n)) : (v & -v);
+  return limit / 2;
+}
+/* Number of children of v (n ranks). */
+static inline int weft__binomial_nchildren(int v, int n) {
+  int c = 0;
+  for (int m = weft__binomial_top_mask(v, n); m >= 1; m /= 2)
+    if ((long long)v + m < n) c++;
+  return c;
+}
+/* The i-th child of v in increasing distance (i = 0: v + 1 if it exists ...); -1 past the end. */
+static inline int weft__binomial_child(int v, int n, int i) {
+  int top = weft__binomial_top_mask(v, n);
+  for (int m = 1; m <= top && m > 0; m *= 2) {
+    if ((long long)v + m >= n) break;
+    if (i-- == 0) return v + m;
+  }
+  return -1;
+}
+
+/* ---- recursive doubling / halving with the fold ---- */
+typedef struct weft__rd_fold {
+  int p2;      /* ranks taking part in the power-of-two phase */
+  int rem;     /* n - p2 */
+  int newrank; /* this rank's number among the p2, or -1 if it folds away */
+  int partner; /* the fold partner's real rank (r+1 for an even r < 2 rem, r-1 for an odd
+                  one), -1 when this rank has none */
+} weft__rd_fold;
+
+static inline weft__rd_fold weft__rd_fold_of(int rank, int n) {
+  weft__rd_fold f;
+  f.p2 = weft__pow2_floor(n);
+  f.rem = n - f.p2;
+  f.partner = -1;
+  if (rank < 2 * f.rem) {
+    f.newrank = rank % 2 == 0 ? rank / 2 : -1;
+    f.partner = rank % 2 == 0 ? rank + 1 : rank - 1;
+  } else {
+    f.newrank = rank - f.rem;
+  }
+  return f;
+}
+/* The real rank of new rank v. */
+static inline int weft__rd_real(int v, int rem) { return v < rem ? 2 * v : v + rem; }
+
+/* ---- double binary tree ---- */
+typedef struct weft__btree_node {
+  int parent;      /* real rank, -1 for the root */
+  int child[2];    /* real ranks, -1 when absent */
+} weft__btree_node;
+
+/* Tree 0's links of label r (labels are ranks in tree 0). */
+static inline weft__btree_node weft__btree_label(int r, int n) {
+  weft__btree_node t = {-1, {-1, -1}};
+  if (r == 0) {
+    if (n > 1) t.child[0] = weft__pow2_floor(n - 1);
+    return t;
+  }
+  int bit = r & -r;
+  t.parent = (r ^ bit) | (bit << 1);
+  if (t.parent >= n) t.parent = r ^ bit;
+  if (bit == 1) return t;
+  t.child[0] = r - bit / 2;
+  int h = bit / 2;
+  while (h >= 1 && r + h >= n) h /= 2;
+  if (h >= 1) t.child[1] = r + h;
+  return t;
+}
+
+/* Label of rank r in tree `tree` (0 or 1), and back. */
+static inline int weft__dtree_label(int r, int n, int tree) {
+  if (tree == 0) return r;
+  return n % 2 == 0 ? n - 1 - r : weft__ring_mod((long long)r + 1, n);
+}
+static inline int weft__dtree_rank(int label, int n, int tree) {
+  if (tree == 0 || label < 0) return label;
+  return n % 2 == 0 ? n - 1 - label : weft__ring_mod((long long)label - 1, n);
+}
+
+/* Rank r's links in tree `tree`, as real ranks. */
+static inline weft__btree_node weft__dtree_node(int r, int n, int tree) {
+  weft__btree_node t = weft__btree_label(weft__dtree_label(r, n, tree), n);
+  t.parent = weft__dtree_rank(t.parent, n, tree);
+  t.child[0] = weft__dtree_rank(t.child[0], n, tree);
+  t.child[1] = weft__dtree_rank(t.child[1], n, tree);
+  return t;
+}
+
+/* ---- Bruck ---- */
+/* Blocks moved at step k (distance 2^k) of a Bruck all-gather over n ranks. */
+static inline int weft__bruck_blocks(int n, int k) {
+  int d = 1 << k;
+  return d < n - d ? d : n - d;
+}
+#endif

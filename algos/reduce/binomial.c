@@ -1,0 +1,74 @@
+/* reduce/binomial.c: binomial-tree reduce, for small messages.
+ *
+ * Virtual rank v = (rank - root) mod n (patterns.h). Rank v receives the partial result of
+ * each child v + m in turn, nearest first (m = 1, 2, 4, ...), and reduces it on arrival into
+ * its accumulator as acc op child: the accumulator covers v .. v+m-1 and the child
+ * v+m .. v+2m-1, so values combine in increasing virtual-rank order. Then it sends the
+ * accumulator to its parent. The accumulator is recvbuf on the root and scratch elsewhere
+ * (recvbuf may be NULL off the root); a leaf sends its sendbuf. The root divides once for
+ * WEFT_AVG. Receives are one per round because they reduce into the same buffer.
+ * Bytes each rank sends: count * size (all but the root). Latency term: ceil(log2 n) levels,
+ * nchildren rounds on a path. Scratch: count * size on inner non-root ranks. Not pipelined:
+ * the tuner keeps the chain for large messages. Sources: Thakur, Rabenseifner & Gropp 2005,
+ * section 4.2 (binomial reduce for short messages); MPICH's MPIR_Reduce_intra_binomial. */
+#include <string.h>
+#include "algos/patterns.h"
+#include "algos/rounds.h"
+#include "lib/dtype.h"
+
+typedef struct {
+  weft__rounds rounds;
+  int v, n, nchildren;
+  size_t bytes;
+  char *acc;
+  weft__req req[1];
+} rd_state;
+
+static void rd_post(weft__task *t, int i) {
+  rd_state *st = t->state;
+  if (i < st->nchildren) {
+    int child = weft__binomial_child(st->v, st->n, i);
+    weft__round_recv(&st->rounds, t, weft__binomial_real(child, t->root, st->n), st->acc,
+                     i == 0 ? t->sendbuf : st->acc, st->bytes);
+    return;
+  }
+  int parent = weft__binomial_parent(st->v);
+  if (parent < 0) return;
+  weft__round_send(&st->rounds, t, weft__binomial_real(parent, t->root, st->n),
+                   st->nchildren > 0 ? st->acc : t->sendbuf, st->bytes);
+}
+
+static void rd_finish(weft__task *t, int i) {
+  rd_state *st = t->state;
+  if (i == st->nchildren && st->v == 0 && t->op == WEFT_AVG)
+    weft__avg_finalize(t->recvbuf, t->count, t->dtype, st->n);
+}
+
+static weft_status_t rd_start(weft__task *t) {
+  int n = t->comm->nranks;
+  int v = weft__binomial_vrank(t->comm->rank, t->root, n);
+  int nchildren = weft__binomial_nchildren(v, n);
+  size_t bytes = t->count * weft__dtype_size(t->dtype);
+  int scratch = v != 0 && nchildren > 0;
+  size_t hdr = weft__align_up(sizeof(rd_state), 64);
+  weft_status_t status;
+  rd_state *st = weft__algo_state_alloc(t, hdr, scratch ? bytes : 0, &status);
+  if (st == NULL) return status;
+  st->v = v;
+  st->n = n;
+  st->nchildren = nchildren;
+  st->bytes = bytes;
+  st->acc = v == 0 ? t->recvbuf : (char *)st + hdr;
+  if (v == 0 && nchildren == 0 && bytes > 0 && t->sendbuf != t->recvbuf)
+    memcpy(t->recvbuf, t->sendbuf, bytes); /* n == 1 */
+  weft__rounds_init(&st->rounds, bytes > 0 ? nchildren + 1 : 0, st->req, 1, rd_post, rd_finish);
+  weft__rounds_progress(&st->rounds, t);
+  return WEFT_SUCCESS;
+}
+
+static weft_status_t rd_progress(weft__task *t) {
+  rd_state *st = t->state;
+  return weft__rounds_progress(&st->rounds, t);
+}
+
+const weft__algo weft__algo_reduce_binomial = {"binomial", WEFT__COLL_REDUCE, rd_start, rd_progress};

@@ -1,0 +1,45 @@
+/* select.h: the tuner's interface beyond weft__select_algo (lib/task.h), for weft-tune and
+ * the tests: evaluating the cost model without a communicator, and parsing WEFT_ALGO. */
+#ifndef WEFT_SELECT_H
+#define WEFT_SELECT_H
+#include <stddef.h>
+#include "lib/task.h"
+
+enum { WEFT__SELECT_MAX_CANDIDATES = 4 };
+
+/* What the choice depends on; every field is identical on all ranks of a communicator. */
+typedef struct weft__select_input {
+  weft__coll_t coll;
+  int nranks;
+  size_t bytes;        /* count * size: the whole buffer, or per rank (all-gather, all-to-all) */
+  int transport;       /* WEFT__TRANSPORT_SHM or WEFT__TRANSPORT_SOCKET (the slowest in use) */
+  int oversubscribed;  /* more ranks than cores on the one host they share */
+  size_t chunk_bytes;  /* the pipeline chunk (WEFT_CHUNK_BYTES) */
+} weft__select_input;
+
+/* Which candidates WEFT_ALGO leaves, per collective: bit i = candidate i allowed. */
+typedef struct weft__algo_filter {
+  unsigned allowed[WEFT__NUM_COLLS];
+  int bad;             /* the string named something unknown (warned once) */
+} weft__algo_filter;
+
+/* Parses spec in NCCL_ALGO's grammar into f: "ring,bruck" (only these), "^ring" (all but
+ * these), "allreduce:recursive_doubling,ring;allgather:bruck" (per collective; collectives
+ * not named keep every candidate). Names are case-insensitive and '_' is ignored.
+ * A collective whose list leaves no candidate keeps all of them. NULL or "": no filter.
+ * Returns 0 when something was not understood (f is still usable). */
+int weft__algo_filter_parse(const char *spec, weft__algo_filter *f);
+
+/* The candidates of coll (their names, in table order); returns how many. */
+int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max);
+
+/* The cost model's estimate in microseconds of algo for in (negative: not modelled). */
+double weft__select_cost(const weft__algo *algo, const weft__select_input *in);
+
+/* The choice for in under filter f (NULL: none); *why (may be NULL) gets a short reason. */
+const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
+                                       char *why, size_t whylen);
+
+/* The model's transport name ("shm", "socket"). */
+const char *weft__select_transport_name(int transport);
+#endif

@@ -1,0 +1,28 @@
+#!/bin/sh
+# multihost_2x2.sh: TAP test of weft across 2 emulated hosts with 2 ranks each (network
+# namespaces, tests/multihost_lib.sh): the 1 MiB all-reduce under mpirun and torchrun-style
+# launch with the transport and veth traffic checks, then every perf program under mpirun
+# at 8 B, 256 B, 8 KiB and 256 KiB (where sockets start splitting messages) with every
+# datatype, every op (on bfloat16 and float) and every root. About 15 s.
+# shellcheck disable=SC2086
+# shellcheck disable=SC2034 # read by multihost_lib.sh
+LAYOUT="2 2"
+# shellcheck source=tests/multihost_lib.sh
+. "$(dirname "$0")/multihost_lib.sh"
+
+echo "1..17"
+mh_check_mpirun_hosts
+sizes="-b 8 -e 1M -f 32 -n 2 -w 1"
+mh_check_layout mpirun
+mh_check_layout torchrun
+for p in all_reduce reduce_scatter all_gather alltoall sendrecv; do
+  mh_check_mpirun "mpirun: ${p}_perf, every datatype" -- ./${p}_perf $sizes -d all
+done
+mh_check_mpirun "mpirun: all_reduce_perf, every op on bfloat16" -- \
+  ./all_reduce_perf $sizes -d bfloat16 -o all
+for p in broadcast gather scatter; do
+  mh_check_mpirun "mpirun: ${p}_perf, every root" -- ./${p}_perf $sizes -d float16 -r all
+done
+mh_check_mpirun "mpirun: reduce_perf, every op and root on float" -- \
+  ./reduce_perf $sizes -d float -o all -r all
+mh_done

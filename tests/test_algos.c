@@ -1,0 +1,450 @@
+/* test_algos.c: the log-depth algorithms and the tuner.
+ *
+ * Pure parts first, without ranks: the binomial tree covers every rank once with the
+ * right parent; the recursive-doubling fold pairs ranks and numbers the rest in rank order;
+ * Bruck steps move n-1 blocks in all; WEFT_ALGO parses in NCCL_ALGO's grammar; the model
+ * picks a log-depth algorithm for 8 B and a bandwidth one for 64 MiB.
+ *
+ * Then each algorithm forced with WEFT_ALGO (set in the parent, so the forked ranks inherit
+ * it) on real rank processes: 1, 2, 3, 4, 5, 7, 8 ranks over shm and 3 and 4 over socket,
+ * counts 0, 1, 2, 3, 7, 4097 and one larger, int8 / uint8 / int32 / int64 / fp16 / bf16 /
+ * fp32 / fp64, every op, in place and out of place, every root. Values are small integers
+ * so results are exact in every datatype (as in test_collectives.c), guard bytes catch
+ * writes outside buffers, and results all ranks share must hash equal on every rank. A last
+ * check all-reduces random floats, where the reduction order shows in the bits: every rank
+ * must still hold the same bits, close to the fp64 sum. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "algos/patterns.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/select.h"
+#include "tests/harness.h"
+
+#define FILL_BYTE 0xEE
+
+/* ---- pure pattern maths ----------------------------------------------------------------- */
+
+static void binomial_tree_spans_every_rank_once(void **state) {
+  (void)state;
+  for (int n = 1; n <= 70; n++) {
+    for (int root = 0; root < n; root += (n > 8 ? 7 : 1)) {
+      int seen[70] = {0};
+      seen[0] = 1; /* the root (virtual 0) */
+      for (int v = 0; v < n; v++) {
+        int nc = weft__binomial_nchildren(v, n);
+        for (int i = 0; i < nc; i++) {
+          int c = weft__binomial_child(v, n, i);
+          assert_true(c > v && c < n);
+          assert_int_equal(weft__binomial_parent(c), v);
+          seen[c]++;
+        }
+        assert_int_equal(weft__binomial_child(v, n, nc), -1);
+        assert_int_equal(weft__binomial_real(weft__binomial_vrank(v, root, n), root, n), v);
+      }
+      for (int v = 0; v < n; v++) assert_int_equal(seen[v], 1);
+    }
+  }
+}
+
+static void fold_pairs_ranks_and_numbers_the_rest_in_order(void **state) {
+  (void)state;
+  for (int n = 1; n <= 70; n++) {
+    int p2 = weft__pow2_floor(n), last = -1, count = 0;
+    assert_true(p2 <= n && 2 * p2 > n);
+    for (int r = 0; r < n; r++) {
+      weft__rd_fold f = weft__rd_fold_of(r, n);
+      if (f.partner >= 0) assert_int_equal(weft__rd_fold_of(f.partner, n).partner, r);
+      if (f.newrank < 0) {
+        assert_int_equal(f.partner, r - 1);
+        continue;
+      }
+      assert_int_equal(f.newrank, last + 1); /* increasing in rank order */
+      assert_int_equal(weft__rd_real(f.newrank, f.rem), r);
+      last = f.newrank;
+      count++;
+    }
+    assert_int_equal(count, p2);
+  }
+}
+
+/* Both trees of the double binary tree span every rank, with consistent links. */
+static void double_binary_trees_span_every_rank(void **state) {
+  (void)state;
+  for (int n = 1; n <= 70; n++)
+    for (int k = 0; k < 2; k++) {
+      int roots = 0, links = 0;
+      for (int r = 0; r < n; r++) {
+        weft__btree_node nd = weft__dtree_node(r, n, k);
+        if (nd.parent < 0) roots++;
+        else {
+          weft__btree_node p = weft__dtree_node(nd.parent, n, k);
+          assert_true(p.child[0] == r || p.child[1] == r);
+        }
+        for (int c = 0; c < 2; c++)
+          if (nd.child[c] >= 0) {
+            links++;
+            assert_int_equal(weft__dtree_node(nd.child[c], n, k).parent, r);
+          }
+      }
+      assert_int_equal(roots, 1);
+      assert_int_equal(links, n - 1);
+    }
+}
+
+static void bruck_steps_move_n_minus_one_blocks(void **state) {
+  (void)state;
+  for (int n = 1; n <= 70; n++) {
+    int total = 0, L = weft__ceil_log2(n);
+    for (int k = 0; k < L; k++) total += weft__bruck_blocks(n, k);
+    assert_int_equal(total, n - 1);
+  }
+}
+
+/* ---- WEFT_ALGO and the model ------------------------------------------------------------ */
+
+static int candidate_index(weft__coll_t coll, const char *name) {
+  const weft__algo *a[WEFT__SELECT_MAX_CANDIDATES];
+  int k = weft__select_candidates(coll, a, WEFT__SELECT_MAX_CANDIDATES);
+  for (int i = 0; i < k; i++)
+    if (strcmp(a[i]->name, name) == 0) return i;
+  return -1;
+}
+
+static const char *pick(const char *spec, weft__coll_t coll, int nranks, size_t bytes) {
+  weft__algo_filter f;
+  weft__algo_filter_parse(spec, &f);
+  weft__select_input in = {coll, nranks, bytes, WEFT__TRANSPORT_SHM, 0, 512 * 1024};
+  return weft__select_resolve(&in, &f, NULL, 0)->name;
+}
+
+static void weft_algo_parses_ncclalgo_grammar(void **state) {
+  (void)state;
+  weft__algo_filter f;
+  assert_true(weft__algo_filter_parse("ring", &f));
+  assert_int_equal(f.allowed[WEFT__COLL_ALL_REDUCE], 1u << candidate_index(WEFT__COLL_ALL_REDUCE, "ring"));
+  assert_true(weft__algo_filter_parse("^ring", &f));
+  assert_false(f.allowed[WEFT__COLL_ALL_REDUCE] & (1u << candidate_index(WEFT__COLL_ALL_REDUCE, "ring")));
+  assert_true(weft__algo_filter_parse("allreduce:Recursive_Doubling;all_gather:bruck", &f));
+  assert_string_equal(pick("allreduce:Recursive_Doubling;all_gather:bruck", WEFT__COLL_ALL_REDUCE, 4, 1 << 26),
+                      "recursive_doubling");
+  assert_string_equal(pick("allreduce:rabenseifner", WEFT__COLL_ALL_REDUCE, 4, 8), "rabenseifner");
+  assert_string_equal(pick("allgather:bruck", WEFT__COLL_ALL_GATHER, 4, 1 << 26), "bruck");
+  assert_string_equal(pick("bcast:binomial", WEFT__COLL_BROADCAST, 4, 1 << 26), "binomial");
+  assert_string_equal(pick("^ring,recursive_doubling,tree", WEFT__COLL_ALL_REDUCE, 4, 8), "rabenseifner");
+  assert_string_equal(pick("allreduce:tree", WEFT__COLL_ALL_REDUCE, 4, 1 << 30), "tree"); /* forced past its cap */
+  /* A list that leaves a collective nothing keeps all its candidates. */
+  assert_string_equal(pick("bruck", WEFT__COLL_ALL_REDUCE, 4, 8), pick("", WEFT__COLL_ALL_REDUCE, 4, 8));
+  assert_false(weft__algo_filter_parse("allreduce:nosuch", &f));
+  assert_false(weft__algo_filter_parse("nosuchcoll:ring", &f));
+  assert_false(weft__algo_filter_parse("nosuch", &f));
+  assert_true(weft__algo_filter_parse("", &f));
+  assert_true(weft__algo_filter_parse(NULL, &f));
+}
+
+static void model_picks_log_depth_for_small_and_bandwidth_for_large(void **state) {
+  (void)state;
+  assert_string_equal(pick("", WEFT__COLL_ALL_REDUCE, 8, 8), "recursive_doubling");
+  assert_string_equal(pick("", WEFT__COLL_ALL_REDUCE, 8, 64u << 20), "ring");
+  assert_string_equal(pick("", WEFT__COLL_ALL_GATHER, 8, 8), "bruck");
+  assert_string_equal(pick("", WEFT__COLL_ALL_GATHER, 8, 64u << 20), "ring");
+  assert_string_equal(pick("", WEFT__COLL_BROADCAST, 8, 8), "binomial");
+  assert_string_equal(pick("", WEFT__COLL_BROADCAST, 8, 64u << 20), "chain");
+  assert_string_equal(pick("", WEFT__COLL_REDUCE, 8, 8), "binomial");
+  assert_string_equal(pick("", WEFT__COLL_REDUCE, 8, 64u << 20), "chain");
+}
+
+/* ---- values and references (exact in every datatype, see test_collectives.c) ---------- */
+
+static int is_signed(weft_datatype_t dt) {
+  return dt != WEFT_UINT8 && dt != WEFT_UINT32 && dt != WEFT_UINT64;
+}
+
+static long red_value(weft_redop_t op, int sgn, int rank, size_t j) {
+  long v;
+  switch (op) {
+  case WEFT_SUM:
+  case WEFT_AVG:
+    v = (long)(((size_t)rank * 3 + j * 5 + 1) % 9);
+    return sgn ? v - 4 : v;
+  case WEFT_PROD:
+    v = (j * 7 + (size_t)rank) % 8 < 3 ? 2 : 1;
+    return sgn && (j + (size_t)rank * 3) % 5 == 0 ? -v : v;
+  default:
+    v = (long)(((size_t)rank * 7 + j * 3) % 11);
+    return sgn ? v - 5 : v;
+  }
+}
+
+static long move_value(int src, size_t j) { return (long)(((size_t)src * 7 + j * 5 + 1) % 11); }
+/* All-to-all: the block rank src sends to rank dst. */
+static long a2a_value(int src, int dst, size_t j) {
+  return (long)(((size_t)src * 7 + (size_t)dst * 3 + j * 5 + 1) % 11);
+}
+
+static void store_expected(void *p, size_t j, weft_datatype_t dt, weft_redop_t op, int n) {
+  long acc = red_value(op, is_signed(dt), 0, j);
+  for (int r = 1; r < n; r++) {
+    long v = red_value(op, is_signed(dt), r, j);
+    if (op == WEFT_SUM || op == WEFT_AVG) acc += v;
+    else if (op == WEFT_PROD) acc *= v;
+    else if (op == WEFT_MAX) acc = v > acc ? v : acc;
+    else acc = v < acc ? v : acc;
+  }
+  if (op != WEFT_AVG) {
+    harness_store(p, j, dt, acc);
+    return;
+  }
+  float q = (float)acc / (float)n;
+  switch (dt) {
+  case WEFT_FLOAT16: ((uint16_t *)p)[j] = weft__float_to_half(q); break;
+  case WEFT_BFLOAT16: ((uint16_t *)p)[j] = weft__float_to_bf16(q); break;
+  case WEFT_FLOAT32: ((float *)p)[j] = q; break;
+  case WEFT_FLOAT64: ((double *)p)[j] = (double)acc / (double)n; break;
+  default: harness_store(p, j, dt, acc / n); break;
+  }
+}
+
+/* ---- one rank's sweep ------------------------------------------------------------------- */
+
+typedef struct {
+  const char *algo_env; /* WEFT_ALGO */
+  int coll;             /* WEFT__COLL_* under test */
+  int nranks;
+  const char *transport;
+} algo_case;
+
+static const weft_datatype_t dts[] = {WEFT_INT8, WEFT_UINT8, WEFT_INT32, WEFT_INT64,
+                                      WEFT_FLOAT16, WEFT_BFLOAT16, WEFT_FLOAT32, WEFT_FLOAT64};
+static const weft_redop_t ops[] = {WEFT_SUM, WEFT_PROD, WEFT_MIN, WEFT_MAX, WEFT_AVG};
+static const size_t counts[] = {0, 1, 2, 3, 7, 4097, 70001};
+
+static int check(harness_rank *r, const char *desc, const uint8_t *got, const uint8_t *want,
+                 size_t count, weft_datatype_t dt) {
+  size_t esz = harness_esize(dt);
+  for (size_t i = 0; i < count; i++)
+    if (memcmp(got + i * esz, want + i * esz, esz) != 0)
+      return harness_fail(r, "%s: element %zu: got %.9g, expected %.9g", desc, i,
+                          harness_load(got, i, dt), harness_load(want, i, dt));
+  return 1;
+}
+
+static int ok(harness_rank *r, weft_status_t st, const char *desc) {
+  if (st == WEFT_SUCCESS) return 1;
+  return harness_fail(r, "%s: returned %s: \"%s\"", desc, harness_status_name(st),
+                      weft_get_last_error(r->comm));
+}
+
+/* all_reduce or reduce (root >= 0) of one (dt, op, count, in-place); 0 after a failed call. */
+static int run_reduction(harness_rank *r, int coll, weft_datatype_t dt, weft_redop_t op,
+                         size_t count, int inplace, int root, uint64_t *hash) {
+  size_t esz = harness_esize(dt), bytes = count * esz;
+  uint8_t *send = harness_guarded_alloc(bytes, FILL_BYTE), *recv = harness_guarded_alloc(bytes, FILL_BYTE);
+  uint8_t *want = malloc(bytes + 1);
+  for (size_t j = 0; j < count; j++) {
+    harness_store(inplace ? recv : send, j, dt, red_value(op, is_signed(dt), r->rank, j));
+    store_expected(want, j, dt, op, r->nranks);
+  }
+  char desc[160];
+  snprintf(desc, sizeof desc, "%s %s %s count %zu %s root %d", coll == WEFT__COLL_REDUCE ? "reduce" : "all_reduce",
+           harness_dt_name(dt), harness_op_name(op), count, inplace ? "in-place" : "out-of-place", root);
+  weft_status_t st = coll == WEFT__COLL_REDUCE
+                         ? weft_reduce(inplace ? recv : send, recv, count, dt, op, root, r->comm, NULL)
+                         : weft_all_reduce(inplace ? recv : send, recv, count, dt, op, r->comm, NULL);
+  int good = ok(r, st, desc);
+  if (good && (coll != WEFT__COLL_REDUCE || r->rank == root)) check(r, desc, recv, want, count, dt);
+  if (good && coll != WEFT__COLL_REDUCE) *hash = harness_hash(recv, bytes, *hash);
+  harness_guarded_check(r, send, bytes, desc);
+  harness_guarded_check(r, recv, bytes, desc);
+  harness_guarded_free(send);
+  harness_guarded_free(recv);
+  free(want);
+  return good;
+}
+
+static int run_move(harness_rank *r, int coll, weft_datatype_t dt, size_t count, int inplace,
+                    int root, uint64_t *hash) {
+  int n = r->nranks;
+  size_t esz = harness_esize(dt), in_bytes = count * esz;
+  int a2a = coll == WEFT__COLL_ALL_TO_ALL;
+  if (a2a) in_bytes *= (size_t)n;
+  size_t out_bytes = coll == WEFT__COLL_ALL_GATHER ? (size_t)n * in_bytes : in_bytes;
+  uint8_t *send = harness_guarded_alloc(in_bytes, FILL_BYTE), *recv = harness_guarded_alloc(out_bytes, FILL_BYTE);
+  uint8_t *want = malloc(out_bytes + 1);
+  const void *src = send;
+  if (a2a) {
+    uint8_t *mine = inplace ? recv : send;
+    for (int p = 0; p < n; p++)
+      for (size_t j = 0; j < count; j++) {
+        harness_store(mine, (size_t)p * count + j, dt, a2a_value(r->rank, p, j));
+        harness_store(want, (size_t)p * count + j, dt, a2a_value(p, r->rank, j));
+      }
+    src = mine;
+  } else if (coll == WEFT__COLL_ALL_GATHER) {
+    uint8_t *mine = inplace ? recv + (size_t)r->rank * in_bytes : send;
+    for (size_t j = 0; j < count; j++) harness_store(mine, j, dt, move_value(r->rank, j));
+    for (int p = 0; p < n; p++)
+      for (size_t j = 0; j < count; j++) harness_store(want, (size_t)p * count + j, dt, move_value(p, j));
+    src = mine;
+  } else {
+    for (size_t j = 0; j < count; j++) {
+      harness_store(want, j, dt, move_value(root, j));
+      if (r->rank == root) harness_store(inplace ? recv : send, j, dt, move_value(root, j));
+    }
+    if (inplace) src = recv;
+  }
+  char desc[160];
+  snprintf(desc, sizeof desc, "%s %s count %zu %s root %d",
+           a2a ? "all_to_all" : coll == WEFT__COLL_ALL_GATHER ? "all_gather" : "broadcast",
+           harness_dt_name(dt), count, inplace ? "in-place" : "out-of-place", root);
+  weft_status_t st = a2a ? weft_all_to_all(src, recv, count, dt, r->comm, NULL)
+                     : coll == WEFT__COLL_ALL_GATHER ? weft_all_gather(src, recv, count, dt, r->comm, NULL)
+                                                     : weft_broadcast(src, recv, count, dt, root, r->comm, NULL);
+  int good = ok(r, st, desc);
+  if (good) check(r, desc, recv, want, out_bytes / (esz ? esz : 1), dt);
+  if (good && !a2a) *hash = harness_hash(recv, out_bytes, *hash);
+  harness_guarded_check(r, send, in_bytes, desc);
+  harness_guarded_check(r, recv, out_bytes, desc);
+  harness_guarded_free(send);
+  harness_guarded_free(recv);
+  free(want);
+  return good;
+}
+
+/* The large count only for a few datatypes, to keep the sweep in seconds. */
+static int skip_large(size_t count, weft_datatype_t dt, weft_redop_t op) {
+  return count > 5000 && !(dt == WEFT_FLOAT32 && op == WEFT_SUM) && !(dt == WEFT_BFLOAT16 && op == WEFT_AVG);
+}
+
+static int sweep_body(harness_rank *r) {
+  const algo_case *c = r->arg;
+  int reduction = c->coll == WEFT__COLL_ALL_REDUCE || c->coll == WEFT__COLL_REDUCE;
+  int rooted = c->coll == WEFT__COLL_REDUCE || c->coll == WEFT__COLL_BROADCAST;
+  for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+    uint64_t hash = 0;
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+      size_t nops = reduction ? sizeof ops / sizeof ops[0] : 1;
+      for (size_t o = 0; o < nops; o++) {
+        if (skip_large(counts[ci], dts[d], reduction ? ops[o] : WEFT_SUM)) continue;
+        for (int inplace = 0; inplace < 2; inplace++) {
+          /* Every root for small counts, two roots for the others. */
+          for (int root = 0; root < (rooted ? r->nranks : 1); root++) {
+            if (rooted && counts[ci] > 3 && root != 0 && root != r->nranks - 1) continue;
+            int good = reduction ? run_reduction(r, c->coll, dts[d], ops[o], counts[ci], inplace,
+                                                 rooted ? root : -1, &hash)
+                                 : run_move(r, c->coll, dts[d], counts[ci], inplace, root, &hash);
+            if (!good) return r->failures;
+          }
+        }
+      }
+    }
+    char desc[64];
+    snprintf(desc, sizeof desc, "%s count %zu", c->algo_env, counts[ci]);
+    if (c->coll != WEFT__COLL_REDUCE) harness_same_on_all_ranks(r, hash, desc);
+  }
+  return r->failures;
+}
+
+/* Random floats: the order of the reduction shows in the bits; every rank must agree. */
+static int random_float_body(harness_rank *r) {
+  const size_t count = 1031;
+  float *buf = malloc(count * sizeof(float));
+  uint16_t *half = malloc(count * sizeof(uint16_t));
+  uint64_t x = 0x9E3779B97F4A7C15ull * (uint64_t)(r->rank + 1);
+  for (size_t i = 0; i < count; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    buf[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 1e3f;
+    half[i] = weft__float_to_bf16(buf[i] / 1e3f);
+  }
+  if (ok(r, weft_all_reduce(buf, buf, count, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), "random float32 sum"))
+    harness_same_on_all_ranks(r, harness_hash(buf, count * sizeof(float), 0), "random float32 sum");
+  if (ok(r, weft_all_reduce(half, half, count, WEFT_BFLOAT16, WEFT_AVG, r->comm, NULL), "random bf16 avg"))
+    harness_same_on_all_ranks(r, harness_hash(half, count * sizeof(uint16_t), 0), "random bf16 avg");
+  free(buf);
+  free(half);
+  return r->failures;
+}
+
+static void run_case(const algo_case *c, harness_body_fn body) {
+  setenv("WEFT_ALGO", c->algo_env, 1);
+  harness_opts o = {0};
+  o.nranks = c->nranks;
+  o.transport = c->transport;
+  o.deadline_s = 60;
+  harness_run(&o, body, (void *)c);
+  unsetenv("WEFT_ALGO");
+}
+
+static const struct {
+  const char *env;
+  int coll;
+} algos[] = {
+    {"allreduce:recursive_doubling", WEFT__COLL_ALL_REDUCE},
+    {"allreduce:rabenseifner", WEFT__COLL_ALL_REDUCE},
+    {"allreduce:tree", WEFT__COLL_ALL_REDUCE},
+    {"allgather:bruck", WEFT__COLL_ALL_GATHER},
+    {"alltoall:bruck", WEFT__COLL_ALL_TO_ALL},
+    {"broadcast:binomial", WEFT__COLL_BROADCAST},
+    {"reduce:binomial", WEFT__COLL_REDUCE},
+};
+
+static void all_algorithms_match_the_reference_on_1_to_8_ranks(void **state) {
+  int a = (int)(intptr_t)*state;
+  static const int shm_ranks[] = {1, 2, 3, 4, 5, 7, 8};
+  for (size_t i = 0; i < sizeof shm_ranks / sizeof shm_ranks[0]; i++) {
+    algo_case c = {algos[a].env, algos[a].coll, shm_ranks[i], "shm"};
+    run_case(&c, sweep_body);
+  }
+  for (int n = 3; n <= 4; n++) {
+    algo_case c = {algos[a].env, algos[a].coll, n, "socket"};
+    run_case(&c, sweep_body);
+  }
+}
+
+static void random_floats_reduce_to_identical_bits_on_every_rank(void **state) {
+  (void)state;
+  static const char *envs[] = {"allreduce:recursive_doubling", "allreduce:rabenseifner", "allreduce:ring"};
+  static const int ranks[] = {2, 5, 7}; /* a power of two, and folds */
+  for (size_t e = 0; e < 3; e++)
+    for (size_t i = 0; i < 3; i++) {
+      algo_case c = {envs[e], WEFT__COLL_ALL_REDUCE, ranks[i], "shm"};
+      run_case(&c, random_float_body);
+    }
+}
+
+int main(void) {
+  harness_filter_from_env();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(binomial_tree_spans_every_rank_once),
+      cmocka_unit_test(fold_pairs_ranks_and_numbers_the_rest_in_order),
+      cmocka_unit_test(double_binary_trees_span_every_rank),
+      cmocka_unit_test(bruck_steps_move_n_minus_one_blocks),
+      cmocka_unit_test(weft_algo_parses_ncclalgo_grammar),
+      cmocka_unit_test(model_picks_log_depth_for_small_and_bandwidth_for_large),
+      {"all_reduce_recursive_doubling_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)0},
+      {"all_reduce_rabenseifner_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)1},
+      {"all_reduce_tree_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)2},
+      {"all_gather_bruck_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)3},
+      {"all_to_all_bruck_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)4},
+      {"broadcast_binomial_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)5},
+      {"reduce_binomial_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)6},
+      cmocka_unit_test(random_floats_reduce_to_identical_bits_on_every_rank),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

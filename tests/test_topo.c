@@ -1,0 +1,331 @@
+/* test_topo.c: topology discovery, merge, link classes and XML of topo/, and weft-topo run
+ * for real through ./weftrun on 2 ranks (matrix, dump then load, --probe with small sizes).
+ * The tool tests need the build directory (WEFT_TOP_BUILDDIR, set by make check); without
+ * it they pass with a TAP SKIP directive in their name. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+#include "topo/topo.h"
+
+static void check_discovery_is_sane(void) {
+  weft__topo_summary s;
+  weft__topo_discover(&s);
+  assert_int_equal(s.magic, WEFT__TOPO_MAGIC);
+  assert_true(s.host.pus >= 1);
+  assert_true(s.host.cores >= 1 && s.host.cores <= s.host.pus);
+  assert_true(s.host.packages >= 1);
+  assert_true(s.host.numa_nodes >= 1);
+  assert_true(weft__topo_cpuset_count(s.self.cpuset) >= 1);
+  assert_true(weft__topo_cpuset_count(s.self.cpuset) <= s.host.pus);
+  assert_true(s.self.numa >= -1 && s.self.numa < 1024);
+  assert_true(s.host.hostname[0] != '\0');
+  assert_int_equal(s.self.pid, getpid());
+  assert_true(s.host.ndevices >= 0 && s.host.ndevices <= WEFT__TOPO_MAX_DEVICES);
+}
+
+static void discovery_sees_cores_numa_and_cpus_on_this_machine(void **state) {
+  unsetenv("WEFT_TOPO_HWLOC");
+  check_discovery_is_sane();
+}
+
+static void sysfs_fallback_sees_the_same_cpu_counts(void **state) {
+  weft__topo_summary a, b;
+  unsetenv("WEFT_TOPO_HWLOC");
+  weft__topo_discover(&a);
+  setenv("WEFT_TOPO_HWLOC", "0", 1);
+  check_discovery_is_sane();
+  weft__topo_discover(&b);
+  unsetenv("WEFT_TOPO_HWLOC");
+  assert_int_equal(strncmp(b.host.discovery, "sysfs", 5), 0);
+  assert_int_equal(a.host.pus, b.host.pus);
+  assert_int_equal(a.host.cores, b.host.cores);
+  assert_int_equal(a.host.numa_nodes, b.host.numa_nodes);
+  assert_int_equal(a.host.l3_caches, b.host.l3_caches);
+  assert_int_equal(a.self.numa, b.self.numa);
+  assert_int_equal(a.self.core_group, b.self.core_group);
+}
+
+static void cpuset_list_form_round_trips(void **state) {
+  uint8_t set[WEFT__TOPO_MAX_CPUS / 8];
+  char buf[256];
+  assert_int_equal(weft__topo_cpuset_parse("0-3,8,10-11", set), 0);
+  assert_int_equal(weft__topo_cpuset_count(set), 7);
+  weft__topo_cpuset_str(set, buf, sizeof(buf));
+  assert_string_equal(buf, "0-3,8,10-11");
+  assert_int_equal(weft__topo_cpuset_parse("", set), 0);
+  weft__topo_cpuset_str(set, buf, sizeof(buf));
+  assert_string_equal(buf, "");
+  assert_int_equal(weft__topo_cpuset_parse("3-1", set), -1);
+  assert_int_equal(weft__topo_cpuset_parse("0,x", set), -1);
+  assert_int_equal(weft__topo_cpuset_parse("5000", set), -1);
+}
+
+/* A synthetic summary: host hash, NUMA node, L3, CPUs. */
+static void fake(weft__topo_summary *s, int rank, uint64_t hash, const char *hostname, int numa,
+                 int l3, const char *cpus) {
+  memset(s, 0, sizeof(*s));
+  s->magic = WEFT__TOPO_MAGIC;
+  s->rank = rank;
+  s->host.hash = hash;
+  snprintf(s->host.hostname, sizeof(s->host.hostname), "%s", hostname);
+  snprintf(s->host.discovery, sizeof(s->host.discovery), "hwloc");
+  s->host.packages = 2;
+  s->host.numa_nodes = 2;
+  s->host.cores = 8;
+  s->host.pus = 16;
+  s->host.l3_caches = 4;
+  weft__topo_add_device(&s->host, "nic", "eth0", "0000:17:00.0", 0);
+  weft__topo_add_device(&s->host, "gpu", "cuda0", "0000:3b:00.0", 1);
+  weft__topo_add_device(&s->host, "gpu", "nvml0", "0000:3b:00.0", 1); /* same GPU: dropped */
+  s->self.numa = numa;
+  s->self.core_group = l3;
+  s->self.pid = 1000 + rank;
+  s->self.nic_speed_mbps = 25000;
+  s->self.nic_numa = 0;
+  snprintf(s->self.nic, sizeof(s->self.nic), "eth0");
+  assert_int_equal(weft__topo_cpuset_parse(cpus, s->self.cpuset), 0);
+}
+
+/* 6 ranks: 0,1 share an L3; 2 same NUMA as 0 but another L3; 3 on the other NUMA node;
+ * 4 spans both nodes (unbound); 5 on another host. */
+static void six_ranks(weft__topo_system *sys) {
+  weft__topo_summary s[6];
+  fake(&s[0], 0, 0xa, "node-a", 0, 0, "0-1");
+  fake(&s[1], 1, 0xa, "node-a", 0, 0, "2-3");
+  fake(&s[2], 2, 0xa, "node-a", 0, 1, "4-5");
+  fake(&s[3], 3, 0xa, "node-a", 1, 2, "8-9");
+  fake(&s[4], 4, 0xa, "node-a", -1, -1, "0-15");
+  fake(&s[5], 5, 0xb, "node-b \"<&>'", 0, 0, "0-1");
+  assert_int_equal(weft__topo_merge(s, 6, sys), WEFT_SUCCESS);
+}
+
+static void link_classes_of_synthetic_ranks(void **state) {
+  weft__topo_system sys;
+  six_ranks(&sys);
+  assert_int_equal(sys.nhosts, 2);
+  assert_int_equal(sys.hosts[0].nranks, 5);
+  assert_int_equal(sys.hosts[1].nranks, 1);
+  assert_int_equal(sys.hosts[0].ndevices, 2);
+  assert_int_equal(sys.ranks[5].host, 1);
+  assert_int_equal(sys.ranks[5].local_rank, 0);
+  assert_int_equal(sys.ranks[3].local_rank, 3);
+  assert_int_equal(weft__topo_link(&sys, 0, 0), WEFT__LINK_SELF);
+  assert_int_equal(weft__topo_link(&sys, 0, 1), WEFT__LINK_L3);
+  assert_int_equal(weft__topo_link(&sys, 1, 0), WEFT__LINK_L3);
+  assert_int_equal(weft__topo_link(&sys, 0, 2), WEFT__LINK_NUMA);
+  assert_int_equal(weft__topo_link(&sys, 0, 3), WEFT__LINK_HOST);
+  assert_int_equal(weft__topo_link(&sys, 4, 0), WEFT__LINK_HOST);
+  assert_int_equal(weft__topo_link(&sys, 4, 3), WEFT__LINK_HOST);
+  assert_int_equal(weft__topo_link(&sys, 0, 5), WEFT__LINK_NET);
+  assert_int_equal(weft__topo_link(&sys, 5, 4), WEFT__LINK_NET);
+  assert_string_equal(weft__topo_link_name(WEFT__LINK_NET), "NET");
+  weft__topo_system_free(&sys);
+}
+
+static void merge_rejects_a_summary_of_another_build(void **state) {
+  weft__topo_summary s[2];
+  weft__topo_system sys;
+  fake(&s[0], 0, 1, "a", 0, 0, "0");
+  fake(&s[1], 1, 1, "a", 0, 0, "1");
+  s[1].magic = 0;
+  assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_ERR_INVALID_ARGUMENT);
+}
+
+static char *temp_path(const char *tag) {
+  char *path;
+  assert_true(asprintf(&path, "%s/weft_topo_%s_%d.xml", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
+                       tag, (int)getpid()) > 0);
+  return path;
+}
+
+static void xml_round_trip_gives_the_same_view(void **state) {
+  weft__topo_system sys, back;
+  six_ranks(&sys);
+  char *path = temp_path("rt");
+  assert_int_equal(weft__topo_xml_dump(&sys, path), WEFT_SUCCESS);
+  assert_int_equal(weft__topo_xml_load(path, &back), WEFT_SUCCESS);
+  assert_true(weft__topo_system_equal(&sys, &back));
+  assert_string_equal(back.hosts[1].hostname, "node-b \"<&>'");
+  assert_string_equal(back.source, path);
+  weft__topo_system_free(&back);
+  weft__topo_system_free(&sys);
+
+  weft__topo_summary me; /* and this machine's real view */
+  weft__topo_discover(&me);
+  assert_int_equal(weft__topo_merge(&me, 1, &sys), WEFT_SUCCESS);
+  assert_int_equal(weft__topo_xml_dump(&sys, path), WEFT_SUCCESS);
+  assert_int_equal(weft__topo_xml_load(path, &back), WEFT_SUCCESS);
+  assert_true(weft__topo_system_equal(&sys, &back));
+  weft__topo_system_free(&back);
+  weft__topo_system_free(&sys);
+  unlink(path);
+  free(path);
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void xml_load_names_the_line_of_an_error(void **state) {
+  char *path = temp_path("bad");
+  weft__topo_system sys;
+  write_file(path, "<weft-topology version=\"1\" nranks=\"1\" nhosts=\"1\">\n"
+                   "  <host index=\"0\" hostname=\"a\" hash=\"0x1\" discovery=\"sysfs\" packages=\"1\"\n"
+                   "        numa-nodes=\"1\" cores=\"1\" pus=\"1\" l3-caches=\"0\"/>\n"
+                   "  <rank index=\"0\" host=\"3\" numa=\"0\" core-group=\"-1\" cpuset=\"0\" nic=\"\"\n"
+                   "        nic-speed-mbps=\"-1\" nic-numa=\"-1\" pid=\"1\"/>\n"
+                   "</weft-topology>\n");
+  assert_int_equal(weft__topo_xml_load(path, &sys), WEFT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(weft_get_last_error(NULL), ":4: attribute host=\"3\""));
+  write_file(path, "<weft-topology version=\"1\" nranks=\"2\" nhosts=\"1\">\n</weft-topology>\n");
+  assert_int_equal(weft__topo_xml_load(path, &sys), WEFT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(weft_get_last_error(NULL), "no <rank index=\"0\">"));
+  unlink(path);
+  assert_int_equal(weft__topo_xml_load(path, &sys), WEFT_ERR_SYSTEM);
+  free(path);
+}
+
+/* ---------------------------------------------------------------------------------- */
+/* weft-topo through weftrun */
+
+static void skipped(void **state) {}
+
+static const char *builddir(void) {
+  const char *dir = getenv("WEFT_TOP_BUILDDIR");
+  if (dir == NULL) return NULL;
+  char p[4096];
+  snprintf(p, sizeof(p), "%s/weft-topo", dir);
+  if (access(p, X_OK) != 0) return NULL;
+  snprintf(p, sizeof(p), "%s/weftrun", dir);
+  if (access(p, X_OK) != 0) return NULL;
+  return dir;
+}
+
+/* Runs "cd builddir && ENV timeout 60 ./weftrun -n N ./weft-topo ARGS" into a string;
+ * prints the output as TAP comments when the exit status is not the one expected
+ * (expect_ok: 0, else non-zero). */
+static char *run_tool(const char *env, int n, const char *args, int expect_ok, int *status) {
+  char *out = temp_path("out"), *cmd;
+  assert_true(asprintf(&cmd, "cd '%s' && %s timeout 60 ./weftrun -n %d ./weft-topo %s >'%s' 2>&1",
+                       builddir(), env, n, args, out) > 0);
+  *status = system(cmd);
+  free(cmd);
+  FILE *f = fopen(out, "r");
+  assert_non_null(f);
+  char *text = calloc(1, 1 << 20);
+  size_t len = fread(text, 1, (1 << 20) - 1, f);
+  text[len] = '\0';
+  fclose(f);
+  unlink(out);
+  free(out);
+  if ((*status == 0) != expect_ok) {
+    print_message("# exit status %d, output:\n", *status);
+    char *copy = strdup(text), *save = NULL;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+      print_message("#   %s\n", line);
+    free(copy);
+    fflush(stdout);
+  }
+  return text;
+}
+
+static void weft_topo_on_2_ranks_prints_the_matrix(void **state) {
+  int st;
+  char *out = run_tool("", 2, "", 1, &st);
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(out, "weft-topo: 2 ranks on 1 host (detected)"));
+  assert_non_null(strstr(out, "Host 0: "));
+  assert_non_null(strstr(out, "NUMA node"));
+  /* Both ranks share the host: the matrix row of rank 0 reads X then a same-host class. */
+  char *row = strstr(out, "\nrank0 ");
+  assert_non_null(row);
+  char c0[8], c1[8];
+  assert_int_equal(sscanf(row, "\nrank0 %7s %7s", c0, c1), 2);
+  assert_string_equal(c0, "X");
+  assert_true(strcmp(c1, "L3") == 0 || strcmp(c1, "NUMA") == 0 || strcmp(c1, "HOST") == 0);
+  assert_non_null(strstr(out, "\nrank1 "));
+  assert_non_null(strstr(out, "Legend:"));
+  free(out);
+}
+
+static void weft_topo_dump_then_load_prints_the_loaded_view(void **state) {
+  char *xml = temp_path("dump"), *args, *env;
+  int st;
+  assert_true(asprintf(&args, "--dump '%s'", xml) > 0);
+  char *out = run_tool("", 2, args, 1, &st);
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(out, "wrote "));
+  free(out);
+  weft__topo_system sys;
+  assert_int_equal(weft__topo_xml_load(xml, &sys), WEFT_SUCCESS);
+  assert_int_equal(sys.nranks, 2);
+  weft__topo_system_free(&sys);
+  assert_true(asprintf(&env, "WEFT_TOPO_FILE='%s'", xml) > 0);
+  out = run_tool(env, 2, "", 1, &st);
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(out, "(WEFT_TOPO_FILE), not detected"));
+  free(out);
+  out = run_tool(env, 3, "", 0, &st); /* a file of 2 ranks does not fit 3 */
+  assert_int_not_equal(st, 0);
+  assert_non_null(strstr(out, "describes 2 ranks, the communicator has 3"));
+  free(out);
+  unlink(xml);
+  free(xml);
+  free(args);
+  free(env);
+}
+
+static void weft_topo_probe_on_2_ranks_prints_both_matrices(void **state) {
+  int st;
+  char *out = run_tool("", 2, "--probe --lat-iters 10 --bw-bytes 256K --bw-iters 2", 1, &st);
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(out, "Latency (us"));
+  assert_non_null(strstr(out, "Bandwidth (GB/s, 262144 bytes"));
+  assert_non_null(strstr(out, "Per link class"));
+  double l01, bw01;
+  char *lat = strstr(out, "Latency (us"), *bw = strstr(out, "Bandwidth (GB/s");
+  assert_int_equal(sscanf(strstr(lat, "\nrank0 "), "\nrank0 - %lf", &l01), 1);
+  assert_int_equal(sscanf(strstr(bw, "\nrank0 "), "\nrank0 - %lf", &bw01), 1);
+  assert_true(l01 > 0 && bw01 > 0);
+  free(out);
+}
+
+int main(void) {
+  const struct CMUnitTest unit[] = {
+      cmocka_unit_test(discovery_sees_cores_numa_and_cpus_on_this_machine),
+      cmocka_unit_test(sysfs_fallback_sees_the_same_cpu_counts),
+      cmocka_unit_test(cpuset_list_form_round_trips),
+      cmocka_unit_test(link_classes_of_synthetic_ranks),
+      cmocka_unit_test(merge_rejects_a_summary_of_another_build),
+      cmocka_unit_test(xml_round_trip_gives_the_same_view),
+      cmocka_unit_test(xml_load_names_the_line_of_an_error),
+  };
+  const struct CMUnitTest tool[] = {
+      cmocka_unit_test(weft_topo_on_2_ranks_prints_the_matrix),
+      cmocka_unit_test(weft_topo_dump_then_load_prints_the_loaded_view),
+      cmocka_unit_test(weft_topo_probe_on_2_ranks_prints_both_matrices),
+  };
+  enum { n_unit = sizeof unit / sizeof unit[0], n_tool = sizeof tool / sizeof tool[0] };
+  struct CMUnitTest tests[n_unit + n_tool];
+  memcpy(tests, unit, sizeof unit);
+  int have = builddir() != NULL;
+  for (int t = 0; t < n_tool; t++) {
+    /* Without the build directory the tool tests pass with a TAP SKIP directive. */
+    tests[n_unit + t] = tool[t];
+    if (!have) {
+      char *name;
+      if (asprintf(&name, "%s # SKIP no ./weftrun and ./weft-topo (WEFT_TOP_BUILDDIR)", tool[t].name) < 0) return 1;
+      tests[n_unit + t].name = name;
+      tests[n_unit + t].test_func = skipped;
+    }
+  }
+  return _cmocka_run_group_tests("test_topo", tests, n_unit + n_tool, NULL, NULL);
+}

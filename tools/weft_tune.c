@@ -1,0 +1,124 @@
+/* weft_tune.c: weft-tune prints the tuner's resolved choice per collective and size range,
+ * for a rank count and transport, without a communicator: it evaluates the same table and
+ * cost model as lib/select.c, under the WEFT_ALGO and WEFT_TUNER_MODEL of its environment.
+ *
+ *   weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MINBYTES] [-e MAXBYTES] [-c COLL] [-v]
+ *   weft-tune --list
+ * -o models more ranks than cores (oversubscribed); -v prints every candidate's cost per size.
+ * Sizes are the bytes the model sees: the whole buffer, or the block per rank of an all-gather
+ * or all-to-all. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lib/comm.h"
+#include "lib/env.h"
+#include "lib/select.h"
+
+static const weft__coll_t tuned[] = {WEFT__COLL_ALL_REDUCE, WEFT__COLL_ALL_GATHER,
+                                     WEFT__COLL_BROADCAST, WEFT__COLL_REDUCE,
+                                     WEFT__COLL_ALL_TO_ALL};
+
+static void print_size(char *buf, size_t len, size_t b) {
+  if (b >= (1u << 30) && b % (1u << 30) == 0) snprintf(buf, len, "%zuG", b >> 30);
+  else if (b >= (1u << 20) && b % (1u << 20) == 0) snprintf(buf, len, "%zuM", b >> 20);
+  else if (b >= 1024 && b % 1024 == 0) snprintf(buf, len, "%zuK", b >> 10);
+  else snprintf(buf, len, "%zu", b);
+}
+
+/* "4096", "64K", "16M", "1G" (powers of 1024); 0 when malformed. */
+static size_t parse_size(const char *s) {
+  char *end;
+  unsigned long long x = strtoull(s, &end, 0);
+  int shift = *end == 'K' || *end == 'k' ? 10 : *end == 'M' || *end == 'm' ? 20 : *end == 'G' || *end == 'g' ? 30 : 0;
+  if (shift) end++;
+  return *end == '\0' ? (size_t)(x << shift) : 0;
+}
+
+static void list_algos(void) {
+  for (int c = 0; c < WEFT__NUM_COLLS; c++) {
+    const weft__algo *a[WEFT__SELECT_MAX_CANDIDATES];
+    int k = weft__select_candidates((weft__coll_t)c, a, WEFT__SELECT_MAX_CANDIDATES);
+    printf("%-16s", weft__coll_name((weft__coll_t)c));
+    for (int i = 0; i < k; i++) printf(" %s", a[i]->name);
+    printf("\n");
+  }
+}
+
+/* One collective: rows "from .. to: algorithm", merged over sizes min .. max (powers of 2). */
+static void resolve_coll(weft__select_input in, const weft__algo_filter *f, size_t lo, size_t hi,
+                         int verbose) {
+  const weft__algo *cur = NULL;
+  size_t from = lo;
+  char a[32], b[32], why[512];
+  for (size_t s = lo;; s *= 2) {
+    in.bytes = s;
+    const weft__algo *algo = weft__select_resolve(&in, f, why, sizeof(why));
+    if (verbose) {
+      print_size(a, sizeof(a), s);
+      printf("  %-14s %8s B  %-18s %s\n", weft__coll_name(in.coll), a, algo->name, why);
+    }
+    if (cur != NULL && algo != cur && !verbose) {
+      print_size(a, sizeof(a), from);
+      print_size(b, sizeof(b), s / 2);
+      printf("  %-14s %8s .. %-8s B  %s\n", weft__coll_name(in.coll), a, b, cur->name);
+      from = s;
+    }
+    cur = algo;
+    if (s >= hi || s > hi / 2) break;
+  }
+  if (!verbose) {
+    print_size(a, sizeof(a), from);
+    print_size(b, sizeof(b), hi);
+    printf("  %-14s %8s .. %-8s B  %s\n", weft__coll_name(in.coll), a, b, cur->name);
+  }
+}
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MIN] [-e MAX] [-c COLL] [-v]\n"
+             "       weft-tune --list\n"
+             "Prints the algorithm weft's tuner picks per collective and size range\n"
+             "(honours WEFT_ALGO, WEFT_TUNER_MODEL and WEFT_CHUNK_BYTES).\n");
+}
+
+int main(int argc, char **argv) {
+  weft__select_input in = {WEFT__COLL_ALL_REDUCE, 2, 0, WEFT__TRANSPORT_SHM, 0,
+                           weft__env_size("WEFT_CHUNK_BYTES", 512 * 1024)};
+  size_t lo = 8, hi = (size_t)1 << 30;
+  const char *only = NULL;
+  int verbose = 0;
+  static const struct option longopts[] = {{"list", no_argument, NULL, 'l'},
+                                           {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+  int opt;
+  while ((opt = getopt_long(argc, argv, "n:t:ob:e:c:vh", longopts, NULL)) != -1) {
+    switch (opt) {
+      case 'n': in.nranks = atoi(optarg); break;
+      case 't': in.transport = strcmp(optarg, "socket") == 0 ? WEFT__TRANSPORT_SOCKET : WEFT__TRANSPORT_SHM; break;
+      case 'o': in.oversubscribed = 1; break;
+      case 'b': lo = parse_size(optarg); break;
+      case 'e': hi = parse_size(optarg); break;
+      case 'c': only = optarg; break;
+      case 'v': verbose = 1; break;
+      case 'l': list_algos(); return 0;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (in.nranks < 1 || lo < 1 || hi < lo) {
+    usage(stderr);
+    return 2;
+  }
+  weft__algo_filter f;
+  const char *spec = weft__env_str("WEFT_ALGO", "");
+  if (!weft__algo_filter_parse(spec, &f))
+    fprintf(stderr, "weft-tune: WEFT_ALGO=%s names something unknown (see --list)\n", spec);
+  printf("# %d ranks over %s%s, chunk %zu B%s%s\n", in.nranks,
+         weft__select_transport_name(in.transport), in.oversubscribed ? ", more ranks than cores" : "",
+         in.chunk_bytes, *spec ? ", WEFT_ALGO=" : "", spec);
+  for (size_t i = 0; i < sizeof(tuned) / sizeof(tuned[0]); i++) {
+    in.coll = tuned[i];
+    if (only && strcmp(only, weft__coll_name(in.coll)) != 0) continue;
+    resolve_coll(in, &f, lo, hi, verbose);
+  }
+  return 0;
+}

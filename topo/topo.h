@@ -1,0 +1,126 @@
+/* topo.h: weft's view of the machines a communicator runs on (internal API of topo/).
+ *
+ * Each rank discovers its own host and placement (weft__topo_discover: hwloc when built
+ * with it, else sysfs and sched_getaffinity) into a fixed-size weft__topo_summary; the
+ * summaries are all-gathered as bytes and merged into one weft__topo_system: hosts, ranks
+ * per host, NUMA node, core group (shared L3), CPU set and the NIC of every rank. The
+ * system view can be written to and read from a small XML file (topo/xml.c) so a user can
+ * inspect or correct what was detected (WEFT_TOPO_DUMP_FILE, WEFT_TOPO_FILE).
+ * weft-topo (topo/weft_topo.c) prints it; ring order and transport choice will use it. */
+#ifndef WEFT_TOPO_H
+#define WEFT_TOPO_H
+#include <stddef.h>
+#include <stdint.h>
+#include "weft.h"
+
+struct weft_comm;
+
+#define WEFT__TOPO_MAX_CPUS 1024     /* CPU ids (OS numbering) a cpuset can hold */
+#define WEFT__TOPO_MAX_DEVICES 8     /* NICs and GPUs listed per host */
+#define WEFT__TOPO_NAME 64
+
+/* A PCI device of interest: a NIC or a GPU. */
+typedef struct {
+  char kind[8];                 /* "nic", "ib" (OpenFabrics), "gpu" */
+  char name[32];                /* "eth0", "mlx5_0", "cuda0", or "" for a GPU without driver */
+  char pci[16];                 /* "0000:00:03.0", "" when not on PCI (virtual) */
+  int32_t numa;                 /* NUMA node it hangs off, -1 unknown */
+  int32_t speed_mbps;           /* NICs: /sys/class/net/IF/speed, -1 unknown or virtual */
+} weft__topo_device;
+
+/* What one host looks like; the same for every rank of the host. */
+typedef struct {
+  uint64_t hash;                /* weft__host_hash: equal for ranks that can share memory */
+  char hostname[WEFT__TOPO_NAME];
+  char discovery[16];           /* "hwloc 2.9.0" or "sysfs" */
+  int32_t packages, numa_nodes, cores, pus, l3_caches;
+  int32_t ndevices;
+  weft__topo_device devices[WEFT__TOPO_MAX_DEVICES];
+  int32_t nranks;               /* ranks on this host (filled by the merge) */
+  int32_t reserved;             /* 0; keeps the struct free of padding (compared with memcmp) */
+} weft__topo_host;
+
+/* Where one rank runs. */
+typedef struct {
+  int32_t host;                 /* index into weft__topo_system.hosts (filled by the merge) */
+  int32_t local_rank;           /* index among the ranks of its host (merge) */
+  int32_t numa;                 /* NUMA node holding all its CPUs; -1 spans several / unknown */
+  int32_t core_group;           /* index of the L3 holding all its CPUs; -1 spans / unknown */
+  int32_t pid;
+  int32_t nic_speed_mbps;       /* -1 unknown (virtual NICs) */
+  int32_t nic_numa;             /* NUMA node of the NIC, -1 unknown */
+  char nic[32];                 /* interface it would use (weft__sockaddr_pick_local) */
+  uint8_t cpuset[WEFT__TOPO_MAX_CPUS / 8]; /* bit c: may run on CPU c */
+} weft__topo_rank;
+
+/* One rank's discovery, all-gathered as WEFT__TOPO_SUMMARY_BYTES uint8 elements. */
+typedef struct {
+  uint32_t magic;               /* WEFT__TOPO_MAGIC: catches ranks built from another weft */
+  int32_t rank;
+  weft__topo_host host;
+  weft__topo_rank self;
+} weft__topo_summary;
+#define WEFT__TOPO_MAGIC 0x746f706fu /* "topo" */
+#define WEFT__TOPO_SUMMARY_BYTES sizeof(weft__topo_summary)
+
+/* The merged view of all ranks. */
+typedef struct {
+  int nranks;
+  int nhosts;
+  weft__topo_host *hosts;       /* [nhosts], in order of their first rank */
+  weft__topo_rank *ranks;       /* [nranks] */
+  char source[256];             /* "detected" or the file it was loaded from */
+} weft__topo_system;
+
+/* Link classes between two ranks, closest first. */
+typedef enum {
+  WEFT__LINK_SELF = 0,
+  WEFT__LINK_L3,                /* same host, both inside the same L3 cache (core group) */
+  WEFT__LINK_NUMA,              /* same host, same NUMA node */
+  WEFT__LINK_HOST,              /* same host, different (or spanning) NUMA nodes */
+  WEFT__LINK_NET,               /* different hosts */
+  WEFT__NUM_LINKS
+} weft__link_class;
+
+/* Fills *out with this process's view: host, CPU set, NUMA node, core group, NIC. Uses
+ * hwloc unless built without it or WEFT_TOPO_HWLOC=0; never fails (unknowns are -1). */
+void weft__topo_discover(weft__topo_summary *out);
+/* The hwloc part (topo/discover_hwloc.c): host counts, devices, numa and core group of the
+ * cpuset already in out->self. Returns 0, or -1 when hwloc failed (sysfs is used then). */
+int weft__topo_discover_hwloc(weft__topo_summary *out);
+/* The fallback from /sys (topo/discover_sysfs.c); same contract. */
+int weft__topo_discover_sysfs(weft__topo_summary *out);
+/* Helpers of the back ends (discover.c): /sys/class/net/IF/speed in Mb/s (-1 unknown), and
+ * adding a device to the host's list (one entry per kind and PCI address: a second name
+ * for the same GPU, e.g. nvml0 beside cuda0, is dropped; a full list drops the rest). */
+int32_t weft__topo_nic_speed(const char *ifname);
+void weft__topo_add_device(weft__topo_host *host, const char *kind, const char *name,
+                           const char *pci, int32_t numa);
+
+/* Collective: every rank discovers, the summaries are all-gathered and merged into *sys
+ * (release with weft__topo_system_free). With WEFT_TOPO_FILE set, the file's view
+ * replaces the detected one (its rank count must match). */
+weft_status_t weft__topo_build(struct weft_comm *comm, weft__topo_system *sys);
+/* Merges nranks summaries (index = rank) into *sys. Errors: WEFT_ERR_NO_MEMORY,
+ * WEFT_ERR_INVALID_ARGUMENT (a summary of the wrong magic or rank). */
+weft_status_t weft__topo_merge(const weft__topo_summary *all, int nranks, weft__topo_system *sys);
+void weft__topo_system_free(weft__topo_system *sys);
+/* 1 when both views hold the same hosts and ranks (source is not compared). */
+int weft__topo_system_equal(const weft__topo_system *a, const weft__topo_system *b);
+
+weft__link_class weft__topo_link(const weft__topo_system *sys, int a, int b);
+/* "X", "L3", "NUMA", "HOST", "NET". */
+const char *weft__topo_link_name(weft__link_class c);
+
+/* CPU sets as "0-3,8,10-11" (OS numbering); "" for an empty set. */
+void weft__topo_cpuset_str(const uint8_t *set, char *buf, size_t len);
+/* Parses that form; 0 on success, -1 when malformed or beyond WEFT__TOPO_MAX_CPUS. */
+int weft__topo_cpuset_parse(const char *s, uint8_t *set);
+int weft__topo_cpuset_count(const uint8_t *set);
+
+/* Writes *sys as XML to path / reads it back (format documented in topo/xml.c).
+ * Errors: WEFT_ERR_SYSTEM (file), WEFT_ERR_INVALID_ARGUMENT (malformed; the message says
+ * the line and what was wrong). */
+weft_status_t weft__topo_xml_dump(const weft__topo_system *sys, const char *path);
+weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys);
+#endif
