@@ -1,0 +1,183 @@
+/* trainers/train.c: weft-train, single-process training of the reference GPT.
+ *
+ *   weft-train --data ../shared/data/tinyshakespeare.txt --layers 4 --dmodel 256 --heads 4 \
+ *              --seq 128 --batch 16 --steps 30
+ *
+ * Prints one line per step (loss, gradient norm, ms, tokens/s, GFLOP/s and MFU against
+ * --peak-gflops by the PaLM formula, gpt.h) and the validation loss every --eval-every
+ * steps and at the end. OpenBLAS runs on one thread (backend_cpu.c), so the same flags give
+ * the same losses bit for bit; --save writes a checkpoint at the end, --resume continues
+ * from one (the model shape then comes from the file).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "trainers/loop.h"
+
+typedef struct train_flags {
+  gpt_run_opts run;
+  int steps, eval_every, seed;
+  const char *save;
+  float peak_gflops;
+} train_flags;
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: weft-train --data PATH [options]\n"
+             "  --data PATH        training text (any file; e.g. ../shared/data/tinyshakespeare.txt)\n"
+             "  --steps N          optimizer steps (default 100)\n"
+             "  --layers L --dmodel D --heads H --seq T --batch B   model and batch (4 128 4 64 16)\n"
+             "  --lr X             AdamW learning rate (3e-4)    --wd X  weight decay (0.1)\n"
+             "  --clip X           max gradient norm, 0 = off (1.0)\n"
+             "  --seed N           initialisation and batch seed (1)\n"
+             "  --eval-every K     validation loss every K steps, 0 = only at the end (50)\n"
+             "  --eval-batches N   validation batches per evaluation (8)\n"
+             "  --save CKPT        write a checkpoint at the end    --resume CKPT  continue from one\n"
+             "  --peak-gflops X    the core's fp32 peak for the MFU column (112)\n");
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* One command-line flag: where its value goes and its allowed range. */
+typedef struct flag {
+  const char *name;
+  enum { FLAG_STR, FLAG_INT, FLAG_FLOAT } kind;
+  void *dst;
+  long lo, hi; /* FLAG_INT only */
+} flag;
+
+static int set_flag(const flag *fl, const char *arg) {
+  char *end;
+  if (fl->kind == FLAG_STR) {
+    *(const char **)fl->dst = arg;
+    return 0;
+  }
+  if (fl->kind == FLAG_FLOAT) {
+    double v = strtod(arg, &end);
+    if (*arg == '\0' || *end != '\0' || !(v >= 0)) {
+      fprintf(stderr, "weft-train: --%s %s: expected a non-negative number\n", fl->name, arg);
+      return -1;
+    }
+    *(float *)fl->dst = (float)v;
+    return 0;
+  }
+  long v = strtol(arg, &end, 10);
+  if (*arg == '\0' || *end != '\0' || v < fl->lo || v > fl->hi) {
+    fprintf(stderr, "weft-train: --%s %s: expected an integer in %ld..%ld\n", fl->name, arg, fl->lo, fl->hi);
+    return -1;
+  }
+  *(int *)fl->dst = (int)v;
+  return 0;
+}
+
+static int parse_flags(int argc, char **argv, train_flags *f) {
+  gpt_run_opts *r = &f->run;
+  const flag flags[] = {
+      {"data", FLAG_STR, &r->data, 0, 0},
+      {"resume", FLAG_STR, &r->resume, 0, 0},
+      {"save", FLAG_STR, &f->save, 0, 0},
+      {"steps", FLAG_INT, &f->steps, 0, 100000000},
+      {"layers", FLAG_INT, &r->model.layers, 1, 1024},
+      {"dmodel", FLAG_INT, &r->model.dmodel, 1, 65536},
+      {"heads", FLAG_INT, &r->model.heads, 1, 1024},
+      {"seq", FLAG_INT, &r->model.seq, 1, 65536},
+      {"batch", FLAG_INT, &r->batch, 1, 65536},
+      {"seed", FLAG_INT, &f->seed, 0, 0x7fffffffL},
+      {"eval-every", FLAG_INT, &f->eval_every, 0, 100000000},
+      {"eval-batches", FLAG_INT, &r->eval_batches, 0, 100000},
+      {"lr", FLAG_FLOAT, &r->opt.lr, 0, 0},
+      {"wd", FLAG_FLOAT, &r->opt.weight_decay, 0, 0},
+      {"clip", FLAG_FLOAT, &r->clip, 0, 0},
+      {"peak-gflops", FLAG_FLOAT, &f->peak_gflops, 0, 0},
+  };
+  enum { NFLAGS = sizeof(flags) / sizeof(flags[0]) };
+  struct option opts[NFLAGS + 2] = {{"help", 0, 0, 'h'}};
+  for (int i = 0; i < NFLAGS; i++)
+    opts[i + 1] = (struct option){flags[i].name, required_argument, 0, 1000 + i};
+  int c;
+  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      exit(0);
+    }
+    if (c < 1000 || c >= 1000 + NFLAGS) {
+      usage(stderr);
+      return -1;
+    }
+    if (set_flag(&flags[c - 1000], optarg)) return -1;
+  }
+  r->seed = (uint64_t)f->seed;
+  if (optind < argc || !r->data) {
+    fprintf(stderr, "weft-train: %s\n", optind < argc ? "unexpected argument" : "--data PATH is required");
+    usage(stderr);
+    return -1;
+  }
+  return 0;
+}
+
+static void print_model(const gpt_run *r, const train_flags *f) {
+  const gpt_config *c = &r->m->cfg;
+  printf("# weft-train: %s, %zu tokens (train %zu, val %zu), vocab %d\n", r->o.data, r->ds.ntokens,
+         r->ds.ntrain, r->ds.nval, c->vocab);
+  printf("# model: layers %d dmodel %d heads %d seq %d, %zu params (%zu in matmuls), batch %d\n", c->layers,
+         c->dmodel, c->heads, c->seq, r->m->lay.total, gpt_num_params_nonembedding(c), r->o.batch);
+  printf("# %.3f MFLOP/token (6N + 12LHQT), MFU against %.0f GFLOP/s, backend %s, 1 thread\n",
+         gpt_flops_per_token(c) / 1e6, f->peak_gflops, r->m->be->name);
+  printf("# lr %g wd %g clip %g seed %llu%s%s\n", r->o.opt.lr, r->o.opt.weight_decay, r->o.clip,
+         (unsigned long long)r->o.seed, r->o.resume ? ", resumed from " : "", r->o.resume ? r->o.resume : "");
+  printf("%8s %10s %8s %9s %10s %8s %6s\n", "step", "loss", "gnorm", "ms", "tok/s", "GFLOP/s", "MFU");
+}
+
+static void train(gpt_run *r, const train_flags *f) {
+  double fpt = gpt_flops_per_token(&r->m->cfg), tokens = (double)r->o.batch * r->m->cfg.seq;
+  double t_all = 0.0;
+  int done = 0;
+  for (int i = 0; i < f->steps; i++) {
+    double t0 = now_s();
+    float loss = gpt_run_step(r);
+    double dt = now_s() - t0, gflops = fpt * tokens / dt / 1e9;
+    t_all += dt;
+    done++;
+    printf("%8ld %10.6f %8.4f %9.1f %10.0f %8.2f %5.1f%%\n", r->st.step, loss, r->last_norm, dt * 1e3,
+           tokens / dt, gflops, 100.0 * gflops / f->peak_gflops);
+    if (f->eval_every > 0 && r->st.step % f->eval_every == 0 && r->o.eval_batches > 0)
+      printf("%8ld val_loss %.6f\n", r->st.step, gpt_run_eval(r));
+    fflush(stdout);
+  }
+  if (done && r->o.eval_batches > 0 && (f->eval_every <= 0 || r->st.step % f->eval_every != 0))
+    printf("%8ld val_loss %.6f\n", r->st.step, gpt_run_eval(r));
+  if (done)
+    printf("# %d steps in %.2f s: %.0f tokens/s, %.2f GFLOP/s, MFU %.1f%%\n", done, t_all,
+           tokens * done / t_all, fpt * tokens * done / t_all / 1e9,
+           100.0 * fpt * tokens * done / t_all / 1e9 / f->peak_gflops);
+}
+
+int main(int argc, char **argv) {
+  train_flags f = {
+      .run = gpt_run_defaults(), .steps = 100, .eval_every = 50, .seed = 1, .peak_gflops = 112.0f};
+  if (parse_flags(argc, argv, &f)) return 2;
+  char err[512];
+  gpt_run r;
+  if (gpt_run_init(&r, &f.run, err, sizeof(err))) {
+    fprintf(stderr, "weft-train: %s\n", err);
+    gpt_run_free(&r);
+    return 1;
+  }
+  print_model(&r, &f);
+  train(&r, &f);
+  int rc = 0;
+  if (f.save && gpt_run_save(&r, f.save, err, sizeof(err))) {
+    fprintf(stderr, "weft-train: %s\n", err);
+    rc = 1;
+  } else if (f.save) {
+    printf("# saved %s at step %ld\n", f.save, r.st.step);
+  }
+  gpt_run_free(&r);
+  return rc;
+}
