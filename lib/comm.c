@@ -99,6 +99,15 @@ static weft_status_t connect_peers(struct weft_comm *c) {
   return st;
 }
 
+/* More ranks on this host than online cores: spinning while waiting would only burn the
+ * time slice the rank we wait for needs, so waits yield at once (task.c). */
+static int host_oversubscribed(const struct weft_comm *c) {
+  int local = 0;
+  for (int p = 0; p < c->nranks; p++) local += c->peers[p].host_hash == c->peers[c->rank].host_hash;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return cores > 0 && local > cores;
+}
+
 static void release_transports(struct weft_comm *c) {
   if (c->conns == NULL) return;
   for (int t = 0; t < WEFT__NUM_TRANSPORTS; t++) transports[t]->teardown(c);
@@ -117,6 +126,7 @@ static weft_status_t init_body(struct weft_comm *c, const weft__id_layout *id) {
   weft__log_set_rank(c->rank);
   weft_status_t st = weft__bootstrap_join(c, id);
   if (st == WEFT_SUCCESS) st = exchange_peer_info(c);
+  if (st == WEFT_SUCCESS) c->oversubscribed = host_oversubscribed(c);
   if (st == WEFT_SUCCESS) st = connect_peers(c);
   if (st != WEFT_SUCCESS) {
     release_transports(c);

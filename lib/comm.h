@@ -42,6 +42,7 @@ struct weft_comm {
   atomic_int pending;        /* operations queued on streams, not finished */
   atomic_int async_error;    /* first error of a stream operation */
   int broken;                /* a transfer failed mid-message: the connections are unusable */
+  int oversubscribed;        /* more ranks on this host than cores: waiting ranks yield at once */
 
   atomic_int init_state;     /* WEFT__INIT_* */
   weft_status_t init_status;

@@ -1,7 +1,8 @@
 /* task.c: running one operation to completion on the calling thread.
  *
  * Waiting: a rank that has nothing to move spins briefly (the answer is often microseconds
- * away), then yields the CPU (tests run more ranks than cores), then sleeps in short naps or
+ * away), then yields the CPU (tests run more ranks than cores; with more ranks than cores on
+ * the host it yields at once), then sleeps in short naps or
  * in poll() on the sockets it waits for. Every wait is bounded: when nothing has moved for
  * the communicator's timeout the operation fails naming the peer it waits for. While idle
  * it also checks, every few milliseconds, whether the bootstrap root reported a failed rank
@@ -138,6 +139,10 @@ static int collect_poll_fds(struct weft_comm *comm, struct pollfd *fds, int max,
  * recv() over loopback measured 3-30x slower on these VMs. Waiting on shared memory there
  * is nothing to sleep on, so spin, then yield (more ranks than cores), then nap. */
 static void back_off(struct weft_comm *comm, unsigned idle, uint64_t idle_ns) {
+  if (comm->oversubscribed && idle_ns < YIELD_NS) {
+    sched_yield();
+    return;
+  }
   if (idle < SOCKET_SPIN_ITERS) {
     __builtin_ia32_pause();
     return;
