@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# make bench: measures weft against the speed targets of issue 4 and prints the ratio at each
+# size, PASS or MISS per target. Runs from the build dir (make bench does that). Three
+# `make compare` sweeps (np=2 over shm, np=2 all-reduce over TCP, np=4 on 2 cores), each
+# alternating weft / Open MPI / Gloo with medians of COMPARE_ROUNDS rounds, plus the
+# two-thread memory-bandwidth floor. BENCH_QUICK=1 runs small sizes and one round.
+# Takes ~25 minutes in full on the 2-core VM. Needs Open MPI (perf/compare/install-peers.sh).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${BENCH_OUT:-$PWD/bench}
+mkdir -p "$out"
+quick=${BENCH_QUICK:-0}
+export COMPARE_ROUNDS=${COMPARE_ROUNDS:-3}
+[ "$quick" = 1 ] && export COMPARE_QUICK=1
+rc=0
+sweep() { # name, then environment assignments
+  local name=$1; shift
+  echo "bench: sweep $name"
+  env "$@" COMPARE_OUT="$out/$name" bash "$here/../compare/run.sh" > "$out/$name.log" 2>&1 || {
+    echo "bench: sweep $name failed (see $out/$name.log)"; rc=1; }
+}
+sweep shm COMPARE_NP=2
+sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce
+sweep np4 COMPARE_NP=4
+echo "bench: memory-bandwidth floor"
+if [ "$quick" = 1 ]; then ./membw_floor -b 1M -e 4M -n 5 > "$out/floor.jsonl"
+else ./membw_floor -b 16M -e 256M -n 10 > "$out/floor.jsonl"; fi
+py=python3
+"$py" -c 'import json' 2>/dev/null || py=/usr/bin/python3
+"$py" "$here/report.py" "$out" || rc=1
+exit $rc
