@@ -7,6 +7,7 @@
 extern const weft__algo weft__algo_all_reduce_recursive_doubling;
 extern const weft__algo weft__algo_all_reduce_rabenseifner;
 extern const weft__algo weft__algo_all_reduce_tree;
+extern const weft__algo weft__algo_all_reduce_hierarchical;
 extern const weft__algo weft__algo_all_gather_bruck;
 extern const weft__algo weft__algo_all_to_all_bruck;
 extern const weft__algo weft__algo_broadcast_binomial;

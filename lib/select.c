@@ -10,18 +10,22 @@
  * equal everywhere (WEFT_ALGO, WEFT_TUNER_MODEL, WEFT_CHUNK_BYTES, WEFT_TRANSPORT), and
  * comm-wide facts computed from comm->peers (every rank's host identity, exchanged at init):
  * whether all ranks share one host (then the transport is shm unless forced to socket, else
- * the slowest link, socket, is modelled) and whether they outnumber its cores.
+ * the slowest link, socket, is modelled) and whether they outnumber its cores; across hosts,
+ * the host shape (hosts, fewest and most ranks on one), which the hierarchical all-reduce's
+ * cost reads with both transports' parameters: shm within hosts, socket across.
  *
  * WEFT_ALGO overrides the model with NCCL_ALGO's grammar (see weft__algo_filter_parse);
  * WEFT_PROTO takes NCCL_PROTO's (weft has only Simple); WEFT_TUNER_TRACE=1 logs each call's
  * choice and why; weft-tune prints the resolved table. */
 #include <ctype.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "algos/algos.h"
+#include "algos/hier.h"
 #include "algos/patterns.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -60,6 +64,9 @@ typedef struct {
   double n, bytes, chunk;
   int L;              /* ceil(log2 n) */
   int p2, rem;        /* the recursive-doubling fold */
+  /* Two-level algorithms: the host shape, and both transports' parameters per byte. */
+  int H, Lmin, Lmax;
+  double a_shm, b_shm, g_shm, a_net, b_net, g_net;
 } cost_in;
 
 static double ceil_div(double x, double y) { return x <= 0 ? 0 : (double)(long long)((x + y - 1) / y); }
@@ -88,6 +95,24 @@ static double ar_rabenseifner(const cost_in *c) {
 static double ar_tree(const cost_in *c) {
   /* Up: L levels receiving both halves into scratch and reducing; down: L levels. */
   return 2 * c->L * c->a + c->L * c->bytes * (3 * c->b + c->g);
+}
+static double ar_hierarchical(const cost_in *c) {
+  /* Only for several hosts with more than one rank on some (else it is the flat ring or
+   * a fold into one rank). W blocks, each with an inter-host ring; on the most crowded host
+   * min(W, Lmax) ranks run the intra-host ring and F - 1 fold into each; on the least
+   * crowded one a rank reduces ceil(W / Lmin) blocks (hierarchical.c). The inter-host rings
+   * of a host share its link, so the network term charges a host's bytes, 2 (H-1)/H B, not
+   * one ring's: conservative. */
+  if (c->H < 2 || c->Lmax < 2) return INFINITY;
+  double W = weft__hier_width(c->Lmax, (size_t)c->bytes), H = c->H, B = c->bytes;
+  double Wl = W < c->Lmax ? W : c->Lmax, F = ceil(c->Lmax / Wl);
+  double served = ceil(W / (c->Lmin < W ? c->Lmin : W));
+  double fold = (F - 1) * (c->a_shm + B * (c->b_shm + c->g_shm));
+  double unfold = F > 1 ? c->a_shm + (F - 1) * B * c->b_shm : 0;
+  double intra = 2 * (Wl - 1) * c->a_shm + 2 * (Wl - 1) / Wl * B * c->b_shm + (Wl - 1) / Wl * B * c->g_shm;
+  double inter = 2 * (H - 1) * c->a_net + 2 * (H - 1) / H * B * c->b_net +
+                 (H - 1) / H * B * served / W * c->g_net;
+  return fold + intra + inter + unfold;
 }
 static double ag_ring(const cost_in *c) {
   return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * c->b;
@@ -133,6 +158,7 @@ static const candidate candidates[] = {
     {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_recursive_doubling, ar_recursive_doubling, 512 << 10},
     {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_rabenseifner, ar_rabenseifner, 1 << 20},
     {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_tree, ar_tree, 512 << 10},
+    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_hierarchical, ar_hierarchical, 0},
     {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_ring, ag_ring, 0},
     {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_bruck, ag_bruck, 256 << 10},
     {WEFT__COLL_BROADCAST, &weft__algo_broadcast_chain, bc_chain, 0},
@@ -220,6 +246,13 @@ static void make_cost_in(const weft__select_input *in, cost_in *c) {
   c->L = weft__ceil_log2(in->nranks);
   c->p2 = weft__pow2_floor(in->nranks > 0 ? in->nranks : 1);
   c->rem = in->nranks - c->p2;
+  c->H = in->nhosts;
+  c->Lmin = in->min_local;
+  c->Lmax = in->max_local;
+  if (in->nhosts < 2) return; /* spare the latency path two more table look-ups */
+  const model_params *shm = model_for(WEFT__TRANSPORT_SHM), *net = model_for(WEFT__TRANSPORT_SOCKET);
+  c->a_shm = shm->alpha_us, c->b_shm = shm->beta_us / 1024, c->g_shm = shm->gamma_us / 1024;
+  c->a_net = net->alpha_us, c->b_net = net->beta_us / 1024, c->g_net = net->gamma_us / 1024;
 }
 
 double weft__select_cost(const weft__algo *algo, const weft__select_input *in) {
@@ -359,7 +392,8 @@ const weft__algo *weft__select_resolve(const weft__select_input *in, const weft_
     if (why && used < whylen && (k > 1 || !ok))
       used += (size_t)snprintf(why + used, whylen - used, "%s%s %.1f us%s", used ? ", " : "",
                                c->algo->name, cost,
-                               !ok ? " (excluded by WEFT_ALGO)" : capped ? " (above its size cap)" : "");
+                               !ok ? " (excluded by WEFT_ALGO)" : capped ? " (above its size cap)"
+                               : isinf(cost) ? " (not for this host layout)" : "");
     /* A forced algorithm runs at any size; the model alone keeps to the caps. */
     if (!ok || (capped && any_in_cap)) continue;
     if (best == NULL || cost < best_cost) best = c->algo, best_cost = cost;
@@ -391,13 +425,20 @@ static long online_cores(void) {
 }
 
 /* Comm-wide facts, identical on all ranks: comm->peers holds every rank's host identity. */
-static void comm_facts(const struct weft_comm *comm, int *transport, int *oversubscribed) {
-  int one_host = 1;
+static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
+  int one_host = 1, *transport = &in->transport, *oversubscribed = &in->oversubscribed;
   for (int p = 1; p < comm->nranks && one_host; p++)
     one_host = comm->peers[p].host_hash == comm->peers[0].host_hash;
   *transport = WEFT__TRANSPORT_SOCKET;
   *oversubscribed = 0;
-  if (!one_host || comm->nranks < 2) return;
+  if (!one_host) {
+    /* Only the all-reduce has a two-level candidate: spare the others the O(n hosts) walk. */
+    if (in->coll != WEFT__COLL_ALL_REDUCE) return;
+    weft__hier_shape sh = weft__hier_shape_of(comm->peers, comm->nranks);
+    in->nhosts = sh.nhosts, in->min_local = sh.min_local, in->max_local = sh.max_local;
+    return;
+  }
+  if (comm->nranks < 2) return;
   /* On one host every rank's peers use the same transport: shm, or socket when forced. */
   *transport = comm->peer_transports[(comm->rank + 1) % comm->nranks];
   long cores = online_cores();
@@ -434,17 +475,20 @@ const weft__algo *weft__select_algo(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
   struct weft_comm *comm = t->comm;
   weft__select_input in = {t->coll, comm->nranks, model_bytes(t), WEFT__TRANSPORT_SHM, 0,
-                           comm->chunk_bytes};
-  comm_facts(comm, &in.transport, &in.oversubscribed);
+                           comm->chunk_bytes, 0, 0, 0};
+  comm_facts(comm, &in);
   weft__algo_filter f;
   filter_from_env(&f);
   check_proto();
   if (!trace_on()) return weft__select_resolve(&in, &f, NULL, 0);
   char why[512], what[160];
   const weft__algo *a = weft__select_resolve(&in, &f, why, sizeof(why));
-  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B, %d ranks over %s%s: %s (%s)",
+  char hosts[64] = "";
+  if (in.nhosts > 1)
+    snprintf(hosts, sizeof(hosts), " (%d hosts, %d-%d ranks each)", in.nhosts, in.min_local, in.max_local);
+  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B, %d ranks over %s%s%s: %s (%s)",
                   weft__task_describe(t, what, sizeof(what)), in.bytes, in.nranks,
-                  weft__select_transport_name(in.transport),
+                  weft__select_transport_name(in.transport), hosts,
                   in.oversubscribed ? " (more ranks than cores)" : "", a ? a->name : "none", why);
   return a;
 }

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include "lib/task.h"
 
-enum { WEFT__SELECT_MAX_CANDIDATES = 4 };
+enum { WEFT__SELECT_MAX_CANDIDATES = 5 };
 
 /* What the choice depends on; every field is identical on all ranks of a communicator. */
 typedef struct weft__select_input {
@@ -15,6 +15,10 @@ typedef struct weft__select_input {
   int transport;       /* WEFT__TRANSPORT_SHM or WEFT__TRANSPORT_SOCKET (the slowest in use) */
   int oversubscribed;  /* more ranks than cores on the one host they share */
   size_t chunk_bytes;  /* the pipeline chunk (WEFT_CHUNK_BYTES) */
+  /* The host shape (algos/hier.h); nhosts 0 or 1: one host or unknown, which rules out the
+   * hierarchical algorithms. */
+  int nhosts;
+  int min_local, max_local; /* fewest and most ranks on one host */
 } weft__select_input;
 
 /* Which candidates WEFT_ALGO leaves, per collective: bit i = candidate i allowed. */

@@ -102,10 +102,13 @@ static int process_dead(int pid) {
   return close_paren != NULL && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
-/* A failed peer that this operation waits for, or -2; *why explains. */
+/* A failed peer that this operation waits for, or -2; *why explains. The root going away is
+ * no verdict: under mpirun it lives in rank 0's process, which may exit normally while the
+ * other ranks finish their last operation among themselves. Then only a peer we wait for
+ * that is really gone (process gone, socket closed) or the deadline ends the wait. */
 static int failed_peer(struct weft_comm *comm, const char **why) {
   int failed;
-  if (weft__bootstrap_check_failure(comm, &failed, why) != WEFT_SUCCESS) return failed;
+  if (weft__bootstrap_check_failure(comm, &failed, why) != WEFT_SUCCESS && failed >= 0) return failed;
   for (int p = 0; p < comm->nranks; p++) {
     weft__conn *c = &comm->conns[p];
     if (c->send_head == NULL && c->recv_head == NULL) continue;
@@ -241,8 +244,8 @@ static const char *root_reported_failure(struct weft_comm *comm) {
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
   }
-  if (failed == -1) snprintf(text, sizeof(text), "%s", why);
-  else snprintf(text, sizeof(text), "peer %d failed: %s", failed, why);
+  if (failed < 0) return NULL; /* the root itself is gone: it names nobody */
+  snprintf(text, sizeof(text), "peer %d failed: %s", failed, why);
   return text;
 }
 

@@ -3,14 +3,16 @@
 # hosts; network namespaces, tests/multihost_lib.sh): the 1 MiB all-reduce under mpirun and
 # torchrun-style launch with the transport and veth traffic checks, then every perf program
 # under mpirun at 16 B, 4 KiB and 1 MiB (more than a pipeline chunk) with every datatype,
-# every op (on bfloat16 and float) and every root. 6 ranks share 2 cores. About 20 s.
+# every op (on bfloat16 and float) and every root; the hierarchical all-reduce forced (hosts
+# of unequal size fold into their lowest rank) and the tuner's choice at 4 MiB taken alike on
+# every rank. 6 ranks share 2 cores. About 25 s.
 # shellcheck disable=SC2086
 # shellcheck disable=SC2034 # read by multihost_lib.sh
 LAYOUT="1 2 3"
 # shellcheck source=tests/multihost_lib.sh
 . "$(dirname "$0")/multihost_lib.sh"
 
-echo "1..17"
+echo "1..20"
 mh_check_mpirun_hosts
 sizes="-b 16 -e 1M -f 256 -n 2 -w 1"
 mh_check_layout mpirun
@@ -25,4 +27,9 @@ for p in broadcast gather scatter; do
 done
 mh_check_mpirun "mpirun: reduce_perf, every op and root on float" -- \
   ./reduce_perf -b 16 -e 4K -f 256 -n 2 -w 1 -d float -o all -r all
+mh_check_tuner same 4194304
+mh_check_mpirun "mpirun: all_reduce_perf, hierarchical forced, every datatype" \
+  WEFT_ALGO=allreduce:hierarchical -- ./all_reduce_perf $sizes -d all
+mh_check_mpirun "mpirun: all_reduce_perf, hierarchical forced, every op on bfloat16" \
+  WEFT_ALGO=allreduce:hierarchical -- ./all_reduce_perf $sizes -d bfloat16 -o all
 mh_done

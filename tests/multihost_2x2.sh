@@ -3,14 +3,15 @@
 # namespaces, tests/multihost_lib.sh): the 1 MiB all-reduce under mpirun and torchrun-style
 # launch with the transport and veth traffic checks, then every perf program under mpirun
 # at 8 B, 256 B, 8 KiB and 256 KiB (where sockets start splitting messages) with every
-# datatype, every op (on bfloat16 and float) and every root. About 15 s.
+# datatype, every op (on bfloat16 and float) and every root; the tuner's pick of the
+# hierarchical all-reduce at 4 MiB and that algorithm forced at every size. About 20 s.
 # shellcheck disable=SC2086
 # shellcheck disable=SC2034 # read by multihost_lib.sh
 LAYOUT="2 2"
 # shellcheck source=tests/multihost_lib.sh
 . "$(dirname "$0")/multihost_lib.sh"
 
-echo "1..17"
+echo "1..20"
 mh_check_mpirun_hosts
 sizes="-b 8 -e 1M -f 32 -n 2 -w 1"
 mh_check_layout mpirun
@@ -25,4 +26,9 @@ for p in broadcast gather scatter; do
 done
 mh_check_mpirun "mpirun: reduce_perf, every op and root on float" -- \
   ./reduce_perf $sizes -d float -o all -r all
+mh_check_tuner hierarchical 4194304
+mh_check_mpirun "mpirun: all_reduce_perf, hierarchical forced, every datatype" \
+  WEFT_ALGO=allreduce:hierarchical -- ./all_reduce_perf $sizes -d all
+mh_check_mpirun "mpirun: all_reduce_perf, hierarchical forced, every op on bfloat16" \
+  WEFT_ALGO=allreduce:hierarchical -- ./all_reduce_perf $sizes -d bfloat16 -o all
 mh_done

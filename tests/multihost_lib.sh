@@ -244,3 +244,29 @@ mh_check_layout() {
     cat "$MH_DIR/traffic"; mh_not_ok "$what" quiet
   fi
 }
+
+# mh_check_tuner ALGO BYTES: all_reduce_perf -c 1 at BYTES under mpirun with the tuner's trace
+# (WEFT_TUNER_TRACE=1 logs "tuner: all_reduce ..., BYTES B, ...: ALGO (why)" at INFO): the
+# results are exact and every rank's trace names ALGO for every all-reduce of BYTES. ALGO
+# "same": whichever algorithm the model takes, but the same on every rank (a fallback is
+# taken by all ranks or none).
+mh_check_tuner() {
+  algo=$1; bytes=$2
+  name="mpirun: the tuner picks $algo for the $bytes B all-reduce on every rank"
+  [ "$algo" != same ] || name="mpirun: the tuner picks one algorithm for the $bytes B all-reduce on every rank"
+  if [ $MH_HAVE_MPIRUN -eq 0 ]; then mh_ok "$name # SKIP no mpirun"; return; fi
+  mh_mpirun WEFT_DEBUG=INFO WEFT_TUNER_TRACE=1 -- \
+    ./all_reduce_perf -b "$bytes" -e "$bytes" -n 2 -w 1 -c 1 -d float -o sum
+  rc=$?
+  sed -n "s/.*\\[\\([0-9]*\\)\\] weft INFO tuner: all_reduce .*, $bytes B, .*: \\([a-z_]*\\) (.*/\\1 \\2/p" \
+    "$mh_out" | sort -u >"$MH_DIR/picks"
+  picked=$(awk '{ print $2 }' "$MH_DIR/picks" | sort -u | tr '\n' ' ' | sed 's/ $//')
+  ranks=$(awk '{ print $1 }' "$MH_DIR/picks" | sort -u | wc -l)
+  echo "# picked on the $ranks ranks that traced: $picked"
+  if ! mh_results_exact $rc; then mh_not_ok "$name"; return; fi
+  if [ "$ranks" -ne $MH_N ] || [ "$(echo $picked | wc -w)" -ne 1 ] ||
+     { [ "$algo" != same ] && [ "$picked" != "$algo" ]; }; then
+    mh_not_ok "$name" quiet; return
+  fi
+  mh_ok "$name ($picked)"
+}

@@ -12,7 +12,13 @@
  * so results are exact in every datatype (as in test_collectives.c), guard bytes catch
  * writes outside buffers, and results all ranks share must hash equal on every rank. A last
  * check all-reduces random floats, where the reduction order shows in the bits: every rank
- * must still hold the same bits, close to the fp64 sum. */
+ * must still hold the same bits, close to the fp64 sum.
+ *
+ * The hierarchical all-reduce runs on emulated hosts: each rank sets WEFT_HOSTID from a
+ * layout string before init (ranks with the same letter share memory, the others use
+ * sockets), over 2x2, 3x2, hosts of 1, 2 and 3 ranks, one host of 4, interleaved hosts and
+ * more; counts below 16 KiB take its fold-to-one-rank variant, larger ones its block
+ * rings. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,6 +30,7 @@
 
 #include <cmocka.h>
 
+#include "algos/hier.h"
 #include "algos/patterns.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -123,8 +130,15 @@ static int candidate_index(weft__coll_t coll, const char *name) {
 static const char *pick(const char *spec, weft__coll_t coll, int nranks, size_t bytes) {
   weft__algo_filter f;
   weft__algo_filter_parse(spec, &f);
-  weft__select_input in = {coll, nranks, bytes, WEFT__TRANSPORT_SHM, 0, 512 * 1024};
+  weft__select_input in = {coll, nranks, bytes, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0};
   return weft__select_resolve(&in, &f, NULL, 0)->name;
+}
+
+/* The model's all-reduce over sockets for nhosts hosts of min_local .. max_local ranks. */
+static const char *pick_hosts(int nranks, int nhosts, int min_local, int max_local, size_t bytes) {
+  weft__select_input in = {WEFT__COLL_ALL_REDUCE, nranks, bytes, WEFT__TRANSPORT_SOCKET, 0,
+                           512 * 1024, nhosts, min_local, max_local};
+  return weft__select_resolve(&in, NULL, NULL, 0)->name;
 }
 
 static void weft_algo_parses_ncclalgo_grammar(void **state) {
@@ -161,6 +175,72 @@ static void model_picks_log_depth_for_small_and_bandwidth_for_large(void **state
   assert_string_equal(pick("", WEFT__COLL_BROADCAST, 8, 64u << 20), "chain");
   assert_string_equal(pick("", WEFT__COLL_REDUCE, 8, 8), "binomial");
   assert_string_equal(pick("", WEFT__COLL_REDUCE, 8, 64u << 20), "chain");
+}
+
+static void model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks(void **state) {
+  (void)state;
+  static const size_t large[] = {1u << 20, 4u << 20, 64u << 20};
+  for (size_t i = 0; i < 3; i++) {
+    assert_string_equal(pick_hosts(4, 2, 2, 2, large[i]), "hierarchical");
+    assert_string_equal(pick_hosts(8, 2, 4, 4, large[i]), "hierarchical");
+    assert_string_equal(pick_hosts(6, 2, 3, 3, large[i]), "hierarchical");
+    /* One rank per host, or one host: nothing to gain over the flat algorithms. */
+    assert_string_not_equal(pick_hosts(4, 4, 1, 1, large[i]), "hierarchical");
+    assert_string_not_equal(pick_hosts(4, 1, 4, 4, large[i]), "hierarchical");
+    assert_string_not_equal(pick_hosts(4, 0, 0, 0, large[i]), "hierarchical");
+  }
+  /* Small messages stay with the log-depth algorithms. */
+  assert_string_equal(pick_hosts(4, 2, 2, 2, 8), "recursive_doubling");
+}
+
+/* Host grouping: hosts in order of their lowest rank, local index in rank order. */
+static void hier_grouping_orders_hosts_by_lowest_rank(void **state) {
+  (void)state;
+  static const char *layouts[] = {"0011", "0101", "011222", "2110", "0000", "0123"};
+  for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+    int n = (int)strlen(layouts[i]);
+    weft__peer_info peers[8];
+    memset(peers, 0, sizeof peers);
+    for (int r = 0; r < n; r++) peers[r].host_hash = 1000 + (uint64_t)(layouts[i][r] - '0');
+    weft__hier_shape sh = weft__hier_shape_of(peers, n);
+    for (int r = 0; r < n; r++) {
+      weft__hier h;
+      int buf[2 * 8 + WEFT__HIER_MAX_HOSTS + 1];
+      assert_int_equal(weft__hier_build(peers, n, r, &h, buf), 0);
+      assert_int_equal(h.nhosts, sh.nhosts);
+      assert_int_equal(h.min_local, sh.min_local);
+      assert_int_equal(h.max_local, sh.max_local);
+      assert_int_equal(h.host_ranks[h.local], r);
+      assert_int_equal(weft__hier_rank(&h, h.host, h.local), r);
+      assert_int_equal(weft__hier_count(&h, h.host), h.nlocal);
+      for (int l = 1; l < h.nlocal; l++) assert_true(h.host_ranks[l - 1] < h.host_ranks[l]);
+      int next = 0; /* hosts numbered in the order of their lowest rank */
+      for (int p = 0; p < n; p++) {
+        assert_true(h.host_of[p] <= next);
+        if (h.host_of[p] == next) next++;
+        assert_int_equal(h.host_of[p] == h.host, layouts[i][p] == layouts[i][r]);
+      }
+      assert_int_equal(next, h.nhosts);
+    }
+  }
+  weft__peer_info peers[4] = {{0}};
+  const char *l = "2110"; /* host "2" has rank 0, so it is host 0; "1" is host 1 */
+  for (int r = 0; r < 4; r++) peers[r].host_hash = (uint64_t)l[r];
+  weft__hier h;
+  int buf[2 * 4 + WEFT__HIER_MAX_HOSTS + 1];
+  weft__hier_build(peers, 4, 3, &h, buf);
+  assert_int_equal(h.nhosts, 3);
+  assert_int_equal(h.host, 2);
+  weft__hier_build(peers, 4, 2, &h, buf);
+  assert_int_equal(h.host, 1);
+  assert_int_equal(h.local, 1);
+  assert_int_equal(weft__hier_rank(&h, 0, 1), -1); /* host 0 has one rank */
+  assert_int_equal(weft__hier_rank(&h, 1, 0), 1);
+  /* Widths: one block per rank of the most crowded host for large messages, else 1. */
+  assert_int_equal(weft__hier_width(3, 8), 1);
+  assert_int_equal(weft__hier_width(3, 1 << 20), 3);
+  assert_int_equal(weft__hier_width(1, 1 << 20), 1);
+  assert_int_equal(weft__hier_width(64, 1 << 20), WEFT__HIER_MAX_WIDTH);
 }
 
 /* ---- values and references (exact in every datatype, see test_collectives.c) ---------- */
@@ -374,6 +454,47 @@ static int random_float_body(harness_rank *r) {
   return r->failures;
 }
 
+/* ---- hierarchical all-reduce over emulated hosts --------------------------------------- */
+/* Ranks get WEFT_HOSTID from a layout string (the host of each rank), so ranks with the same
+ * letter share memory and the others talk over sockets, as on separate machines. */
+typedef struct {
+  algo_case c;       /* first: sweep_body reads it */
+  const char *hosts; /* host of rank r: hosts[r] */
+  int random;        /* run the random-float check instead of the sweep */
+} hier_case;
+
+static int hier_body(harness_rank *r) {
+  const hier_case *hc = r->arg;
+  char id[32];
+  snprintf(id, sizeof id, "weft-test-host-%c", hc->hosts[r->rank]);
+  setenv("WEFT_HOSTID", id, 1);
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  if (st != WEFT_SUCCESS) {
+    r->comm = NULL;
+    return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st),
+                        weft_get_last_error(NULL));
+  }
+  return hc->random ? random_float_body(r) : sweep_body(r);
+}
+
+static void hierarchical_all_reduce_matches_reference_on_emulated_hosts(void **state) {
+  (void)state;
+  static const char *layouts[] = {"0011", "001122", "011222", "0000", "0101", "000111", "0112", "22110"};
+  for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+    for (int random = 0; random < 2; random++) {
+      hier_case hc = {{"allreduce:hierarchical", WEFT__COLL_ALL_REDUCE, (int)strlen(layouts[i]), NULL},
+                      layouts[i], random};
+      setenv("WEFT_ALGO", hc.c.algo_env, 1);
+      harness_opts o = {0};
+      o.nranks = hc.c.nranks;
+      o.no_init = 1;
+      o.deadline_s = 60;
+      harness_run(&o, hier_body, &hc);
+      unsetenv("WEFT_ALGO");
+    }
+  }
+}
+
 static void run_case(const algo_case *c, harness_body_fn body) {
   setenv("WEFT_ALGO", c->algo_env, 1);
   harness_opts o = {0};
@@ -430,6 +551,9 @@ int main(void) {
       cmocka_unit_test(bruck_steps_move_n_minus_one_blocks),
       cmocka_unit_test(weft_algo_parses_ncclalgo_grammar),
       cmocka_unit_test(model_picks_log_depth_for_small_and_bandwidth_for_large),
+      cmocka_unit_test(model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks),
+      cmocka_unit_test(hier_grouping_orders_hosts_by_lowest_rank),
+      cmocka_unit_test(hierarchical_all_reduce_matches_reference_on_emulated_hosts),
       {"all_reduce_recursive_doubling_matches_reference_on_1_to_8_ranks",
        all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)0},
       {"all_reduce_rabenseifner_matches_reference_on_1_to_8_ranks",
