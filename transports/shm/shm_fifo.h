@@ -12,7 +12,8 @@
  * every slot but a message's last is full (slot_bytes is a multiple of 64), so a receiver
  * that reduces on arrival always gets whole elements.
  *
- * Messages of up to 48 bytes ride inside the slot header's cache line.
+ * Messages of up to 48 bytes ride inside the slot header's cache line. A message sent by
+ * single copy (shm.c) takes one slot whose header holds its address instead of data.
  *
  * Layout of one FIFO (all offsets multiples of 64; the payload starts page-aligned):
  *   [ctrl: tail line | head line][nslots slot headers, one line each][pad][nslots payloads]
@@ -35,10 +36,19 @@ typedef struct {
  * instead of two, which is most of the latency of a tiny message. */
 #define WEFT__SHM_INLINE_BYTES 48
 
+/* `bytes` of a slot that carries no payload but a single-copy descriptor: the receiver
+ * reads the message straight out of the sender's memory at cma_src (process_vm_readv) and
+ * advances head past this slot only when it has read all of it, which is how the sender,
+ * whose request stays incomplete meanwhile, learns it may reuse its buffer. */
+#define WEFT__SHM_CMA_SLOT UINT64_MAX
+
 typedef struct {
   _Alignas(WEFT__SHM_LINE) uint64_t msg_bytes; /* total bytes of the message this slot is part of */
-  uint64_t bytes;                             /* payload bytes in this slot */
-  _Alignas(16) char inline_data[WEFT__SHM_INLINE_BYTES]; /* the payload when msg_bytes fits */
+  uint64_t bytes;                             /* payload bytes in this slot, or WEFT__SHM_CMA_SLOT */
+  union {
+    _Alignas(16) char inline_data[WEFT__SHM_INLINE_BYTES]; /* the payload when msg_bytes fits */
+    uint64_t cma_src; /* WEFT__SHM_CMA_SLOT: the message's address in the sender */
+  };
 } weft__shm_slot_hdr;
 
 _Static_assert(sizeof(weft__shm_fifo_ctrl) == 2 * WEFT__SHM_LINE, "one line per counter");
