@@ -9,12 +9,12 @@
  * the same losses bit for bit; --save writes a checkpoint at the end, --resume continues
  * from one (the model shape then comes from the file).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "trainers/flags.h"
 #include "trainers/loop.h"
 
 typedef struct train_flags {
@@ -25,17 +25,18 @@ typedef struct train_flags {
 } train_flags;
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: weft-train --data PATH [options]\n"
-             "  --data PATH        training text (any file; e.g. ../shared/data/tinyshakespeare.txt)\n"
-             "  --steps N          optimizer steps (default 100)\n"
-             "  --layers L --dmodel D --heads H --seq T --batch B   model and batch (4 128 4 64 16)\n"
-             "  --lr X             AdamW learning rate (3e-4)    --wd X  weight decay (0.1)\n"
-             "  --clip X           max gradient norm, 0 = off (1.0)\n"
-             "  --seed N           initialisation and batch seed (1)\n"
-             "  --eval-every K     validation loss every K steps, 0 = only at the end (50)\n"
-             "  --eval-batches N   validation batches per evaluation (8)\n"
-             "  --save CKPT        write a checkpoint at the end    --resume CKPT  continue from one\n"
-             "  --peak-gflops X    the core's fp32 peak for the MFU column (112)\n");
+  fprintf(f,
+          "usage: weft-train --data PATH [options]\n"
+          "  --data PATH        training text (any file; e.g. ../shared/data/tinyshakespeare.txt)\n"
+          "  --steps N          optimizer steps (default 100)\n"
+          "  --layers L --dmodel D --heads H --seq T --batch B   model and batch (4 128 4 64 16)\n"
+          "  --lr X             AdamW learning rate (3e-4)    --wd X  weight decay (0.1)\n"
+          "  --clip X           max gradient norm, 0 = off (1.0)\n"
+          "  --seed N           initialisation and batch seed (1)\n"
+          "  --eval-every K     validation loss every K steps, 0 = only at the end (50)\n"
+          "  --eval-batches N   validation batches per evaluation (8)\n"
+          "  --save CKPT        write a checkpoint at the end    --resume CKPT  continue from one\n"
+          "  --peak-gflops X    the core's fp32 peak for the MFU column (112)\n");
 }
 
 static double now_s(void) {
@@ -44,77 +45,31 @@ static double now_s(void) {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* One command-line flag: where its value goes and its allowed range. */
-typedef struct flag {
-  const char *name;
-  enum { FLAG_STR, FLAG_INT, FLAG_FLOAT } kind;
-  void *dst;
-  long lo, hi; /* FLAG_INT only */
-} flag;
-
-static int set_flag(const flag *fl, const char *arg) {
-  char *end;
-  if (fl->kind == FLAG_STR) {
-    *(const char **)fl->dst = arg;
-    return 0;
-  }
-  if (fl->kind == FLAG_FLOAT) {
-    double v = strtod(arg, &end);
-    if (*arg == '\0' || *end != '\0' || !(v >= 0)) {
-      fprintf(stderr, "weft-train: --%s %s: expected a non-negative number\n", fl->name, arg);
-      return -1;
-    }
-    *(float *)fl->dst = (float)v;
-    return 0;
-  }
-  long v = strtol(arg, &end, 10);
-  if (*arg == '\0' || *end != '\0' || v < fl->lo || v > fl->hi) {
-    fprintf(stderr, "weft-train: --%s %s: expected an integer in %ld..%ld\n", fl->name, arg, fl->lo, fl->hi);
-    return -1;
-  }
-  *(int *)fl->dst = (int)v;
-  return 0;
-}
-
 static int parse_flags(int argc, char **argv, train_flags *f) {
   gpt_run_opts *r = &f->run;
-  const flag flags[] = {
-      {"data", FLAG_STR, &r->data, 0, 0},
-      {"resume", FLAG_STR, &r->resume, 0, 0},
-      {"save", FLAG_STR, &f->save, 0, 0},
-      {"steps", FLAG_INT, &f->steps, 0, 100000000},
-      {"layers", FLAG_INT, &r->model.layers, 1, 1024},
-      {"dmodel", FLAG_INT, &r->model.dmodel, 1, 65536},
-      {"heads", FLAG_INT, &r->model.heads, 1, 1024},
-      {"seq", FLAG_INT, &r->model.seq, 1, 65536},
-      {"batch", FLAG_INT, &r->batch, 1, 65536},
-      {"seed", FLAG_INT, &f->seed, 0, 0x7fffffffL},
-      {"eval-every", FLAG_INT, &f->eval_every, 0, 100000000},
-      {"eval-batches", FLAG_INT, &r->eval_batches, 0, 100000},
-      {"lr", FLAG_FLOAT, &r->opt.lr, 0, 0},
-      {"wd", FLAG_FLOAT, &r->opt.weight_decay, 0, 0},
-      {"clip", FLAG_FLOAT, &r->clip, 0, 0},
-      {"peak-gflops", FLAG_FLOAT, &f->peak_gflops, 0, 0},
+  const gpt_flag flags[] = {
+      {"data", GPT_FLAG_STR, &r->data, 0, 0},
+      {"resume", GPT_FLAG_STR, &r->resume, 0, 0},
+      {"save", GPT_FLAG_STR, &f->save, 0, 0},
+      {"steps", GPT_FLAG_INT, &f->steps, 0, 100000000},
+      {"layers", GPT_FLAG_INT, &r->model.layers, 1, 1024},
+      {"dmodel", GPT_FLAG_INT, &r->model.dmodel, 1, 65536},
+      {"heads", GPT_FLAG_INT, &r->model.heads, 1, 1024},
+      {"seq", GPT_FLAG_INT, &r->model.seq, 1, 65536},
+      {"batch", GPT_FLAG_INT, &r->batch, 1, 65536},
+      {"seed", GPT_FLAG_INT, &f->seed, 0, 0x7fffffffL},
+      {"eval-every", GPT_FLAG_INT, &f->eval_every, 0, 100000000},
+      {"eval-batches", GPT_FLAG_INT, &r->eval_batches, 0, 100000},
+      {"lr", GPT_FLAG_FLOAT, &r->opt.lr, 0, 0},
+      {"wd", GPT_FLAG_FLOAT, &r->opt.weight_decay, 0, 0},
+      {"clip", GPT_FLAG_FLOAT, &r->clip, 0, 0},
+      {"peak-gflops", GPT_FLAG_FLOAT, &f->peak_gflops, 0, 0},
   };
-  enum { NFLAGS = sizeof(flags) / sizeof(flags[0]) };
-  struct option opts[NFLAGS + 2] = {{"help", 0, 0, 'h'}};
-  for (int i = 0; i < NFLAGS; i++)
-    opts[i + 1] = (struct option){flags[i].name, required_argument, 0, 1000 + i};
-  int c;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      exit(0);
-    }
-    if (c < 1000 || c >= 1000 + NFLAGS) {
-      usage(stderr);
-      return -1;
-    }
-    if (set_flag(&flags[c - 1000], optarg)) return -1;
-  }
+  if (gpt_parse_flags("weft-train", argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), usage))
+    return -1;
   r->seed = (uint64_t)f->seed;
-  if (optind < argc || !r->data) {
-    fprintf(stderr, "weft-train: %s\n", optind < argc ? "unexpected argument" : "--data PATH is required");
+  if (!r->data) {
+    fprintf(stderr, "weft-train: --data PATH is required\n");
     usage(stderr);
     return -1;
   }
