@@ -269,6 +269,21 @@ WEFT_API weft_status_t weft_comm_user_rank(const weft_comm_t comm, int *rank);
  */
 WEFT_API weft_status_t weft_comm_get_async_error(weft_comm_t comm, weft_status_t *async_error);
 
+/*
+ * weft_get_algorithm: the name of the algorithm a call would run on comm ("ring",
+ * "recursive_doubling", "rabenseifner", "tree", "hierarchical", "bruck", "pairwise", "chain",
+ * "binomial", "linear", "dissemination", "p2p"): the tuner's choice, or what WEFT_ALGO forces.
+ * collective: "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+ * "all_to_all" (or nccl-tests' "alltoall"), "all_to_allv", "gather", "scatter", "barrier",
+ * "send", "recv" (or "sendrecv"). count and datatype as the call would pass them (count in
+ * elements: per rank for all_gather and reduce_scatter, per peer for all_to_all).
+ * *name is a static string. Every rank gets the same answer for the same arguments.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL pointer, unknown collective, invalid datatype),
+ * or the failure of a non-blocking init it waits for. Thread-safe.
+ */
+WEFT_API weft_status_t weft_get_algorithm(weft_comm_t comm, const char *collective, size_t count,
+                                          weft_datatype_t datatype, const char **name);
+
 /* ------------------------------------------------------------------------------------
  * Streams: ordered queues of operations, run by the library's progress thread.
  * ------------------------------------------------------------------------------------ */

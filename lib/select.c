@@ -32,6 +32,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/select.h"
+#include "lib/status.h"
 
 /* ---- the model's parameters: a stored table ------------------------------------------ */
 typedef struct {
@@ -491,4 +492,41 @@ const weft__algo *weft__select_algo(const weft__task *t) {
                   weft__select_transport_name(in.transport), hosts,
                   in.oversubscribed ? " (more ranks than cores)" : "", a ? a->name : "none", why);
   return a;
+}
+
+/* ---- the public query --------------------------------------------------------------- */
+
+/* The collective a name means: weft's own names, plus nccl-tests' spellings. */
+static int coll_from_name(const char *name, weft__coll_t *out) {
+  if (strcmp(name, "alltoall") == 0) name = "all_to_all";
+  if (strcmp(name, "sendrecv") == 0) name = "send";
+  for (int c = 0; c < WEFT__NUM_COLLS; c++) {
+    if (strcmp(name, weft__coll_name((weft__coll_t)c)) == 0) {
+      *out = (weft__coll_t)c;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+weft_status_t weft_get_algorithm(weft_comm_t comm, const char *collective, size_t count,
+                                 weft_datatype_t datatype, const char **name) {
+  if (comm == NULL || collective == NULL || name == NULL)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_get_algorithm: NULL argument");
+  weft__task t;
+  memset(&t, 0, sizeof(t));
+  if (!coll_from_name(collective, &t.coll))
+    return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "weft_get_algorithm: unknown collective \"%s\"",
+                       collective);
+  if (!weft__dtype_valid(datatype))
+    return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "weft_get_algorithm: invalid datatype %d",
+                       (int)datatype);
+  WEFT_TRY(weft__comm_wait_ready(comm));
+  t.comm = comm;
+  t.count = count;
+  t.dtype = datatype;
+  t.root = t.peer = -1;
+  const weft__algo *a = weft__select_algo(&t);
+  *name = a != NULL ? a->name : "none";
+  return WEFT_SUCCESS;
 }

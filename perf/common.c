@@ -308,8 +308,8 @@ static const char *transport_name(void) {
   return t && *t ? t : "auto";
 }
 
-/* weft has no public query for the algorithm it selects; WEFT_ALGO is what a user asked
- * for, and "default" means the library's own choice. */
+/* What the user asked for: WEFT_ALGO, or "default" for the tuner's own choice. Each row
+ * records the algorithm actually run (weft_get_algorithm). */
 static const char *algorithm_name(void) {
   const char *a = getenv("WEFT_ALGO");
   return a && *a ? a : "default";
@@ -534,6 +534,13 @@ static void json_row(perf_ctx_t *c, const perf_call_t *call, size_t bytes,
   fputc(',', f);
   json_result(f, "in_place", &res[1]);
   fprintf(f, ",\"p50_us\":%.3f,\"p99_us\":%.3f,", p50, p99);
+  /* The algorithm weft actually ran for this row (weft_get_algorithm); the config's
+   * "algorithm" is what was asked for (WEFT_ALGO, or "default"). */
+  const char *algo = NULL;
+  if (weft_get_algorithm(c->comm, c->coll->name, call->counts.paramcount, call->type, &algo) != WEFT_SUCCESS)
+    algo = "unknown";
+  json_field(f, "algorithm", algo);
+  fputc(',', f);
   json_config(c);
   fputs("}\n", f);
   fflush(f);

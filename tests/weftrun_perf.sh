@@ -94,6 +94,8 @@ assert len(rows) == int(sys.argv[2]), "%d JSON rows, %s printed" % (len(rows), s
 for r in rows:
     for key in ("size", "count", "type", "redop", "root", "p50_us", "p99_us"):
         assert key in r, key
+    # the algorithm actually run, from weft_get_algorithm: a real name, not a fallback
+    assert r["algorithm"] in ("chain", "binomial"), r["algorithm"]
     for half in ("out_of_place", "in_place"):
         assert r[half]["wrong"] == 0 and r[half]["time_us"] > 0, r
     c = r["config"]
