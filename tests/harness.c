@@ -466,3 +466,24 @@ void harness_run_simple(int nranks, const char *transport, harness_body_fn body,
   o.transport = transport;
   harness_run(&o, body, arg);
 }
+
+int harness_dtype_signed(weft_datatype_t dt) {
+  return dt != WEFT_UINT8 && dt != WEFT_UINT32 && dt != WEFT_UINT64;
+}
+
+long harness_red_value(weft_redop_t op, weft_datatype_t dt, int rank, size_t j) {
+  int sgn = harness_dtype_signed(dt);
+  long v;
+  switch (op) {
+  case WEFT_SUM:
+  case WEFT_AVG:
+    v = (long)(((size_t)rank * 3 + j * 5 + 1) % 9);
+    return sgn ? v - 4 : v;
+  case WEFT_PROD:
+    v = (j * 7 + (size_t)rank) % 8 < 3 ? 2 : 1;
+    return sgn && (j + (size_t)rank * 3) % 5 == 0 ? -v : v;
+  default:
+    v = (long)(((size_t)rank * 7 + j * 3) % 11);
+    return sgn ? v - 5 : v;
+  }
+}

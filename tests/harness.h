@@ -127,4 +127,13 @@ int harness_same_on_all_ranks(harness_rank *r, uint64_t h, const char *desc);
 
 /* "WEFT_ERR_TIMEOUT"-style name of a status, for diagnostics. */
 const char *harness_status_name(weft_status_t st);
+/* 1 for the signed datatypes (including the floating-point ones). */
+int harness_dtype_signed(weft_datatype_t dt);
+
+/* The input element j of rank `rank` for a reduction by op: small integers chosen so every
+ * partial result of up to 8 ranks is exact in every datatype (sums stay within bf16's 8-bit
+ * mantissa, products are at most a few powers of two), negative ones only where dt is signed.
+ * Periodic in j with period lcm(9, 8, 5, 11) = 3960. */
+long harness_red_value(weft_redop_t op, weft_datatype_t dt, int rank, size_t j);
+
 #endif

@@ -245,26 +245,6 @@ static void hier_grouping_orders_hosts_by_lowest_rank(void **state) {
 
 /* ---- values and references (exact in every datatype, see test_collectives.c) ---------- */
 
-static int is_signed(weft_datatype_t dt) {
-  return dt != WEFT_UINT8 && dt != WEFT_UINT32 && dt != WEFT_UINT64;
-}
-
-static long red_value(weft_redop_t op, int sgn, int rank, size_t j) {
-  long v;
-  switch (op) {
-  case WEFT_SUM:
-  case WEFT_AVG:
-    v = (long)(((size_t)rank * 3 + j * 5 + 1) % 9);
-    return sgn ? v - 4 : v;
-  case WEFT_PROD:
-    v = (j * 7 + (size_t)rank) % 8 < 3 ? 2 : 1;
-    return sgn && (j + (size_t)rank * 3) % 5 == 0 ? -v : v;
-  default:
-    v = (long)(((size_t)rank * 7 + j * 3) % 11);
-    return sgn ? v - 5 : v;
-  }
-}
-
 static long move_value(int src, size_t j) { return (long)(((size_t)src * 7 + j * 5 + 1) % 11); }
 /* All-to-all: the block rank src sends to rank dst. */
 static long a2a_value(int src, int dst, size_t j) {
@@ -272,9 +252,9 @@ static long a2a_value(int src, int dst, size_t j) {
 }
 
 static void store_expected(void *p, size_t j, weft_datatype_t dt, weft_redop_t op, int n) {
-  long acc = red_value(op, is_signed(dt), 0, j);
+  long acc = harness_red_value(op, dt, 0, j);
   for (int r = 1; r < n; r++) {
-    long v = red_value(op, is_signed(dt), r, j);
+    long v = harness_red_value(op, dt, r, j);
     if (op == WEFT_SUM || op == WEFT_AVG) acc += v;
     else if (op == WEFT_PROD) acc *= v;
     else if (op == WEFT_MAX) acc = v > acc ? v : acc;
@@ -331,7 +311,7 @@ static int run_reduction(harness_rank *r, int coll, weft_datatype_t dt, weft_red
   uint8_t *send = harness_guarded_alloc(bytes, FILL_BYTE), *recv = harness_guarded_alloc(bytes, FILL_BYTE);
   uint8_t *want = malloc(bytes + 1);
   for (size_t j = 0; j < count; j++) {
-    harness_store(inplace ? recv : send, j, dt, red_value(op, is_signed(dt), r->rank, j));
+    harness_store(inplace ? recv : send, j, dt, harness_red_value(op, dt, r->rank, j));
     store_expected(want, j, dt, op, r->nranks);
   }
   char desc[160];

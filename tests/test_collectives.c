@@ -67,27 +67,6 @@ typedef struct {
 
 /* ---- element values and the reference ------------------------------------------------ */
 
-static int is_signed(weft_datatype_t dt) {
-  return dt != WEFT_UINT8 && dt != WEFT_UINT32 && dt != WEFT_UINT64;
-}
-
-static long red_value(weft_redop_t op, int sgn, int rank, size_t j) {
-  j %= PERIOD;
-  long v;
-  switch (op) {
-  case WEFT_SUM:
-  case WEFT_AVG:
-    v = (long)((rank * 3 + j * 5 + 1) % 9);
-    return sgn ? v - 4 : v;
-  case WEFT_PROD:
-    v = (j * 7 + (size_t)rank) % 8 < 3 ? 2 : 1;
-    return sgn && (j + (size_t)rank * 3) % 5 == 0 ? -v : v;
-  default:
-    v = (long)(((size_t)rank * 7 + j * 3) % 11);
-    return sgn ? v - 5 : v;
-  }
-}
-
 static long move_value(int src, int dst, size_t j) {
   return (long)(((size_t)src * 7 + (size_t)dst * 3 + (j % PERIOD) * 5 + 1) % 11);
 }
@@ -106,14 +85,14 @@ static void store_avg(void *p, size_t i, weft_datatype_t dt, long sum, int n) {
 
 static void pattern_send(uint8_t *pat, weft_datatype_t dt, weft_redop_t op, int rank) {
   for (size_t j = 0; j < PERIOD; j++)
-    harness_store(pat, j, dt, red_value(op, is_signed(dt), rank, j));
+    harness_store(pat, j, dt, harness_red_value(op, dt, rank, j));
 }
 
 static void pattern_expect(uint8_t *pat, weft_datatype_t dt, weft_redop_t op, int n) {
   for (size_t j = 0; j < PERIOD; j++) {
-    long acc = red_value(op, is_signed(dt), 0, j);
+    long acc = harness_red_value(op, dt, 0, j);
     for (int r = 1; r < n; r++) {
-      long v = red_value(op, is_signed(dt), r, j);
+      long v = harness_red_value(op, dt, r, j);
       if (op == WEFT_SUM || op == WEFT_AVG) acc += v;
       else if (op == WEFT_PROD) acc *= v;
       else if (op == WEFT_MAX) acc = v > acc ? v : acc;
