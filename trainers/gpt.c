@@ -275,18 +275,26 @@ static void linear_bwd(const gpt_backend *be, float *din, int accumulate, float 
   be->bias_grad(dbias, dout, rows, n);
 }
 
+void gpt_attn_forward(gpt_model *m, int l, const float *p, const float *x, int B, int T) {
+  const gpt_backend *be = m->be;
+  gpt_block_acts *a = &m->acts[l];
+  const size_t *o = m->lay.block_off;
+  int d = m->cfg.dmodel, rows = B * T;
+  a->x = (float *)x;
+  be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o[GPT_LN1_W], p + o[GPT_LN1_B], rows, d);
+  linear_fwd(be, a->qkv, a->ln1, p + o[GPT_QKV_W], p + o[GPT_QKV_B], rows, d, 3 * d);
+  attention_forward(m, a, B, T);
+  linear_fwd(be, a->xmid, a->atty, p + o[GPT_PROJ_W], p + o[GPT_PROJ_B], rows, d, d);
+  be->add(a->xmid, x, (size_t)rows * d);
+}
+
 void gpt_block_forward(gpt_model *m, int l, const float *p, const float *x, float *y, int B, int T) {
   const gpt_backend *be = m->be;
   gpt_block_acts *a = &m->acts[l];
   const size_t *o = m->lay.block_off;
   int d = m->cfg.dmodel, rows = B * T;
   size_t n = (size_t)rows * d;
-  a->x = (float *)x;
-  be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o[GPT_LN1_W], p + o[GPT_LN1_B], rows, d);
-  linear_fwd(be, a->qkv, a->ln1, p + o[GPT_QKV_W], p + o[GPT_QKV_B], rows, d, 3 * d);
-  attention_forward(m, a, B, T);
-  linear_fwd(be, a->xmid, a->atty, p + o[GPT_PROJ_W], p + o[GPT_PROJ_B], rows, d, d);
-  be->add(a->xmid, x, n);
+  gpt_attn_forward(m, l, p, x, B, T);
   be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, p + o[GPT_LN2_W], p + o[GPT_LN2_B], rows, d);
   linear_fwd(be, a->fc, a->ln2, p + o[GPT_FC_W], p + o[GPT_FC_B], rows, d, 4 * d);
   be->gelu_fwd(a->gelu, a->fc, n * 4);
@@ -301,7 +309,7 @@ void gpt_block_backward(gpt_model *m, int l, const float *p, float *g, const flo
   const size_t *o = m->lay.block_off;
   int d = m->cfg.dmodel, rows = B * T;
   size_t n = (size_t)rows * d;
-  float *dxmid = m->scratch_d, *d4 = m->scratch_4d, *d3 = m->scratch_3d;
+  float *dxmid = m->scratch_d, *d4 = m->scratch_4d;
 
   /* MLP half: the residual passes dy straight to xmid; the MLP adds its part. */
   memcpy(dxmid, dy, n * sizeof(float));
@@ -312,14 +320,24 @@ void gpt_block_backward(gpt_model *m, int l, const float *p, float *g, const flo
   be->layernorm_bwd(dxmid, g + o[GPT_LN2_W], g + o[GPT_LN2_B], dx, a->xmid, p + o[GPT_LN2_W], a->ln2_mean,
                     a->ln2_rstd, rows, d);
 
-  /* Attention half; dx now starts as the residual copy of dxmid. */
-  memcpy(dx, dxmid, n * sizeof(float));
-  float *datty = d4; /* free again; [BT, d] fits in [BT, 4d] */
+  gpt_attn_backward(m, l, p, g, dxmid, dx, B, T);
+}
+
+void gpt_attn_backward(gpt_model *m, int l, const float *p, float *g, const float *dxmid, float *dx, int B,
+                       int T) {
+  const gpt_backend *be = m->be;
+  const gpt_block_acts *a = &m->acts[l];
+  const size_t *o = m->lay.block_off;
+  int d = m->cfg.dmodel, rows = B * T;
+  float *datty = m->scratch_4d, *d3 = m->scratch_3d, *dln1 = m->scratch_d; /* [BT, d] fits in [BT, 4d] */
+  /* The residual passes dxmid straight to x; the attention adds its part at the end. */
+  if (dx != dxmid) memcpy(dx, dxmid, (size_t)rows * d * sizeof(float));
   linear_bwd(be, datty, 0, g + o[GPT_PROJ_W], g + o[GPT_PROJ_B], dxmid, a->atty, p + o[GPT_PROJ_W], rows, d,
              d);
   attention_backward(m, a, datty, d3, B, T);
-  linear_bwd(be, dxmid, 0, g + o[GPT_QKV_W], g + o[GPT_QKV_B], d3, a->ln1, p + o[GPT_QKV_W], rows, d, 3 * d);
-  be->layernorm_bwd(dx, g + o[GPT_LN1_W], g + o[GPT_LN1_B], dxmid, a->x, p + o[GPT_LN1_W], a->ln1_mean,
+  /* dxmid is read for the last time above, so dln1 may reuse scratch_d even when dxmid is it. */
+  linear_bwd(be, dln1, 0, g + o[GPT_QKV_W], g + o[GPT_QKV_B], d3, a->ln1, p + o[GPT_QKV_W], rows, d, 3 * d);
+  be->layernorm_bwd(dx, g + o[GPT_LN1_W], g + o[GPT_LN1_B], dln1, a->x, p + o[GPT_LN1_W], a->ln1_mean,
                     a->ln1_rstd, rows, d);
 }
 

@@ -131,6 +131,17 @@ void gpt_block_forward(gpt_model *m, int l, const float *p, const float *x, floa
 void gpt_block_backward(gpt_model *m, int l, const float *p, float *g, const float *dy, float *dx, int B,
                         int T);
 
+/* The attention half of block l alone (for trainers that replace the MLP, e.g. MoE):
+ *     xmid = x + proj(attention(LN1(x)))  ->  m->acts[l].xmid [B*T, d]
+ * p needs only the first six tensors of the block layout (LN1 w/b, QKV w/b, PROJ w/b), at
+ * their block_off offsets. x must stay unchanged until gpt_attn_backward. */
+void gpt_attn_forward(gpt_model *m, int l, const float *p, const float *x, int B, int T);
+/* Its backward: dxmid = d(loss)/d(xmid) [B*T, d] (the residual's full gradient); writes
+ * dx = d(loss)/dx (dx may alias dxmid; it must not be m->scratch_*, which this uses, except
+ * dxmid may be m->scratch_d), accumulates the six tensors' gradients into g. */
+void gpt_attn_backward(gpt_model *m, int l, const float *p, float *g, const float *dxmid, float *dx, int B,
+                       int T);
+
 /* Final LayerNorm, tied head and mean cross-entropy over B*T positions. p_final is unit
  * L+1, p_embed unit 0 (for wte). x must stay unchanged until gpt_head_backward. */
 float gpt_head_forward(gpt_model *m, const float *p_final, const float *p_embed, const float *x,
