@@ -395,6 +395,17 @@ static void bad_arguments_fail_at_the_call(void **state) {
   harness_run_simple(2, "shm", bad_args_body, NULL);
 }
 
+/* The pairwise exchanges with a window of 2 steps in flight (algos/window.h), so steps are
+ * posted from progress as earlier ones complete. Forked ranks read the variable afresh. */
+static int window_of_two(void **state) {
+  (void)state;
+  return setenv("WEFT_A2A_WINDOW", "2", 1);
+}
+static int window_default(void **state) {
+  (void)state;
+  return unsetenv("WEFT_A2A_WINDOW");
+}
+
 #define KIB4 ((size_t)4096)
 #define SWEEP(n, tr)                                                                           \
   {"all_to_allv_gather_scatter_match_reference_on_" #n "_ranks_over_" #tr, run_sweep, NULL, \
@@ -411,6 +422,10 @@ int main(void) {
       SWEEP(5, socket), SWEEP(6, socket), SWEEP(7, socket), SWEEP(8, socket),
       {"all_to_allv_gather_scatter_with_default_chunks_and_a_block_above_one_chunk_on_4_ranks_over_shm",
        run_sweep, NULL, NULL, &(params){4, "shm", 0, (512u << 10) + 64}},
+      {"all_to_allv_gather_scatter_with_a_window_of_two_steps_on_7_ranks_over_shm", run_sweep, window_of_two,
+       window_default, &(params){7, "shm", KIB4, 3 * KIB4 + 8}},
+      {"all_to_allv_gather_scatter_with_a_window_of_two_steps_on_5_ranks_over_socket", run_sweep,
+       window_of_two, window_default, &(params){5, "socket", KIB4, 3 * KIB4 + 8}},
       BARRIER(1, shm), BARRIER(2, shm), BARRIER(3, shm), BARRIER(5, shm), BARRIER(8, shm),
       BARRIER(3, socket), BARRIER(7, socket),
       {"all_to_allv_recvcount_mismatch_is_an_error_naming_both_sizes_over_shm",

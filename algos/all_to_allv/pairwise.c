@@ -4,8 +4,9 @@
  *
  * The schedule of all_to_all/pairwise.c: rank r copies its own block locally; at step
  * s = 1 .. n-1 it sends its block for rank (r+s) and receives the block of rank (r-s)
- * (mod n), so no two ranks aim at the same receiver in one step. All steps are posted at
- * once; each peer gets exactly one message, so per-peer FIFO matching is trivially right.
+ * (mod n), so no two ranks aim at the same receiver in one step. At most WEFT_A2A_WINDOW
+ * steps are in flight (algos/window.h); each peer gets exactly one message, so per-peer
+ * FIFO matching is trivially right.
  * Unlike all_to_all, empty blocks are sent as real 0-byte messages: counts differ per peer,
  * so only the transport's size check catches a recvcounts[p] that disagrees with what p
  * sends (the receiver's error names both sizes); for the self block the check is local.
@@ -17,13 +18,15 @@
  * semantics; NCCL's all-to-allv as grouped send/recv. */
 #include <string.h>
 #include "algos/ring.h"
+#include "algos/window.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/task.h"
 
 typedef struct {
-  int nreq, done;   /* done: a completed prefix of reqs */
+  int nreq, done;     /* done: a completed prefix of reqs */
+  int posted, window; /* steps posted so far; most steps in flight (algos/window.h) */
   weft__req reqs[]; /* send and receive of steps 1..n-1 */
 } a2av_state;
 
@@ -43,36 +46,49 @@ static weft_status_t copy_self(weft__task *t, size_t esize) {
   return WEFT_SUCCESS;
 }
 
-static weft_status_t a2av_start(weft__task *t) {
+/* Posts step s (1 .. n-1): our block for rank r+s, and rank r-s's block for us. */
+static void post_step(weft__task *t, a2av_state *st, int s, size_t esize) {
   struct weft_comm *comm = t->comm;
   int r = comm->rank, n = comm->nranks;
+  int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
+  weft__req *snd = &st->reqs[2 * (s - 1)], *rcv = &st->reqs[2 * (s - 1) + 1];
+  const char *src = t->sendbuf;
+  char *dst = t->recvbuf;
+  size_t sbytes = WEFT__V_SENDCOUNTS(t)[to] * esize, rbytes = WEFT__V_RECVCOUNTS(t)[from] * esize;
+  /* A NULL buffer is allowed when nothing is sent or received; never offset it. */
+  weft__req_init_send(snd, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes);
+  weft__req_init_recv(rcv, rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, NULL, rbytes, t->dtype,
+                      WEFT_SUM);
+  weft__req_post(weft__comm_conn(comm, to), snd);
+  weft__req_post(weft__comm_conn(comm, from), rcv);
+}
+
+/* Posts steps while fewer than the window are in flight (done / 2 steps have completed). */
+static void fill_window(weft__task *t, a2av_state *st) {
   size_t esize = weft__dtype_size(t->dtype);
+  int n = t->comm->nranks;
+  while (st->posted < n - 1 && st->posted - st->done / 2 < st->window) post_step(t, st, ++st->posted, esize);
+}
+
+static weft_status_t a2av_start(weft__task *t) {
+  int n = t->comm->nranks;
   weft_status_t status;
   a2av_state *st = weft__algo_state_alloc(
       t, sizeof(a2av_state) + 2 * (size_t)(n - 1) * sizeof(weft__req), 0, &status);
   if (st == NULL) return status;
-  WEFT_TRY(copy_self(t, esize));
-  const char *src = t->sendbuf;
-  char *dst = t->recvbuf;
-  for (int s = 1; s < n; s++) {
-    int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
-    weft__req *snd = &st->reqs[2 * (s - 1)], *rcv = &st->reqs[2 * (s - 1) + 1];
-    size_t sbytes = WEFT__V_SENDCOUNTS(t)[to] * esize, rbytes = WEFT__V_RECVCOUNTS(t)[from] * esize;
-    /* A NULL buffer is allowed when nothing is sent or received; never offset it. */
-    weft__req_init_send(snd, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes);
-    weft__req_init_recv(rcv, rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, NULL, rbytes,
-                        t->dtype, WEFT_SUM);
-    weft__req_post(weft__comm_conn(comm, to), snd);
-    weft__req_post(weft__comm_conn(comm, from), rcv);
-  }
+  WEFT_TRY(copy_self(t, weft__dtype_size(t->dtype)));
   st->nreq = 2 * (n - 1);
+  st->window = weft__a2a_window(n - 1);
+  fill_window(t, st);
   return WEFT_SUCCESS;
 }
 
 static weft_status_t a2av_progress(weft__task *t) {
   a2av_state *st = t->state;
-  while (st->done < st->nreq && st->reqs[st->done].complete) st->done++;
-  return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
+  while (st->done < 2 * st->posted && st->reqs[st->done].complete) st->done++; /* only posted ones */
+  if (st->done == st->nreq) return WEFT_SUCCESS;
+  fill_window(t, st);
+  return WEFT_IN_PROGRESS;
 }
 
 const weft__algo weft__algo_all_to_allv_pairwise = {"pairwise", WEFT__COLL_ALL_TO_ALLV, a2av_start,
