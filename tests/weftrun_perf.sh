@@ -46,7 +46,7 @@ check_perf() {
   fi
 }
 
-echo "1..27"
+echo "1..28"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -129,6 +129,20 @@ if [ $rc -eq 0 ] && [ "$(grep -c 'local [0-2]/3 id 256$' "$out")" -eq 3 ] &&
 else
   echo "# exit status $rc"
   not_ok "weftrun gives every rank its environment"
+fi
+
+# weft-tune --measure: fits the tuner's model here and prints a WEFT_TUNER_MODEL the tuner
+# takes without a warning (positive alpha and beta for both transports).
+timeout 300 ./weft-tune --measure >"$out" 2>&1
+rc=$?
+model=$(sed -n 's/^export WEFT_TUNER_MODEL="\(.*\)"$/\1/p' "$out")
+if [ $rc -eq 0 ] && echo "$model" | grep -Eq '^shm:[0-9.e+-]+(,[0-9.e+-]+){4};socket:[0-9.e+-]+(,[0-9.e+-]+){4}$' &&
+   echo "$model" | awk -F'[:,;]' '{ exit !($2 > 0 && $3 > 0 && $8 > 0 && $9 > 0) }' &&
+   WEFT_TUNER_MODEL="$model" ./weft-tune -n 2 >>"$out" 2>&1 && ! grep -q 'cannot read' "$out"; then
+  ok "weft-tune --measure prints a model the tuner accepts"
+else
+  echo "# exit status $rc, model '$model'"
+  not_ok "weft-tune --measure prints a model the tuner accepts"
 fi
 
 [ $failed -eq 0 ]

@@ -4,6 +4,7 @@
  *
  *   weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MINBYTES] [-e MAXBYTES] [-c COLL] [-v]
  *   weft-tune --list
+ *   weft-tune --measure    fits the model to this machine (weft_tune_measure.c)
  * -o models more ranks than cores (oversubscribed); -v prints every candidate's cost per size.
  * Sizes are the bytes the model sees: the whole buffer, or the block per rank of an all-gather
  * or all-to-all. */
@@ -14,6 +15,7 @@
 #include "lib/comm.h"
 #include "lib/env.h"
 #include "lib/select.h"
+#include "tools/weft_tune_measure.h"
 
 static const weft__coll_t tuned[] = {WEFT__COLL_ALL_REDUCE, WEFT__COLL_ALL_GATHER,
                                      WEFT__COLL_BROADCAST, WEFT__COLL_REDUCE,
@@ -77,6 +79,7 @@ static void resolve_coll(weft__select_input in, const weft__algo_filter *f, size
 static void usage(FILE *f) {
   fprintf(f, "usage: weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MIN] [-e MAX] [-c COLL] [-v]\n"
              "       weft-tune --list\n"
+             "       weft-tune --measure   (fits WEFT_TUNER_MODEL to this machine, ~1 minute)\n"
              "Prints the algorithm weft's tuner picks per collective and size range\n"
              "(honours WEFT_ALGO, WEFT_TUNER_MODEL and WEFT_CHUNK_BYTES).\n");
 }
@@ -88,6 +91,7 @@ int main(int argc, char **argv) {
   const char *only = NULL;
   int verbose = 0;
   static const struct option longopts[] = {{"list", no_argument, NULL, 'l'},
+                                           {"measure", no_argument, NULL, 'm'},
                                            {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int opt;
   while ((opt = getopt_long(argc, argv, "n:t:ob:e:c:vh", longopts, NULL)) != -1) {
@@ -100,6 +104,7 @@ int main(int argc, char **argv) {
       case 'c': only = optarg; break;
       case 'v': verbose = 1; break;
       case 'l': list_algos(); return 0;
+      case 'm': return weft_tune_measure(in.chunk_bytes);
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
