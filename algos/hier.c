@@ -67,6 +67,14 @@ int weft__hier_build(const weft__peer_info *peers, int n, int rank, weft__hier *
   return 0;
 }
 
+int weft__hier_set(const weft__hier *h, int W, int x, int l, int *out) {
+  int k = 0, Lx = weft__hier_count(h, x);
+  for (int b = l; b < W; b += Lx)
+    for (int y = 0; y < h->nhosts; y++)
+      if (b < weft__hier_count(h, y)) out[k++] = weft__hier_rank(h, y, b);
+  return k;
+}
+
 /* ---- schedules ---- */
 void weft__hsched_add(weft__hsched *s, const weft__hseg *seg) {
   if (s->nseg < WEFT__HSCHED_MAX_SEGS) s->seg[s->nseg++] = *seg;

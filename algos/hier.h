@@ -77,6 +77,24 @@ static inline int weft__hier_rank(const weft__hier *h, int x, int l) {
   return l >= 0 && l < weft__hier_count(h, x) ? h->by_host[h->host_start[x] + l] : -1;
 }
 
+/* ---- the two-level all-gather and reduce-scatter (one block per rank) ----
+ * W = max_local inter-host rings; ring b carries, from each host y, the block of the rank
+ * with local index b there (none when L_y <= b), and on host x it is served by local
+ * b mod L_x. The set of (x, l) is every block its rings carry: ranks (y, b) for b = l,
+ * l + L_x, ... below W and below L_y, in (b, y) order; the sets of a host's ranks
+ * partition all blocks, so a ring over the host's ranks moving whole sets completes (or,
+ * reducing, distributes) the buffer. */
+static inline int weft__hier_ring_member(const weft__hier *h, int x, int b) {
+  return weft__hier_rank(h, x, b % weft__hier_count(h, x));
+}
+/* Writes the set of (host x, local l) into out (ranks, at most n); returns its size. */
+int weft__hier_set(const weft__hier *h, int W, int x, int l, int *out);
+
+/* The two-level algorithms besides the all-reduce (algos/<collective>/hierarchical.c). */
+extern const weft__algo weft__algo_all_gather_hierarchical;
+extern const weft__algo weft__algo_reduce_scatter_hierarchical;
+extern const weft__algo weft__algo_broadcast_hierarchical;
+
 /* ---- schedules ---- */
 enum { WEFT__HSEG_RS, WEFT__HSEG_AG, WEFT__HSEG_FOLD, WEFT__HSEG_UNFOLD };
 enum { WEFT__HSCHED_MAX_SEGS = 4 + 2 * WEFT__HIER_MAX_WIDTH };

@@ -19,8 +19,8 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
   d->nslices = nsteps > 0 ? nslices : 0;
   d->slice = 0;
   d->posted_send = d->done_send = d->posted_recv = d->done_recv = 0;
-  d->next = weft__comm_conn(comm, weft__ring_next(comm->rank, comm->nranks));
-  d->prev = weft__comm_conn(comm, weft__ring_prev(comm->rank, comm->nranks));
+  d->next = weft__comm_conn(comm, weft__comm_ring_next(comm, comm->rank));
+  d->prev = weft__comm_conn(comm, weft__comm_ring_prev(comm, comm->rank));
   d->send = send;
   d->recv = recv;
 }

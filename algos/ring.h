@@ -1,7 +1,12 @@
 /* ring.h: the maths of a ring of ranks, shared by the ring and chain algorithms, and the ring
  * step driver that runs a schedule of ring steps over the transports.
  *
- * Ring order is rank order: rank r sends to r+1 and receives from r-1 (mod n).
+ * Ring order is the communicator's (comm->ring, built from the topology at init, see
+ * topo/comm_topo.c: a host's ranks contiguous, then NUMA node and core; rank order without
+ * a view). The schedules below are written for ring positions: the rank at position p
+ * sends to position p+1 and receives from p-1 (mod n). The ring algorithms map ring block
+ * q to the data block of the rank at position q (reduce-scatter, all-gather: rank r still
+ * ends with block r) or use it as it is (all-reduce: every rank ends with every block).
  * A buffer is cut into n blocks; each block is cut into pieces of at most `chunk` elements,
  * and slice k is the k-th piece of every block, so one slice moves at most n * chunk
  * elements and the data in flight stays bounded (NCCL's "chunk" and "slice").
@@ -23,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "weft.h"
+#include "lib/comm.h"
 #include "lib/req.h"
 
 struct weft__task;
@@ -37,6 +43,22 @@ static inline int weft__ring_prev(int rank, int n) { return weft__ring_mod((long
 /* Position of rank on a chain (a ring path) that starts at rank `first`. */
 static inline int weft__ring_pos(int rank, int first, int n) {
   return weft__ring_mod((long long)rank - first, n);
+}
+
+/* The ring position of rank, and the rank at position pos (any integer, taken mod n). */
+static inline int weft__comm_ring_pos(const struct weft_comm *c, int rank) {
+  return c->ring_pos != NULL ? c->ring_pos[rank] : rank;
+}
+static inline int weft__comm_ring_rank(const struct weft_comm *c, long long pos) {
+  int p = weft__ring_mod(pos, c->nranks);
+  return c->ring != NULL ? c->ring[p] : p;
+}
+/* The ranks after and before rank on the communicator's ring. */
+static inline int weft__comm_ring_next(const struct weft_comm *c, int rank) {
+  return weft__comm_ring_rank(c, (long long)weft__comm_ring_pos(c, rank) + 1);
+}
+static inline int weft__comm_ring_prev(const struct weft_comm *c, int rank) {
+  return weft__comm_ring_rank(c, (long long)weft__comm_ring_pos(c, rank) - 1);
 }
 
 static inline int weft__ring_rs_send_block(int rank, int n, int step) {
@@ -99,7 +121,7 @@ static inline size_t weft__ring_piece(const weft__ring_layout *l, int b, size_t 
 
 /* ---- The ring step driver ------------------------------------------------------------
  * Runs nslices slices of nsteps ring steps each. Step s of a slice posts one send to the
- * next rank and one receive from the previous rank. Receives are posted in step order as soon
+ * next rank and one receive from the previous rank on the communicator's ring. Receives are posted in step order as soon
  * as ops->recv_ready allows (NULL: at once, for receives into the user's buffer); the send
  * of step s is posted when the receive of step s-1 has completed. A slice starts when every
  * request of the previous one completed. Zero-byte messages are skipped on both sides: both

@@ -1,8 +1,10 @@
 /* comm.c: communicator creation, teardown and queries.
  *
- * Init: join the bootstrap, all-gather every rank's host identity and pid, choose a
- * transport per peer (same host: shm, else socket; WEFT_TRANSPORT forces one), and let each
- * transport connect its peers. A failed init closes the bootstrap connection without a
+ * Init: join the bootstrap, all-gather every rank's host identity, pid and topology summary
+ * in one round, merge the summaries into the system view (comm->topo, topo/comm_topo.c:
+ * also the ring order), choose a transport per peer from it (same host: shm, else socket;
+ * WEFT_TRANSPORT forces one, WEFT_HOSTID fakes hosts), and let each transport connect its
+ * peers. A failed init closes the bootstrap connection without a
  * goodbye, so the root tells the other ranks at once instead of leaving them to time out. */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/status.h"
+#include "topo/topo.h"
 #include "transports/transport.h"
 
 static const weft__transport *const transports[WEFT__NUM_TRANSPORTS] = {
@@ -52,15 +55,40 @@ static int forced_transport(void) {
   return -1;
 }
 
+/* What each rank sends in the one init round: its identity and its topology summary. */
+typedef struct {
+  weft__peer_info info;
+  weft__topo_summary topo;
+} init_blob;
+
 static weft_status_t exchange_peer_info(struct weft_comm *c) {
-  weft__peer_info me;
+  init_blob me;
   memset(&me, 0, sizeof(me));
-  me.host_hash = weft__host_hash(me.hostname, sizeof(me.hostname));
-  me.pid = (int32_t)getpid();
-  me.rank = c->rank;
+  me.info.host_hash = weft__host_hash(me.info.hostname, sizeof(me.info.hostname));
+  me.info.pid = (int32_t)getpid();
+  me.info.rank = c->rank;
+  weft__topo_discover_quick(&me.topo);
+  me.topo.rank = c->rank;
+  me.topo.host.hash = me.info.host_hash; /* the communicator's identity (WEFT_HOSTID) */
   c->peers = calloc((size_t)c->nranks, sizeof(*c->peers));
-  if (c->peers == NULL) return weft__error(c, WEFT_ERR_NO_MEMORY, "rank %d: init: out of memory", c->rank);
-  return weft__bootstrap_allgather(c, &me, sizeof(me), c->peers);
+  init_blob *all = calloc((size_t)c->nranks, sizeof(*all));
+  weft__topo_summary *sums = calloc((size_t)c->nranks, sizeof(*sums));
+  weft_status_t st = WEFT_SUCCESS;
+  if (c->peers == NULL || all == NULL || sums == NULL)
+    st = weft__error(c, WEFT_ERR_NO_MEMORY, "rank %d: init: out of memory", c->rank);
+  if (st == WEFT_SUCCESS) st = weft__bootstrap_allgather(c, &me, sizeof(me), all);
+  if (st == WEFT_SUCCESS) {
+    for (int p = 0; p < c->nranks; p++) c->peers[p] = all[p].info, sums[p] = all[p].topo;
+    st = weft__topo_comm_setup(c, sums);
+  }
+  free(all);
+  free(sums);
+  return st;
+}
+
+/* Same host in the system view (which WEFT_HOSTID and WEFT_TOPO_FILE shape). */
+static int same_host(const struct weft_comm *c, int p) {
+  return c->topo->ranks[p].host == c->topo->ranks[c->rank].host;
 }
 
 /* Chooses each peer's transport and lets every transport connect its peers. */
@@ -78,9 +106,9 @@ static weft_status_t connect_peers(struct weft_comm *c) {
     c->conns[p].peer = p;
     c->peer_transports[p] = -1;
     if (p == c->rank) continue;
-    int same_host = c->peers[p].host_hash == c->peers[c->rank].host_hash;
-    int t = forced >= 0 ? forced : (same_host ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET);
-    if (t == WEFT__TRANSPORT_SHM && !same_host) {
+    int local = same_host(c, p);
+    int t = forced >= 0 ? forced : (local ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET);
+    if (t == WEFT__TRANSPORT_SHM && !local) {
       free(list);
       return weft__error(c, WEFT_ERR_INVALID_USAGE,
                          "rank %d: WEFT_TRANSPORT=shm but peer %d runs on another host (%s)", c->rank,
@@ -102,8 +130,7 @@ static weft_status_t connect_peers(struct weft_comm *c) {
 /* More ranks on this host than online cores: spinning while waiting would only burn the
  * time slice the rank we wait for needs, so waits yield at once (task.c). */
 static int host_oversubscribed(const struct weft_comm *c) {
-  int local = 0;
-  for (int p = 0; p < c->nranks; p++) local += c->peers[p].host_hash == c->peers[c->rank].host_hash;
+  int local = c->topo->hosts[c->topo->ranks[c->rank].host].nranks;
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   return cores > 0 && local > cores;
 }
@@ -117,6 +144,7 @@ static void free_comm(struct weft_comm *c) {
   free(c->peers);
   free(c->conns);
   free(c->peer_transports);
+  weft__topo_comm_free(c);
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->err_lock);
   free(c);

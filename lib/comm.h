@@ -35,6 +35,10 @@ struct weft_comm {
   weft__conn *conns;         /* [nranks]; conns[rank].tr == NULL (self) */
   void *transport_state[WEFT__NUM_TRANSPORTS];
   int *peer_transports;      /* [nranks]: WEFT__TRANSPORT_* per peer; -1 for self */
+  struct weft__topo_system *topo; /* the merged system view (topo/topo.h), built at init */
+  int *ring;                 /* [nranks]: the rank at ring position p (topo order), or NULL:
+                                rank order */
+  int *ring_pos;             /* [nranks]: the ring position of rank r, or NULL */
 
   pthread_mutex_t lock;      /* held while an operation runs */
   uint64_t last_seq;         /* sequence number of the last launched operation */

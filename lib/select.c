@@ -11,8 +11,9 @@
  * comm-wide facts computed from comm->peers (every rank's host identity, exchanged at init):
  * whether all ranks share one host (then the transport is shm unless forced to socket, else
  * the slowest link, socket, is modelled) and whether they outnumber its cores; across hosts,
- * the host shape (hosts, fewest and most ranks on one), which the hierarchical all-reduce's
- * cost reads with both transports' parameters: shm within hosts, socket across.
+ * the host shape (hosts, fewest and most ranks on one, from the system view comm->topo),
+ * which the hierarchical algorithms' costs (all-reduce, all-gather, reduce-scatter,
+ * broadcast) read with both transports' parameters: shm within hosts, socket across.
  *
  * WEFT_ALGO overrides the model with NCCL_ALGO's grammar (see weft__algo_filter_parse);
  * WEFT_PROTO takes NCCL_PROTO's (weft has only Simple); WEFT_TUNER_TRACE=1 logs each call's
@@ -33,6 +34,7 @@
 #include "lib/log.h"
 #include "lib/select.h"
 #include "lib/status.h"
+#include "topo/topo.h"
 
 /* ---- the model's parameters: a stored table ------------------------------------------ */
 typedef struct {
@@ -115,6 +117,30 @@ static double ar_hierarchical(const cost_in *c) {
                  (H - 1) / H * B * served / W * c->g_net;
   return fold + intra + inter + unfold;
 }
+/* The two-level all-gather and reduce-scatter (all_gather/hierarchical.c, reduce_scatter/
+ * hierarchical.c), B bytes per rank: H-1 network steps on W = Lmax rings that share the
+ * host's link, which carries the larger of the n - Lmin blocks the least crowded host
+ * receives and the (H-1) W slots it forwards; then Lmax - 1 shm steps moving the other
+ * ranks' blocks of the host. reduce adds the reductions of both levels. */
+static double two_level_gather(const cost_in *c, int reduce) {
+  if (c->H < 2 || c->Lmax < 2) return INFINITY;
+  double H = c->H, L = c->Lmax, B = c->bytes, n = c->n;
+  double net_blocks = n - c->Lmin > (H - 1) * L ? n - c->Lmin : (H - 1) * L;
+  double intra = (L - 1) * c->a_shm + (L - 1) / L * n * B * (c->b_shm + (reduce ? c->g_shm : 0));
+  double inter = (H - 1) * c->a_net + net_blocks * B * (c->b_net + (reduce ? c->g_net : 0));
+  return intra + inter;
+}
+static double ag_hierarchical(const cost_in *c) { return two_level_gather(c, 0); }
+static double rs_hierarchical(const cost_in *c) { return two_level_gather(c, 1); }
+static double rs_ring(const cost_in *c) {
+  return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * (c->b + c->g);
+}
+static double bc_hierarchical(const cost_in *c) {
+  /* Binomial trees over the hosts' leaders, then within the most crowded host. */
+  if (c->H < 2 || c->Lmax < 2) return INFINITY;
+  return weft__ceil_log2(c->H) * (c->a_net + c->bytes * c->b_net) +
+         weft__ceil_log2(c->Lmax) * (c->a_shm + c->bytes * c->b_shm);
+}
 static double ag_ring(const cost_in *c) {
   return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * c->b;
 }
@@ -162,11 +188,14 @@ static const candidate candidates[] = {
     {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_hierarchical, ar_hierarchical, 0},
     {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_ring, ag_ring, 0},
     {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_bruck, ag_bruck, 256 << 10},
+    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_hierarchical, ag_hierarchical, 0},
     {WEFT__COLL_BROADCAST, &weft__algo_broadcast_chain, bc_chain, 0},
     {WEFT__COLL_BROADCAST, &weft__algo_broadcast_binomial, bc_binomial, 1 << 20},
+    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_hierarchical, bc_hierarchical, 0},
     {WEFT__COLL_REDUCE, &weft__algo_reduce_chain, rd_chain, 0},
     {WEFT__COLL_REDUCE, &weft__algo_reduce_binomial, rd_binomial, 1 << 20},
-    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_ring, NULL, 0},
+    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_ring, rs_ring, 0},
+    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_hierarchical, rs_hierarchical, 0},
     {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_pairwise, a2a_pairwise, 0},
     {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_bruck, a2a_bruck, 64 << 10},
     {WEFT__COLL_ALL_TO_ALLV, &weft__algo_all_to_allv_pairwise, NULL, 0},
@@ -425,25 +454,45 @@ static long online_cores(void) {
   return c;
 }
 
-/* Comm-wide facts, identical on all ranks: comm->peers holds every rank's host identity. */
-static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
-  int one_host = 1, *transport = &in->transport, *oversubscribed = &in->oversubscribed;
-  for (int p = 1; p < comm->nranks && one_host; p++)
-    one_host = comm->peers[p].host_hash == comm->peers[0].host_hash;
-  *transport = WEFT__TRANSPORT_SOCKET;
-  *oversubscribed = 0;
-  if (!one_host) {
-    /* Only the all-reduce has a two-level candidate: spare the others the O(n hosts) walk. */
-    if (in->coll != WEFT__COLL_ALL_REDUCE) return;
+/* The collectives with a two-level candidate: only they need the host shape. */
+static int has_two_level(weft__coll_t coll) {
+  return coll == WEFT__COLL_ALL_REDUCE || coll == WEFT__COLL_ALL_GATHER || coll == WEFT__COLL_REDUCE_SCATTER ||
+         coll == WEFT__COLL_BROADCAST;
+}
+
+/* The host shape from the communicator's system view (O(hosts)); from the peers' host
+ * identities when there is none. */
+static void host_shape(const struct weft_comm *comm, weft__select_input *in) {
+  const weft__topo_system *sys = comm->topo;
+  if (sys == NULL || sys->nhosts > WEFT__HIER_MAX_HOSTS) {
     weft__hier_shape sh = weft__hier_shape_of(comm->peers, comm->nranks);
     in->nhosts = sh.nhosts, in->min_local = sh.min_local, in->max_local = sh.max_local;
     return;
   }
+  in->nhosts = sys->nhosts, in->min_local = comm->nranks, in->max_local = 0;
+  for (int h = 0; h < sys->nhosts; h++) {
+    if (sys->hosts[h].nranks < in->min_local) in->min_local = sys->hosts[h].nranks;
+    if (sys->hosts[h].nranks > in->max_local) in->max_local = sys->hosts[h].nranks;
+  }
+}
+
+/* Comm-wide facts, identical on all ranks: the system view (comm->topo) or comm->peers
+ * holds every rank's host. */
+static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
+  int one_host = comm->topo != NULL ? comm->topo->nhosts == 1 : 1;
+  for (int p = 1; comm->topo == NULL && p < comm->nranks && one_host; p++)
+    one_host = comm->peers[p].host_hash == comm->peers[0].host_hash;
+  in->transport = WEFT__TRANSPORT_SOCKET;
+  in->oversubscribed = 0;
+  if (!one_host) {
+    if (has_two_level(in->coll)) host_shape(comm, in);
+    return;
+  }
   if (comm->nranks < 2) return;
   /* On one host every rank's peers use the same transport: shm, or socket when forced. */
-  *transport = comm->peer_transports[(comm->rank + 1) % comm->nranks];
+  in->transport = comm->peer_transports[(comm->rank + 1) % comm->nranks];
   long cores = online_cores();
-  *oversubscribed = cores > 0 && comm->nranks > cores;
+  in->oversubscribed = cores > 0 && comm->nranks > cores;
 }
 
 /* weft has one protocol, NCCL's "Simple" (whole chunks through the transport's FIFO; no

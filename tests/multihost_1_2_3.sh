@@ -5,14 +5,16 @@
 # under mpirun at 16 B, 4 KiB and 1 MiB (more than a pipeline chunk) with every datatype,
 # every op (on bfloat16 and float) and every root; the hierarchical all-reduce forced (hosts
 # of unequal size fold into their lowest rank) and the tuner's choice at 4 MiB taken alike on
-# every rank. 6 ranks share 2 cores. About 25 s.
+# every rank; the hierarchical all-gather, reduce-scatter and broadcast picked by the tuner up
+# to 64 KiB (perf -J rows record the algorithm run), exact; weft-topo --probe across the
+# hosts. 6 ranks share 2 cores. About 30 s.
 # shellcheck disable=SC2086
 # shellcheck disable=SC2034 # read by multihost_lib.sh
 LAYOUT="1 2 3"
 # shellcheck source=tests/multihost_lib.sh
 . "$(dirname "$0")/multihost_lib.sh"
 
-echo "1..20"
+echo "1..24"
 mh_check_mpirun_hosts
 sizes="-b 16 -e 1M -f 256 -n 2 -w 1"
 mh_check_layout mpirun
@@ -32,4 +34,12 @@ mh_check_mpirun "mpirun: all_reduce_perf, hierarchical forced, every datatype" \
   WEFT_ALGO=allreduce:hierarchical -- ./all_reduce_perf $sizes -d all
 mh_check_mpirun "mpirun: all_reduce_perf, hierarchical forced, every op on bfloat16" \
   WEFT_ALGO=allreduce:hierarchical -- ./all_reduce_perf $sizes -d bfloat16 -o all
+small="-b 16 -e 64K -f 8 -n 2 -w 1"
+for p in all_gather reduce_scatter; do
+  mh_check_picked "mpirun: ${p}_perf up to 64 KiB, tuner picks hierarchical" hierarchical -- \
+    ./${p}_perf $small -d float
+done
+mh_check_picked "mpirun: broadcast_perf up to 64 KiB, every root, tuner picks hierarchical" hierarchical -- \
+  ./broadcast_perf $small -d int8 -r all
+mh_check_topo
 mh_done

@@ -270,3 +270,48 @@ mh_check_tuner() {
   fi
   mh_ok "$name ($picked)"
 }
+
+# mh_check_picked NAME ALGO ENV... -- PROGRAM ARGS...: the perf run under mpirun, with -J,
+# is exact and every JSON row records ALGO as the algorithm weft ran (weft_get_algorithm),
+# so the tuner's choice is checked per size, datatype and root.
+mh_check_picked() {
+  name=$1; algo=$2; shift 2
+  if [ $MH_HAVE_MPIRUN -eq 0 ]; then mh_ok "$name # SKIP no mpirun"; return; fi
+  rm -f "$MH_DIR/rows.json"
+  mh_mpirun "$@" -J "$MH_DIR/rows.json"
+  rc=$?
+  if ! mh_results_exact $rc; then mh_not_ok "$name"; return; fi
+  # The row's own "algorithm" comes first; the config's (what was asked) follows it. Rows
+  # of 0 elements per rank (8 B over 4 ranks of a 8-byte type) move nothing: any choice.
+  awk '!/"count":0,/ && match($0, /"algorithm":"[^"]*"/) { print substr($0, RSTART + 13, RLENGTH - 14) }' \
+    "$MH_DIR/rows.json" >"$MH_DIR/algos"
+  nrows=$(wc -l <"$MH_DIR/algos")
+  others=$(grep -cvx "$algo" "$MH_DIR/algos")
+  if [ "$nrows" -eq 0 ] || [ "$others" -ne 0 ]; then
+    echo "# $nrows JSON rows, $others not $algo: $(sort "$MH_DIR/algos" | uniq -c | tr '\n' ' ')"
+    mh_not_ok "$name" quiet; return
+  fi
+  mh_ok "$name ($nrows rows, all $algo)"
+}
+
+# weft-topo across the hosts under mpirun: the matrix names MH_K hosts with NET between them,
+# the ring order keeps each host's ranks together (MH_K - 1 host boundaries), and --probe
+# measures every pair (small sizes: the point is that it runs, not the figures).
+mh_check_topo() {
+  name="mpirun: weft-topo --probe prints $MH_K hosts, NET links and a host-contiguous ring"
+  if [ $MH_HAVE_MPIRUN -eq 0 ]; then mh_ok "$name # SKIP no mpirun"; return; fi
+  [ -x ./weft-topo ] || { mh_ok "$name # SKIP weft-topo not built"; return; }
+  mh_mpirun -- ./weft-topo --probe --lat-iters 5 --bw-bytes 64K --bw-iters 2
+  rc=$?
+  ring=$(grep '^Ring order' "$mh_out")
+  bars=$(echo "$ring" | sed 's/.*: //' | tr -cd '|' | wc -c)
+  if [ $rc -eq 0 ] && grep -q "^weft-topo: $MH_N ranks on $MH_K hosts" "$mh_out" &&
+     grep -q '^rank0 .*NET' "$mh_out" && [ "$bars" -eq $((MH_K - 1)) ] &&
+     grep -qi 'latency' "$mh_out"; then
+    echo "# $ring"
+    mh_ok "$name"
+  else
+    echo "# exit status $rc; ring line: $ring"
+    mh_not_ok "$name"
+  fi
+}

@@ -35,6 +35,7 @@
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/select.h"
+#include "topo/topo.h"
 #include "tests/harness.h"
 
 #define FILL_BYTE 0xEE
@@ -522,6 +523,130 @@ static void random_floats_reduce_to_identical_bits_on_every_rank(void **state) {
     }
 }
 
+/* ---- the two-level all-gather, reduce-scatter and broadcast, and the topology's ring order */
+/* Reduce-scatter of one (dt, op, count, in-place): block r of the reference is element
+ * r * count + j of the all-reduce reference. */
+static int run_reduce_scatter(harness_rank *r, weft_datatype_t dt, weft_redop_t op, size_t count, int inplace) {
+  size_t esz = harness_esize(dt), n = (size_t)r->nranks, bytes = count * esz;
+  uint8_t *send = harness_guarded_alloc(n * bytes, FILL_BYTE), *out = harness_guarded_alloc(bytes, FILL_BYTE);
+  uint8_t *want = malloc(n * bytes + 1);
+  for (size_t j = 0; j < n * count; j++) {
+    harness_store(send, j, dt, harness_red_value(op, dt, r->rank, j));
+    store_expected(want, j, dt, op, r->nranks);
+  }
+  uint8_t *recv = inplace ? send + (size_t)r->rank * bytes : out;
+  char desc[160];
+  snprintf(desc, sizeof desc, "reduce_scatter %s %s count %zu %s", harness_dt_name(dt), harness_op_name(op),
+           count, inplace ? "in-place" : "out-of-place");
+  int good = ok(r, weft_reduce_scatter(send, recv, count, dt, op, r->comm, NULL), desc);
+  if (good) check(r, desc, recv, want + (size_t)r->rank * bytes, count, dt);
+  harness_guarded_check(r, send, n * bytes, desc);
+  harness_guarded_check(r, out, bytes, desc);
+  harness_guarded_free(send);
+  harness_guarded_free(out);
+  free(want);
+  return good;
+}
+
+static int rs_sweep_body(harness_rank *r) {
+  static const size_t rs_counts[] = {0, 1, 3, 4097, 70001};
+  for (size_t ci = 0; ci < sizeof rs_counts / sizeof rs_counts[0]; ci++)
+    for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++)
+      for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
+        if (skip_large(rs_counts[ci], dts[d], ops[o])) continue;
+        for (int inplace = 0; inplace < 2; inplace++)
+          if (!run_reduce_scatter(r, dts[d], ops[o], rs_counts[ci], inplace)) return r->failures;
+      }
+  return r->failures;
+}
+
+/* Init on the emulated host of hc->hosts, then the collective's sweep. */
+static int hier_any_body(harness_rank *r) {
+  const hier_case *hc = r->arg;
+  char id[32];
+  snprintf(id, sizeof id, "weft-test-host-%c", hc->hosts[r->rank]);
+  setenv("WEFT_HOSTID", id, 1);
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  if (st != WEFT_SUCCESS) {
+    r->comm = NULL;
+    return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st), weft_get_last_error(NULL));
+  }
+  const char *name = "?";
+  static const char *coll_names[] = {[WEFT__COLL_ALL_GATHER] = "all_gather", [WEFT__COLL_BROADCAST] = "broadcast",
+                                     [WEFT__COLL_REDUCE_SCATTER] = "reduce_scatter", [WEFT__COLL_ALL_REDUCE] = "all_reduce",
+                                     [WEFT__COLL_REDUCE] = "reduce"};
+  weft_get_algorithm(r->comm, coll_names[hc->c.coll], 1 << 20, WEFT_FLOAT32, &name);
+  const char *want = strchr(hc->c.algo_env, ':') + 1;
+  if (strchr(want, ',') == NULL && strcmp(name, want) != 0)
+    harness_fail(r, "%s on hosts %s: WEFT_ALGO=%s runs %s", coll_names[hc->c.coll], hc->hosts, hc->c.algo_env, name);
+  return hc->c.coll == WEFT__COLL_REDUCE_SCATTER ? rs_sweep_body(r) : sweep_body(r);
+}
+
+static void run_hier_case(const char *env, int coll, const char *hosts) {
+  hier_case hc = {{env, coll, (int)strlen(hosts), NULL}, hosts, 0};
+  setenv("WEFT_ALGO", env, 1);
+  harness_opts o = {0};
+  o.nranks = hc.c.nranks;
+  o.no_init = 1;
+  o.deadline_s = 60;
+  harness_run(&o, hier_any_body, &hc);
+  unsetenv("WEFT_ALGO");
+}
+
+static void hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts(void **state) {
+  (void)state;
+  /* 2x2, hosts of 1, 2 and 3 ranks, interleaved hosts, a lone host first, one host. */
+  static const char *layouts[] = {"0011", "011222", "0101", "22110", "000"};
+  for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+    run_hier_case("allgather:hierarchical", WEFT__COLL_ALL_GATHER, layouts[i]);
+    run_hier_case("reducescatter:hierarchical", WEFT__COLL_REDUCE_SCATTER, layouts[i]);
+    run_hier_case("broadcast:hierarchical", WEFT__COLL_BROADCAST, layouts[i]);
+  }
+}
+
+/* Ranks 0 and 2 on host A, 1 and 3 on host B: the ring keeps each host's ranks together
+ * (0 2 1 3), and every ring and chain algorithm stays exact on it. */
+static int ring_order_body(harness_rank *r) {
+  const hier_case *hc = r->arg;
+  char id[32];
+  snprintf(id, sizeof id, "weft-test-host-%c", hc->hosts[r->rank]);
+  setenv("WEFT_HOSTID", id, 1);
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  if (st != WEFT_SUCCESS) {
+    r->comm = NULL;
+    return harness_fail(r, "init on host %s: %s", id, harness_status_name(st));
+  }
+  static const int want[] = {0, 2, 1, 3};
+  for (int p = 0; p < 4; p++) {
+    if (r->comm->ring == NULL || r->comm->ring[p] != want[p])
+      return harness_fail(r, "ring position %d holds rank %d, expected %d (hosts %s)", p,
+                          r->comm->ring ? r->comm->ring[p] : p, want[p], hc->hosts);
+    if (r->comm->ring_pos[want[p]] != p) return harness_fail(r, "ring_pos[%d] != %d", want[p], p);
+  }
+  if (r->comm->topo == NULL || r->comm->topo->nhosts != 2) return harness_fail(r, "topology: not 2 hosts");
+  static const int colls[] = {WEFT__COLL_ALL_REDUCE, WEFT__COLL_ALL_GATHER, WEFT__COLL_BROADCAST, WEFT__COLL_REDUCE};
+  for (int i = 0; i < 4; i++) {
+    algo_case c = {hc->c.algo_env, colls[i], 4, NULL};
+    r->arg = &c;
+    sweep_body(r);
+    r->arg = (void *)hc;
+  }
+  return rs_sweep_body(r);
+}
+
+static void ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts(void **state) {
+  (void)state;
+  hier_case hc = {{"allreduce:ring;allgather:ring;reducescatter:ring;broadcast:chain;reduce:chain",
+                   WEFT__COLL_ALL_REDUCE, 4, NULL}, "0101", 0};
+  setenv("WEFT_ALGO", hc.c.algo_env, 1);
+  harness_opts o = {0};
+  o.nranks = 4;
+  o.no_init = 1;
+  o.deadline_s = 90;
+  harness_run(&o, ring_order_body, &hc);
+  unsetenv("WEFT_ALGO");
+}
+
 int main(void) {
   harness_filter_from_env();
   const struct CMUnitTest tests[] = {
@@ -549,6 +674,8 @@ int main(void) {
       {"reduce_binomial_matches_reference_on_1_to_8_ranks",
        all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)6},
       cmocka_unit_test(random_floats_reduce_to_identical_bits_on_every_rank),
+      cmocka_unit_test(hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts),
+      cmocka_unit_test(ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,12 @@
 /* test_topo.c: topology discovery, merge, link classes and XML of topo/, and weft-topo run
- * for real through ./weftrun on 2 ranks (matrix, dump then load, --probe with small sizes).
+ * for real through ./weftrun on 2 ranks (matrix, dump then load, --probe with small sizes);
+ * the communicator's own view: ring order, WEFT_TOPO_DUMP_FILE / WEFT_TOPO_FILE at init
+ * (a file reshaping one machine into two hosts changes the ring and the transports), and
+ * the progress thread's placement.
  * The tool tests need the build directory (WEFT_TOP_BUILDDIR, set by make check); without
  * it they pass with a TAP SKIP directive in their name. */
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "lib/comm.h"
+#include "tests/harness.h"
 #include "topo/topo.h"
 
 static void check_discovery_is_sane(void) {
@@ -297,6 +304,113 @@ static void weft_topo_probe_on_2_ranks_prints_both_matrices(void **state) {
   assert_true(l01 > 0 && bw01 > 0);
   free(out);
 }
+/* ---------------------------------------------------------------------------------- */
+/* The communicator's view: ring order, init-time dump and file */
+
+/* Interleaved hosts and NUMA nodes: hosts contiguous in order of their first rank, then NUMA
+ * node (unknown last), then lowest CPU. */
+static void ring_order_groups_hosts_then_numa_then_core(void **state) {
+  weft__topo_summary s[7];
+  fake(&s[0], 0, 0xa, "a", 1, 2, "8-9");
+  fake(&s[1], 1, 0xb, "b", 0, 0, "0-1");
+  fake(&s[2], 2, 0xa, "a", 0, 1, "4-5");
+  fake(&s[3], 3, 0xb, "b", -1, -1, "0-15");
+  fake(&s[4], 4, 0xa, "a", 0, 0, "0-1");
+  fake(&s[5], 5, 0xc, "c", 0, 0, "0-1");
+  fake(&s[6], 6, 0xb, "b", 0, 0, "2-3");
+  weft__topo_system sys;
+  assert_int_equal(weft__topo_merge(s, 7, &sys), WEFT_SUCCESS);
+  int ring[7];
+  weft__topo_ring_order(&sys, ring);
+  static const int want[7] = {4, 2, 0, 1, 6, 3, 5};
+  for (int p = 0; p < 7; p++) assert_int_equal(ring[p], want[p]);
+  setenv("WEFT_RING_ORDER", "rank", 1);
+  weft__topo_ring_order(&sys, ring);
+  unsetenv("WEFT_RING_ORDER");
+  for (int p = 0; p < 7; p++) assert_int_equal(ring[p], p);
+  weft__topo_system_free(&sys);
+}
+
+/* 4 ranks of one machine; each checks the communicator's view, then all-reduces. */
+typedef struct {
+  int nhosts;
+  int ring[4];
+} view_case;
+
+static int view_body(harness_rank *r) {
+  const view_case *vc = r->arg;
+  struct weft_comm *c = r->comm;
+  if (c->topo == NULL || c->ring == NULL || c->ring_pos == NULL) return harness_fail(r, "no topology on the comm");
+  if (c->topo->nhosts != vc->nhosts) harness_fail(r, "%d hosts, expected %d", c->topo->nhosts, vc->nhosts);
+  for (int p = 0; p < 4; p++)
+    if (c->ring[p] != vc->ring[p]) harness_fail(r, "ring position %d: rank %d, expected %d", p, c->ring[p], vc->ring[p]);
+  int same = c->topo->ranks[(r->rank + 2) % 4].host == c->topo->ranks[r->rank].host;
+  int want_tr = vc->nhosts == 1 || same ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET;
+  if (c->peer_transports[(r->rank + 2) % 4] != want_tr)
+    harness_fail(r, "transport to peer %d: %d, expected %d", (r->rank + 2) % 4, c->peer_transports[(r->rank + 2) % 4], want_tr);
+  int32_t v = r->rank + 1, sum = 0;
+  weft_status_t st = weft_all_reduce(&v, &sum, 1, WEFT_INT32, WEFT_SUM, c, NULL);
+  if (st != WEFT_SUCCESS || sum != 10) harness_fail(r, "all_reduce: status %d, sum %d (expected 10)", st, sum);
+  return r->failures;
+}
+
+/* WEFT_TOPO_DUMP_FILE at init writes the detected view; edited into two hosts (ranks 0, 2
+ * and 1, 3) and loaded with WEFT_TOPO_FILE, it makes the ring 0 2 1 3 and puts sockets
+ * between the "hosts". */
+static void init_dumps_the_view_and_a_topo_file_reshapes_hosts_and_ring(void **state) {
+  char *xml = temp_path("init");
+  setenv("WEFT_TOPO_DUMP_FILE", xml, 1);
+  view_case one = {1, {0, 1, 2, 3}};
+  harness_run_simple(4, NULL, view_body, &one);
+  unsetenv("WEFT_TOPO_DUMP_FILE");
+  weft__topo_system sys;
+  assert_int_equal(weft__topo_xml_load(xml, &sys), WEFT_SUCCESS);
+  assert_int_equal(sys.nranks, 4);
+  assert_int_equal(sys.nhosts, 1);
+  weft__topo_host *hosts = realloc(sys.hosts, 2 * sizeof(*hosts));
+  assert_non_null(hosts);
+  sys.hosts = hosts;
+  sys.hosts[1] = sys.hosts[0];
+  sys.hosts[1].hash ^= 0x5a5a;
+  snprintf(sys.hosts[1].hostname, sizeof(sys.hosts[1].hostname), "other");
+  sys.hosts[0].nranks = sys.hosts[1].nranks = 2;
+  sys.nhosts = 2;
+  sys.ranks[1].host = sys.ranks[3].host = 1;
+  sys.ranks[2].local_rank = 1;
+  sys.ranks[1].local_rank = 0;
+  sys.ranks[3].local_rank = 1;
+  assert_int_equal(weft__topo_xml_dump(&sys, xml), WEFT_SUCCESS);
+  weft__topo_system_free(&sys);
+  setenv("WEFT_TOPO_FILE", xml, 1);
+  view_case two = {2, {0, 2, 1, 3}};
+  harness_run_simple(4, NULL, view_body, &two);
+  unsetenv("WEFT_TOPO_FILE");
+  unlink(xml);
+  free(xml);
+}
+
+/* The progress thread's placement: bound inside the process's CPUs, or nothing done. */
+static int place_body(harness_rank *r) {
+  cpu_set_t before, after;
+  sched_getaffinity(0, sizeof(before), &before);
+  int rc = weft__topo_place_thread(r->comm);
+  pthread_getaffinity_np(pthread_self(), sizeof(after), &after);
+  cpu_set_t both;
+  CPU_AND(&both, &before, &after);
+  if (CPU_COUNT(&after) == 0 || !CPU_EQUAL(&both, &after))
+    harness_fail(r, "place_thread returned %d and left %d CPUs, not inside the process's %d", rc,
+                 CPU_COUNT(&after), CPU_COUNT(&before));
+  setenv("WEFT_PROGRESS_BIND", "0", 1);
+  if (weft__topo_place_thread(r->comm) != -1) harness_fail(r, "WEFT_PROGRESS_BIND=0 still bound the thread");
+  unsetenv("WEFT_PROGRESS_BIND");
+  if (weft__topo_place_thread(NULL) != -1) harness_fail(r, "place_thread(NULL) did not return -1");
+  return r->failures;
+}
+
+static void progress_thread_placement_stays_inside_the_ranks_cpus(void **state) {
+  harness_run_simple(2, NULL, place_body, NULL);
+}
+
 
 int main(void) {
   const struct CMUnitTest unit[] = {
@@ -307,6 +421,9 @@ int main(void) {
       cmocka_unit_test(merge_rejects_a_summary_of_another_build),
       cmocka_unit_test(xml_round_trip_gives_the_same_view),
       cmocka_unit_test(xml_load_names_the_line_of_an_error),
+      cmocka_unit_test(ring_order_groups_hosts_then_numa_then_core),
+      cmocka_unit_test(init_dumps_the_view_and_a_topo_file_reshapes_hosts_and_ring),
+      cmocka_unit_test(progress_thread_placement_stays_inside_the_ranks_cpus),
   };
   const struct CMUnitTest tool[] = {
       cmocka_unit_test(weft_topo_on_2_ranks_prints_the_matrix),

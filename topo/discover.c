@@ -6,7 +6,8 @@
  * WEFT_SOCKET_IFNAME or the first non-loopback interface that is up) with its speed from
  * /sys/class/net/IF/speed; then the host's shape (packages, NUMA nodes, cores, L3 caches,
  * NICs, GPUs) and this rank's NUMA node and core group from hwloc (discover_hwloc.c) or,
- * without it, from /sys (discover_sysfs.c). WEFT_TOPO_HWLOC=0 forces the sysfs path. */
+ * without it, from /sys (discover_sysfs.c). WEFT_TOPO_HWLOC=0 forces the sysfs path.
+ * Communicator init uses the quick variant: /sys unless WEFT_TOPO_HWLOC=1. */
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -80,7 +81,7 @@ static void nic_locality(const weft__topo_host *host, weft__topo_rank *self) {
     if (strcmp(host->devices[i].name, self->nic) == 0) self->nic_numa = host->devices[i].numa;
 }
 
-void weft__topo_discover(weft__topo_summary *out) {
+static void discover(weft__topo_summary *out, int use_hwloc) {
   memset(out, 0, sizeof(*out));
   out->magic = WEFT__TOPO_MAGIC;
   out->host.hash = weft__host_hash(out->host.hostname, sizeof(out->host.hostname));
@@ -91,11 +92,22 @@ void weft__topo_discover(weft__topo_summary *out) {
   pick_nic(&out->self);
   int done = -1;
 #ifdef WEFT_HAVE_HWLOC
-  if (weft__env_long("WEFT_TOPO_HWLOC", 1) != 0) done = weft__topo_discover_hwloc(out);
+  if (use_hwloc) done = weft__topo_discover_hwloc(out);
 #endif
   if (done != 0) weft__topo_discover_sysfs(out);
 #ifndef WEFT_HAVE_HWLOC
   snprintf(out->host.discovery, sizeof(out->host.discovery), "sysfs/no-hwloc");
+#else
+  (void)use_hwloc;
 #endif
   nic_locality(&out->host, &out->self);
+}
+
+void weft__topo_discover(weft__topo_summary *out) {
+  discover(out, weft__env_long("WEFT_TOPO_HWLOC", 1) != 0);
+}
+
+/* At init: /sys unless asked for hwloc (see topo.h for the cost). */
+void weft__topo_discover_quick(weft__topo_summary *out) {
+  discover(out, weft__env_long("WEFT_TOPO_HWLOC", 0) == 1);
 }

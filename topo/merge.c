@@ -127,7 +127,7 @@ const char *weft__topo_link_name(weft__link_class c) {
 }
 
 /* WEFT_TOPO_FILE: a (possibly corrected) view replaces the detected one. */
-static weft_status_t load_override(struct weft_comm *comm, weft__topo_system *sys) {
+weft_status_t weft__topo_load_override(struct weft_comm *comm, weft__topo_system *sys) {
   const char *path = weft__env_str("WEFT_TOPO_FILE", NULL);
   if (path == NULL) return WEFT_SUCCESS;
   weft__topo_system loaded;
@@ -161,6 +161,6 @@ weft_status_t weft__topo_build(struct weft_comm *comm, weft__topo_system *sys) {
   weft_status_t st = weft_all_gather(mine, all, WEFT__TOPO_SUMMARY_BYTES, WEFT_UINT8, comm, NULL);
   if (st == WEFT_SUCCESS) st = weft__topo_merge(all, comm->nranks, sys);
   free(all);
-  if (st == WEFT_SUCCESS) st = load_override(comm, sys);
+  if (st == WEFT_SUCCESS) st = weft__topo_load_override(comm, sys);
   return st;
 }

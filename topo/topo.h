@@ -6,12 +6,16 @@
  * per host, NUMA node, core group (shared L3), CPU set and the NIC of every rank. The
  * system view can be written to and read from a small XML file (topo/xml.c) so a user can
  * inspect or correct what was detected (WEFT_TOPO_DUMP_FILE, WEFT_TOPO_FILE).
- * weft-topo (topo/weft_topo.c) prints it; ring order and transport choice will use it. */
+ * weft-topo (topo/weft_topo.c) prints it. The communicator builds it at init from the
+ * bootstrap all-gather (topo/comm_topo.c) and keeps it as comm->topo: it decides the
+ * transport per pair, the ring order, the NIC of the socket transport and the CPUs of the
+ * progress thread. */
 #ifndef WEFT_TOPO_H
 #define WEFT_TOPO_H
 #include <stddef.h>
 #include <stdint.h>
 #include "weft.h"
+#include "lib/sockutil.h"
 
 struct weft_comm;
 
@@ -64,7 +68,7 @@ typedef struct {
 #define WEFT__TOPO_SUMMARY_BYTES sizeof(weft__topo_summary)
 
 /* The merged view of all ranks. */
-typedef struct {
+typedef struct weft__topo_system {
   int nranks;
   int nhosts;
   weft__topo_host *hosts;       /* [nhosts], in order of their first rank */
@@ -105,6 +109,8 @@ weft_status_t weft__topo_build(struct weft_comm *comm, weft__topo_system *sys);
  * WEFT_ERR_INVALID_ARGUMENT (a summary of the wrong magic or rank). */
 weft_status_t weft__topo_merge(const weft__topo_summary *all, int nranks, weft__topo_system *sys);
 void weft__topo_system_free(weft__topo_system *sys);
+/* WEFT_TOPO_FILE: when set, the file's view replaces *sys (its rank count must match). */
+weft_status_t weft__topo_load_override(struct weft_comm *comm, weft__topo_system *sys);
 /* 1 when both views hold the same hosts and ranks (source is not compared). */
 int weft__topo_system_equal(const weft__topo_system *a, const weft__topo_system *b);
 
@@ -117,6 +123,34 @@ void weft__topo_cpuset_str(const uint8_t *set, char *buf, size_t len);
 /* Parses that form; 0 on success, -1 when malformed or beyond WEFT__TOPO_MAX_CPUS. */
 int weft__topo_cpuset_parse(const char *s, uint8_t *set);
 int weft__topo_cpuset_count(const uint8_t *set);
+
+/* ---- the communicator's view (topo/comm_topo.c) ---- */
+/* This rank's summary for init: like weft__topo_discover but from /sys unless
+ * WEFT_TOPO_HWLOC=1 (hwloc's topology load took 60-140 ms on the 2-core VM, /sys 0.8 ms,
+ * and init latency matters). host.hash is set by the caller. */
+void weft__topo_discover_quick(weft__topo_summary *out);
+/* From the all-gathered summaries (index = rank) to comm->topo, comm->ring and
+ * comm->ring_pos; then WEFT_TOPO_FILE replaces the view, WEFT_TOPO_DUMP_FILE receives it
+ * (rank 0 writes), and comm->peers' host identities are set from the view so every user of
+ * the host grouping agrees with it. Identical on every rank. */
+weft_status_t weft__topo_comm_setup(struct weft_comm *comm, const weft__topo_summary *all);
+void weft__topo_comm_free(struct weft_comm *comm);
+/* The ring order of sys: ranks of a host contiguous (hosts in order of their first rank),
+ * within a host by NUMA node (unknown last), then by lowest CPU, then by rank.
+ * ring[p] = rank at position p. WEFT_RING_ORDER=rank keeps rank order. */
+void weft__topo_ring_order(const weft__topo_system *sys, int *ring);
+/* Pins the calling thread to this rank's CPUs (comm->topo), narrowed to one NUMA node when
+ * the rank spans several (the node it runs on now): for the stream progress thread, so it
+ * stays beside the rank's memory. Returns 0, or -1 when nothing was done (no view,
+ * WEFT_PROGRESS_BIND=0, or the call failed; the thread then keeps its affinity). */
+int weft__topo_place_thread(struct weft_comm *comm);
+/* The NIC the socket transport should use when WEFT_SOCKET_IFNAME is unset: among the
+ * host's PCI NICs that are up with a usable address, one on this rank's NUMA node (the
+ * first listed). Returns 0 and fills ifname and *addr (its IPv4 address before IPv6, port
+ * 0; WEFT_SOCKET_FAMILY restricts the family), or -1: no preference (fewer than two
+ * candidates, unknown locality); then the transport keeps its default choice. */
+int weft__topo_pick_nic(const struct weft_comm *comm, char *ifname, size_t len,
+                        weft__sockaddr *addr);
 
 /* Writes *sys as XML to path / reads it back (format documented in topo/xml.c).
  * Errors: WEFT_ERR_SYSTEM (file), WEFT_ERR_INVALID_ARGUMENT (malformed; the message says

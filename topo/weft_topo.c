@@ -192,6 +192,20 @@ static void print_legend(void) {
        "         several; CPUs = the CPUs the rank may run on (its affinity, OS numbering)");
 }
 
+/* The ring order the communicator derives from this view (topo/comm_topo.c). */
+static void print_ring(const weft__topo_system *sys) {
+  int *ring = malloc((size_t)sys->nranks * sizeof(int));
+  if (ring == NULL) return;
+  weft__topo_ring_order(sys, ring);
+  printf("\nRing order (ring and chain algorithms; | between hosts):");
+  for (int p = 0; p < sys->nranks; p++) {
+    int cross = p > 0 && sys->ranks[ring[p]].host != sys->ranks[ring[p - 1]].host;
+    printf("%s %d", cross ? " |" : "", ring[p]);
+  }
+  printf("\n");
+  free(ring);
+}
+
 static void print_system(const weft__topo_system *sys) {
   if (strcmp(sys->source, "detected") == 0)
     printf("weft-topo: %d %s on %d %s (detected)\n\n", sys->nranks, plural(sys->nranks, "rank", "ranks"),
@@ -202,6 +216,7 @@ static void print_system(const weft__topo_system *sys) {
            plural(sys->nhosts, "host", "hosts"), sys->source);
   for (int h = 0; h < sys->nhosts; h++) print_host(sys, h);
   print_matrix(sys);
+  print_ring(sys);
   print_notes(sys);
   print_legend();
 }

@@ -2,8 +2,9 @@
  *
  * Each rank first copies its own input to block r of recvbuf (nothing to do in-place, when
  * sendbuf == recvbuf + r * sendcount). Slice k is the k-th piece (at most chunk elements) of
- * every block; per slice, n-1 ring steps (ring.h): step s sends block (r-s) and receives
- * block (r-s-1), both in recvbuf, so the block received at step s is forwarded at step s+1.
+ * every block; per slice, n-1 ring steps (ring.h) in the communicator's ring order, p this
+ * rank's position and block q the block of the rank at position q: step s sends block
+ * (p-s) and receives block (p-s-1), both in recvbuf, so the block received at step s is forwarded at step s+1.
  * Bytes each rank sends: (n-1) * sendcount * size. Latency term: n-1 steps per slice,
  * ceil(sendcount / chunk) slices. No scratch. Picked for every all-gather today.
  * Sources: Thakur, Rabenseifner & Gropp, "Optimization of collective communication
@@ -23,7 +24,8 @@ typedef struct {
 
 static void ag_send_of(weft__task *t, size_t k, int s, const void **buf, size_t *bytes) {
   ag_state *st = t->state;
-  int b = weft__ring_ag_send_block(t->comm->rank, t->comm->nranks, s);
+  int p = weft__comm_ring_pos(t->comm, t->comm->rank);
+  int b = weft__comm_ring_rank(t->comm, weft__ring_ag_send_block(p, t->comm->nranks, s));
   size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *buf = (const char *)t->recvbuf + off * st->esize;
   *bytes = len * st->esize;
@@ -32,7 +34,8 @@ static void ag_send_of(weft__task *t, size_t k, int s, const void **buf, size_t 
 static void ag_recv_of(weft__task *t, size_t k, int s, void **dst, const void **acc,
                        size_t *bytes) {
   ag_state *st = t->state;
-  int b = weft__ring_ag_recv_block(t->comm->rank, t->comm->nranks, s);
+  int p = weft__comm_ring_pos(t->comm, t->comm->rank);
+  int b = weft__comm_ring_rank(t->comm, weft__ring_ag_recv_block(p, t->comm->nranks, s));
   size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *dst = (char *)t->recvbuf + off * st->esize;
   *acc = NULL;

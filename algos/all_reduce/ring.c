@@ -1,6 +1,7 @@
 /* all_reduce/ring.c: ring all-reduce = ring reduce-scatter, then ring all-gather, per slice.
  *
- * The count elements are split evenly into n blocks (block b belongs to rank b); each block
+ * The count elements are split evenly into n blocks (block b belongs to the rank at ring
+ * position b, the communicator's ring order, ring.h; r below is this rank's position); each block
  * is cut into pieces of at most chunk elements and slice k is the k-th piece of every block,
  * so a slice moves at most n * chunk elements. Per slice, 2(n-1) ring steps (ring.h):
  *   steps 0 .. n-2    reduce-scatter: receive block (r-s-2) and reduce it on arrival into
@@ -29,7 +30,7 @@ typedef struct {
 
 static void ar_send_of(weft__task *t, size_t k, int s, const void **buf, size_t *bytes) {
   ar_state *st = t->state;
-  int r = t->comm->rank, n = t->comm->nranks;
+  int r = weft__comm_ring_pos(t->comm, t->comm->rank), n = t->comm->nranks;
   const char *base = s == 0 ? (const char *)t->sendbuf : (const char *)t->recvbuf;
   int b;
   if (s < n - 1) {
@@ -48,7 +49,7 @@ static void ar_send_of(weft__task *t, size_t k, int s, const void **buf, size_t 
 static void ar_recv_of(weft__task *t, size_t k, int s, void **dst, const void **acc,
                        size_t *bytes) {
   ar_state *st = t->state;
-  int r = t->comm->rank, n = t->comm->nranks;
+  int r = weft__comm_ring_pos(t->comm, t->comm->rank), n = t->comm->nranks;
   int rs = s < n - 1;
   int b = rs ? weft__ring_rs_recv_block(r, n, s) : weft__ring_ag_recv_block(r, n, s - (n - 1));
   size_t off, len = weft__ring_piece(&st->layout, b, k, &off);

@@ -1,4 +1,5 @@
-/* broadcast/chain.c: pipelined chain broadcast root -> root+1 -> ... -> root-1 (mod n).
+/* broadcast/chain.c: pipelined chain broadcast root -> root+1 -> ... -> root-1 (mod n),
+ * "+1" being the next rank on the communicator's ring (ring.h: a host's ranks contiguous).
  *
  * The buffer is cut into chunks of at most chunk elements. The root sends every chunk from
  * sendbuf and, unless in-place, copies sendbuf to recvbuf one chunk per progress call, so its
@@ -84,7 +85,7 @@ static weft_status_t bc_progress(weft__task *t) {
 static weft_status_t bc_start(weft__task *t) {
   struct weft_comm *comm = t->comm;
   int n = comm->nranks;
-  int pos = weft__ring_pos(comm->rank, t->root, n);
+  int pos = weft__ring_pos(weft__comm_ring_pos(comm, comm->rank), weft__comm_ring_pos(comm, t->root), n);
   weft_status_t status;
   bc_state *st = weft__algo_state_alloc(t, sizeof(bc_state), 0, &status);
   if (st == NULL) return status;
@@ -94,8 +95,8 @@ static weft_status_t bc_start(weft__task *t) {
   st->is_root = pos == 0;
   st->has_recv = pos > 0;
   st->has_send = pos < n - 1;
-  st->prev = weft__comm_conn(comm, weft__ring_prev(comm->rank, n));
-  st->next = weft__comm_conn(comm, weft__ring_next(comm->rank, n));
+  st->prev = weft__comm_conn(comm, weft__comm_ring_prev(comm, comm->rank));
+  st->next = weft__comm_conn(comm, weft__comm_ring_next(comm, comm->rank));
   int local_copy = st->is_root && t->count > 0 && t->sendbuf != t->recvbuf;
   st->copied = local_copy ? 0 : st->nchunks;
   bc_post(t, st);

@@ -1,4 +1,5 @@
-/* reduce/chain.c: pipelined chain reduce root+1 -> root+2 -> ... -> root (mod n).
+/* reduce/chain.c: pipelined chain reduce root+1 -> root+2 -> ... -> root (mod n), "+1"
+ * being the next rank on the communicator's ring (ring.h).
  *
  * The buffer is cut into chunks of at most chunk elements. The first rank of the chain
  * (root+1) sends its sendbuf chunks; every next rank receives chunk k and reduces it on
@@ -91,7 +92,8 @@ static weft_status_t rd_progress(weft__task *t) {
 static weft_status_t rd_start(weft__task *t) {
   struct weft_comm *comm = t->comm;
   int n = comm->nranks;
-  int pos = weft__ring_pos(comm->rank, weft__ring_next(t->root, n), n);
+  int pos = weft__ring_pos(weft__comm_ring_pos(comm, comm->rank),
+                           weft__comm_ring_pos(comm, weft__comm_ring_next(comm, t->root)), n);
   size_t esize = weft__dtype_size(t->dtype);
   size_t chunk = weft__chunk_elems(comm->chunk_bytes, esize);
   if (chunk > t->count && t->count > 0) chunk = t->count;
@@ -106,8 +108,8 @@ static weft_status_t rd_start(weft__task *t) {
   st->is_root = comm->rank == t->root;
   st->is_first = !st->is_root && pos == 0;
   st->scratch = (char *)st + hdr;
-  st->prev = weft__comm_conn(comm, weft__ring_prev(comm->rank, n));
-  st->next = weft__comm_conn(comm, weft__ring_next(comm->rank, n));
+  st->prev = weft__comm_conn(comm, weft__comm_ring_prev(comm, comm->rank));
+  st->next = weft__comm_conn(comm, weft__comm_ring_next(comm, comm->rank));
   if (n == 1 && t->count > 0) {
     if (t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, t->count * esize);
     st->nchunks = 0;

@@ -2,7 +2,8 @@
  * reduced over all ranks. sendbuf holds nranks blocks of recvcount elements.
  *
  * Slice k is the k-th piece (at most chunk elements) of every block. Per slice, n-1 ring
- * steps (ring.h): step s sends block (r-s-1) and receives block (r-s-2), reducing it on
+ * steps (ring.h) in the communicator's ring order, p this rank's position and block q the
+ * block of the rank at position q: step s sends block (p-s-1) and receives block (p-s-2), reducing it on
  * arrival with this rank's sendbuf piece of that block. Step 0 sends straight from sendbuf;
  * intermediate partials land in two ping-pong scratch pieces (the receive of step s reuses
  * the piece that the send of step s-1 read, so it waits for that send); the last step reduces
@@ -29,8 +30,9 @@ typedef struct {
 
 static void rs_send_of(weft__task *t, size_t k, int s, const void **buf, size_t *bytes) {
   rs_state *st = t->state;
-  int r = t->comm->rank, n = t->comm->nranks;
-  size_t off, len = weft__ring_piece(&st->layout, weft__ring_rs_send_block(r, n, s), k, &off);
+  int p = weft__comm_ring_pos(t->comm, t->comm->rank), n = t->comm->nranks;
+  int b = weft__comm_ring_rank(t->comm, weft__ring_rs_send_block(p, n, s));
+  size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *buf = s == 0 ? (const char *)t->sendbuf + off * st->esize : st->scratch[(s - 1) % 2];
   *bytes = len * st->esize;
 }
@@ -38,8 +40,9 @@ static void rs_send_of(weft__task *t, size_t k, int s, const void **buf, size_t 
 static void rs_recv_of(weft__task *t, size_t k, int s, void **dst, const void **acc,
                        size_t *bytes) {
   rs_state *st = t->state;
-  int r = t->comm->rank, n = t->comm->nranks;
-  size_t off, len = weft__ring_piece(&st->layout, weft__ring_rs_recv_block(r, n, s), k, &off);
+  int r = t->comm->rank, n = t->comm->nranks, p = weft__comm_ring_pos(t->comm, r);
+  int b = weft__comm_ring_rank(t->comm, weft__ring_rs_recv_block(p, n, s));
+  size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *acc = (const char *)t->sendbuf + off * st->esize;
   if (s == n - 2) { /* the block is r: its piece k lands in recvbuf */
     *dst = (char *)t->recvbuf + (off - weft__ring_block_offset(&st->layout, r)) * st->esize;

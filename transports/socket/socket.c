@@ -42,6 +42,7 @@
 #include "lib/log.h"
 #include "lib/sockutil.h"
 #include "lib/status.h"
+#include "topo/topo.h"
 #include "transports/transport.h"
 
 enum { MAX_SOCKS = 16, STAGE_BYTES = 256 * 1024, SLICE_MS = 200 };
@@ -404,7 +405,12 @@ static weft_status_t make_card(struct weft_comm *comm, sock_state *st, int npeer
   card->split = st->split;
   if (npeers == 0) return WEFT_SUCCESS;
   char ifname[64] = "";
-  weft_status_t s = weft__sockaddr_pick_local(&card->addr, ifname, sizeof ifname);
+  /* Without WEFT_SOCKET_IFNAME, the topology's NIC beside this rank's NUMA node when the
+   * host has several (topo/comm_topo.c); else the usual first usable interface. */
+  weft_status_t s = WEFT_SUCCESS;
+  if (weft__env_str("WEFT_SOCKET_IFNAME", NULL) != NULL ||
+      weft__topo_pick_nic(comm, ifname, sizeof ifname, &card->addr) != 0)
+    s = weft__sockaddr_pick_local(&card->addr, ifname, sizeof ifname);
   if (s != WEFT_SUCCESS) {
     char why[512];
     snprintf(why, sizeof why, "%s", weft__thread_last_error());
