@@ -14,6 +14,7 @@
 #include "lib/bootstrap.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
+#include "lib/select.h"
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/status.h"
@@ -145,6 +146,7 @@ static void free_comm(struct weft_comm *c) {
   free(c->conns);
   free(c->peer_transports);
   weft__topo_comm_free(c);
+  weft__select_comm_free(c);
   pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->err_lock);
   free(c);

@@ -39,6 +39,7 @@ struct weft_comm {
   int *ring;                 /* [nranks]: the rank at ring position p (topo order), or NULL:
                                 rank order */
   int *ring_pos;             /* [nranks]: the ring position of rank r, or NULL */
+  _Atomic(struct weft__tuner_cache *) tuner; /* select.c's per-comm facts and last choices */
 
   pthread_mutex_t lock;      /* held while an operation runs */
   uint64_t last_seq;         /* sequence number of the last launched operation */

@@ -16,8 +16,9 @@
  * broadcast) read with both transports' parameters: shm within hosts, socket across.
  *
  * WEFT_ALGO overrides the model with NCCL_ALGO's grammar (see weft__algo_filter_parse);
- * WEFT_PROTO takes NCCL_PROTO's (weft has only Simple); WEFT_TUNER_TRACE=1 logs each call's
- * choice and why; weft-tune prints the resolved table. */
+ * WEFT_TUNER_TRACE=1 logs each call's choice and why; weft-tune prints the resolved table.
+ * The protocol (LL or Simple, WEFT_PROTO) is the shm transport's choice per message size
+ * (lib/proto.c), not the tuner's: it does not change which algorithm is cheapest. */
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
@@ -495,22 +496,6 @@ static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
   in->oversubscribed = cores > 0 && comm->nranks > cores;
 }
 
-/* weft has one protocol, NCCL's "Simple" (whole chunks through the transport's FIFO; no
- * LL / LL128 flag-in-data protocols). WEFT_PROTO takes NCCL_PROTO's grammar so scripts
- * written for NCCL keep working; a value that leaves no Simple is warned about once. */
-static void check_proto(void) {
-  static int checked;
-  if (__atomic_exchange_n(&checked, 1, __ATOMIC_RELAXED)) return;
-  const char *v = weft__env_str("WEFT_PROTO", NULL);
-  if (v == NULL) return;
-  char s[128];
-  squash(v, strlen(v), s, sizeof(s));
-  int excluded = s[0] == '^' && strstr(s, "simple") != NULL;
-  int listed = s[0] != '^' && strstr(s, "simple") != NULL;
-  if (excluded || (s[0] != '^' && !listed))
-    WEFT_WARN("WEFT_PROTO=%s: weft has only the Simple protocol; using it", v);
-}
-
 static int trace_on(void) {
   static int on = -1;
   int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
@@ -521,15 +506,74 @@ static int trace_on(void) {
   return v;
 }
 
+/* ---- the per-communicator cache ------------------------------------------------------
+ * A small message's call must not pay for reading the environment (getenv walks environ)
+ * and costing every candidate: that was ~15% of an 8-byte all-reduce's 0.5 us. So each
+ * communicator reads WEFT_ALGO and its comm-wide facts once, at its first call (like NCCL,
+ * which reads its variables at init: change them before creating a communicator), and
+ * remembers its last choice per collective. An entry packs (bytes, candidate row + 1) into
+ * one 64-bit word, so a stream's worker thread and the caller's thread may use the cache at
+ * once without a lock. WEFT_TUNER_TRACE bypasses it so every call is logged. */
+struct weft__tuner_cache {
+  weft__algo_filter filter;
+  weft__select_input facts;                   /* transport, oversubscription, host shape */
+  _Atomic uint64_t last[WEFT__NUM_COLLS];     /* (bytes << 8) | (row + 1); 0: empty */
+};
+
+static struct weft__tuner_cache *tuner_cache(struct weft_comm *comm) {
+  struct weft__tuner_cache *c = atomic_load_explicit(&comm->tuner, memory_order_acquire);
+  if (c != NULL) return c;
+  struct weft__tuner_cache *fresh = calloc(1, sizeof(*fresh));
+  if (fresh == NULL) return NULL; /* the caller resolves without a cache */
+  filter_from_env(&fresh->filter);
+  fresh->facts = (weft__select_input){WEFT__COLL_ALL_REDUCE, comm->nranks, 0, WEFT__TRANSPORT_SHM, 0,
+                                      comm->chunk_bytes, 0, 0, 0};
+  comm_facts(comm, &fresh->facts);
+  struct weft__tuner_cache *expected = NULL;
+  if (atomic_compare_exchange_strong_explicit(&comm->tuner, &expected, fresh, memory_order_acq_rel,
+                                              memory_order_acquire))
+    return fresh;
+  free(fresh); /* another thread won */
+  return expected;
+}
+
+void weft__select_comm_free(struct weft_comm *comm) {
+  free(atomic_exchange_explicit(&comm->tuner, NULL, memory_order_acq_rel));
+}
+
+/* The row of candidates[] holding algo for coll, or -1. */
+static int row_of(weft__coll_t coll, const weft__algo *algo) {
+  for (int i = 0; i < NCANDIDATES; i++)
+    if (candidates[i].coll == coll && candidates[i].algo == algo) return i;
+  return -1;
+}
+
+static const weft__algo *resolve_cached(struct weft__tuner_cache *c, weft__select_input *in) {
+  uint64_t e = atomic_load_explicit(&c->last[in->coll], memory_order_relaxed);
+  if (e != 0 && e >> 8 == (uint64_t)in->bytes) return candidates[(e & 0xff) - 1].algo;
+  const weft__algo *a = weft__select_resolve(in, &c->filter, NULL, 0);
+  int row = a != NULL ? row_of(in->coll, a) : -1;
+  if (row >= 0 && row < 255 && (uint64_t)in->bytes < (UINT64_C(1) << 56))
+    atomic_store_explicit(&c->last[in->coll], ((uint64_t)in->bytes << 8) | (uint64_t)(row + 1),
+                          memory_order_relaxed);
+  return a;
+}
+
 const weft__algo *weft__select_algo(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
   struct weft_comm *comm = t->comm;
+  struct weft__tuner_cache *cache = trace_on() ? NULL : tuner_cache(comm);
+  if (cache != NULL) {
+    weft__select_input in = cache->facts;
+    in.coll = t->coll;
+    in.bytes = model_bytes(t);
+    return resolve_cached(cache, &in);
+  }
   weft__select_input in = {t->coll, comm->nranks, model_bytes(t), WEFT__TRANSPORT_SHM, 0,
                            comm->chunk_bytes, 0, 0, 0};
   comm_facts(comm, &in);
   weft__algo_filter f;
   filter_from_env(&f);
-  check_proto();
   if (!trace_on()) return weft__select_resolve(&in, &f, NULL, 0);
   char why[512], what[160];
   const weft__algo *a = weft__select_resolve(&in, &f, why, sizeof(why));

@@ -2,14 +2,25 @@
  *
  * The thread sleeps on a condition variable while its queue is empty (no CPU burned by an
  * idle stream) and runs queued operations back to back, so a burst of enqueued calls pays
- * the wake-up once. Errors are kept until the next synchronize and also become the
- * communicator's async error. */
+ * the wake-up once. A wake-up costs ~30 us on the 2-core VM, more than a small collective,
+ * so before sleeping both the thread (queue empty) and weft_stream_synchronize (work
+ * outstanding) look again for a bounded time (STREAM_SPIN_NS, shorter with more ranks than
+ * cores), yielding the CPU between looks so the thread they wait for can run on their core.
+ * Errors are kept until the next synchronize and also become the communicator's async
+ * error. */
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include "lib/comm.h"
 #include "lib/status.h"
+#include "lib/clock.h"
 #include "lib/stream.h"
 #include "lib/task.h"
+#include "topo/topo.h"
+
+#define STREAM_SPIN_NS 50000ull        /* look again for 50 us before sleeping */
+#define STREAM_SPIN_OVERSUB_NS 10000ull /* 10 us with more ranks than cores */
 
 struct weft_stream {
   pthread_t thread;
@@ -19,7 +30,24 @@ struct weft_stream {
   weft__task *head, *tail;
   int busy, stop;
   weft_status_t error;   /* first error since the last synchronize */
+  atomic_int queued;     /* tasks in the queue (read without the lock while spinning) */
+  atomic_int outstanding; /* tasks enqueued and not finished */
+  atomic_int oversubscribed; /* the last task's communicator had more ranks than cores */
 };
+
+/* Looks up to a bounded time for *word != 0 (want_nonzero) or == 0, yielding between looks.
+ * Returns whether it saw it; the caller then takes the lock and checks for real. */
+static int spin_for(weft_stream_t s, atomic_int *word, int want_nonzero) {
+  uint64_t limit = atomic_load_explicit(&s->oversubscribed, memory_order_relaxed)
+                       ? STREAM_SPIN_OVERSUB_NS : STREAM_SPIN_NS;
+  uint64_t start = weft__now_ns();
+  for (unsigned i = 0;; i++) {
+    if ((atomic_load_explicit(word, memory_order_acquire) != 0) == want_nonzero) return 1;
+    if (i % 16 == 15 && weft__now_ns() - start > limit) return 0;
+    if (i < 32) __builtin_ia32_pause();
+    else sched_yield();
+  }
+}
 
 static void record(weft_stream_t s, weft__task *t, weft_status_t st) {
   if (st == WEFT_SUCCESS) return;
@@ -32,21 +60,32 @@ static void record(weft_stream_t s, weft__task *t, weft_status_t st) {
 
 static void *stream_main(void *arg) {
   weft_stream_t s = arg;
+  const struct weft_comm *placed = NULL; /* the comm whose rank's CPUs this thread is pinned to */
   pthread_mutex_lock(&s->mu);
   for (;;) {
+    if (s->head == NULL && !s->stop) {
+      pthread_mutex_unlock(&s->mu);
+      spin_for(s, &s->queued, 1);
+      pthread_mutex_lock(&s->mu);
+    }
     while (s->head == NULL && !s->stop) pthread_cond_wait(&s->work, &s->mu);
     if (s->head == NULL) break;
     weft__task *t = s->head;
     s->head = t->next;
     if (s->head == NULL) s->tail = NULL;
+    atomic_fetch_sub(&s->queued, 1);
     s->busy = 1;
     pthread_mutex_unlock(&s->mu);
     struct weft_comm *comm = t->comm;
+    /* Near the rank's memory and NIC (topo/comm_topo.c); a stream may serve several comms. */
+    if (comm != placed) placed = comm, weft__topo_place_thread(comm);
+    atomic_store_explicit(&s->oversubscribed, comm->oversubscribed, memory_order_relaxed);
     record(s, t, weft__task_run(t));
     weft__task_free(t);
     atomic_fetch_sub(&comm->pending, 1);
     pthread_mutex_lock(&s->mu);
     s->busy = 0;
+    atomic_fetch_sub(&s->outstanding, 1);
     if (s->head == NULL) pthread_cond_broadcast(&s->idle);
   }
   pthread_mutex_unlock(&s->mu);
@@ -76,12 +115,15 @@ void weft__stream_enqueue(weft_stream_t s, weft__task *t) {
   if (s->tail != NULL) s->tail->next = t;
   else s->head = t;
   s->tail = t;
+  atomic_fetch_add(&s->outstanding, 1);
+  atomic_fetch_add(&s->queued, 1);
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
 }
 
 weft_status_t weft_stream_synchronize(weft_stream_t s) {
   if (s == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_synchronize: stream is NULL");
+  spin_for(s, &s->outstanding, 0);
   pthread_mutex_lock(&s->mu);
   while (s->head != NULL || s->busy) pthread_cond_wait(&s->idle, &s->mu);
   weft_status_t st = s->error;

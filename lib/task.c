@@ -2,8 +2,10 @@
  *
  * Waiting: a rank that has nothing to move spins briefly (the answer is often microseconds
  * away), then yields the CPU (tests run more ranks than cores; with more ranks than cores on
- * the host it yields at once), then sleeps in short naps or
- * in poll() on the sockets it waits for. Every wait is bounded: when nothing has moved for
+ * the host it yields at once), then sleeps: on a futex in its shm segment that peers ring
+ * when they publish something (transports/shm/shm_doorbell.h; a wake costs ~30 us here, so
+ * only after the yield phase), or in poll() on the sockets it waits for; waiting on both,
+ * it polls the sockets and sleeps on the futex for short naps. Every wait is bounded: when nothing has moved for
  * the communicator's timeout the operation fails naming the peer it waits for. While idle
  * it also checks, every few milliseconds, whether the bootstrap root reported a failed rank
  * and whether shared-memory peers it waits for are still alive. */
@@ -19,14 +21,20 @@
 #include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
+#include "lib/env.h"
 #include "lib/status.h"
 #include "lib/task.h"
 #include "transports/transport.h"
 
 #define SPIN_ITERS 200
 #define SOCKET_SPIN_ITERS 20
-#define YIELD_NS 2000000ull        /* yield for 2 ms after the last progress, then sleep */
-#define NAP_NS 50000               /* one nap: 50 us */
+#define CLOCK_EVERY 8              /* idle looks between two reads of the clock */
+#define YIELD_NS 200000ull         /* yield for 0.2 ms after the last progress, then sleep */
+#define OVERSUB_YIELD_NS 1000000ull /* the same with more ranks than cores: 1 ms */
+#define SLEEP_MAX_NS 1000000ull    /* one futex sleep: bounds a missed ring (shm_doorbell.h);
+                                      WEFT_SHM_SLEEP_MAX_US overrides it (tests: a long
+                                      value shows that peers really ring) */
+#define NAP_NS 50000               /* one nap when sockets and shm are both waited on: 50 us */
 #define HEALTH_EVERY_NS 20000000ull /* check peers' health every 20 ms while idle */
 
 static const char *const coll_names[WEFT__NUM_COLLS] = {
@@ -137,39 +145,66 @@ static int collect_poll_fds(struct weft_comm *comm, struct pollfd *fds, int max,
   return n;
 }
 
+static uint64_t sleep_max_ns(void) {
+  static _Atomic uint64_t cached;
+  uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v == 0) {
+    long us = weft__env_long("WEFT_SHM_SLEEP_MAX_US", (long)(SLEEP_MAX_NS / 1000));
+    v = us > 0 ? (uint64_t)us * 1000 : SLEEP_MAX_NS;
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
+/* Sleeps on this rank's shm doorbell for at most ns, after announcing it and looking for
+ * work once more (a peer rings only an announced sleeper); *moved when that look found some.
+ * Without shm peers, a plain nap. */
+static weft_status_t sleep_on_shm(struct weft_comm *comm, uint64_t ns, int *moved) {
+  uint32_t bell;
+  if (!weft__shm_sleep_begin(comm, &bell)) {
+    struct timespec ts = {0, (long)(ns < NAP_NS ? ns : NAP_NS)};
+    nanosleep(&ts, NULL);
+    return WEFT_SUCCESS;
+  }
+  weft_status_t st = weft__comm_progress(comm, moved);
+  if (st == WEFT_SUCCESS && !*moved) weft__shm_sleep(comm, bell, ns);
+  weft__shm_sleep_end(comm);
+  return st;
+}
+
 /* Gives the CPU away according to how long nothing has moved. Waiting only on sockets, a
  * short spin then poll() is fastest: the kernel wakes us when data arrives, and spinning on
- * recv() over loopback measured 3-30x slower on these VMs. Waiting on shared memory there
- * is nothing to sleep on, so spin, then yield (more ranks than cores), then nap. */
-static void back_off(struct weft_comm *comm, unsigned idle, uint64_t idle_ns) {
-  if (comm->oversubscribed && idle_ns < YIELD_NS) {
+ * recv() over loopback measured 3-30x slower on these VMs. Waiting on shared memory: spin,
+ * then yield (more ranks than cores), then sleep on the shm doorbell. Sets *moved when a
+ * last look before sleeping moved something. */
+static weft_status_t back_off(struct weft_comm *comm, unsigned idle, uint64_t idle_ns, int *moved) {
+  if (comm->oversubscribed && idle_ns < OVERSUB_YIELD_NS) { /* spinning first measured slower */
     sched_yield();
-    return;
+    return WEFT_SUCCESS;
   }
   if (idle < SOCKET_SPIN_ITERS) {
     __builtin_ia32_pause();
-    return;
+    return WEFT_SUCCESS;
   }
   struct pollfd fds[64];
   int others;
   int n = collect_poll_fds(comm, fds, 64, &others);
   if (n > 0 && !others) {
     poll(fds, (nfds_t)n, 1);
-    return;
+    return WEFT_SUCCESS;
   }
   if (idle < SPIN_ITERS) {
     __builtin_ia32_pause();
-    return;
+    return WEFT_SUCCESS;
   }
   if (idle_ns < YIELD_NS) {
     sched_yield();
-    return;
+    return WEFT_SUCCESS;
   }
-  if (n > 0) {
-    poll(fds, (nfds_t)n, 0);
-  }
-  struct timespec ts = {0, NAP_NS};
-  nanosleep(&ts, NULL);
+  if (n > 0) poll(fds, (nfds_t)n, 0);
+  uint64_t ns = n > 0 ? NAP_NS : sleep_max_ns();
+  uint64_t left = (uint64_t)comm->timeout_ms * 1000000ull - idle_ns; /* > 0: drive checked */
+  return sleep_on_shm(comm, ns < left + 1000000ull ? ns : left + 1000000ull, moved);
 }
 
 static weft_status_t timed_out(weft__task *t) {
@@ -183,10 +218,26 @@ static weft_status_t timed_out(weft__task *t) {
                      comm->timeout_ms, r->done, r->bytes, r->conn->peer);
 }
 
-/* Progresses t until it completes, fails, or times out. */
+/* The health check of drive(): a failed peer we wait for ends the wait (after a last drain,
+ * since it may have sent everything we need before it went). */
+static weft_status_t check_health(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  const char *why;
+  int failed = failed_peer(comm, &why), moved = 0;
+  if (failed == -2) return WEFT_IN_PROGRESS;
+  WEFT_TRY(weft__comm_progress(comm, &moved));
+  weft_status_t st = t->algo->progress(t);
+  if (st != WEFT_IN_PROGRESS) return st;
+  if (failed == -1) return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: %s", comm->rank, why);
+  return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: peer %d failed: %s", comm->rank, failed, why);
+}
+
+/* Progresses t until it completes, fails, or times out. The clock costs ~75 ns on the VM
+ * (a third of a small all-reduce), so a wait reads it only every CLOCK_EVERY idle looks;
+ * a wait that ends sooner never reads it. */
 static weft_status_t drive(weft__task *t) {
   struct weft_comm *comm = t->comm;
-  uint64_t last_move = weft__now_ns(), last_health = last_move;
+  uint64_t last_move = 0, last_health = 0, now = 0;
   unsigned idle = 0;
   for (;;) {
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
@@ -199,23 +250,19 @@ static weft_status_t drive(weft__task *t) {
       idle = 0;
       continue;
     }
-    uint64_t now = weft__now_ns();
-    if (idle++ == 0) last_move = now;
-    if (now - last_move > (uint64_t)comm->timeout_ms * 1000000ull) return timed_out(t);
-    if (idle >= SPIN_ITERS && now - last_health > HEALTH_EVERY_NS) {
-      last_health = now;
-      const char *why;
-      int failed = failed_peer(comm, &why);
-      if (failed != -2) {
-        /* It may have sent everything we need before it went: drain once more first. */
-        WEFT_TRY(weft__comm_progress(comm, &moved));
-        st = t->algo->progress(t);
-        if (st != WEFT_IN_PROGRESS) return st;
-        if (failed == -1) return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: %s", comm->rank, why);
-        return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: peer %d failed: %s", comm->rank, failed, why);
+    if (++idle % CLOCK_EVERY == 0) {
+      now = weft__now_ns();
+      if (idle == CLOCK_EVERY) last_move = now;
+      if (last_health == 0) last_health = now;
+      if (now - last_move > (uint64_t)comm->timeout_ms * 1000000ull) return timed_out(t);
+      if (idle >= SPIN_ITERS && now - last_health > HEALTH_EVERY_NS) {
+        last_health = now;
+        if ((st = check_health(t)) != WEFT_IN_PROGRESS) return st;
       }
     }
-    back_off(comm, idle, now - last_move);
+    int woke_to_work = 0;
+    WEFT_TRY(back_off(comm, idle, idle >= CLOCK_EVERY ? now - last_move : 0, &woke_to_work));
+    if (woke_to_work) idle = 0;
   }
 }
 

@@ -93,6 +93,8 @@ const char *weft__task_describe(const weft__task *t, char *buf, size_t len);
 
 /* Picks the algorithm for t (today: one per collective; the tuner comes later). */
 const weft__algo *weft__select_algo(const weft__task *t);
+/* Frees the tuner's per-communicator cache (comm.c, at destroy). */
+void weft__select_comm_free(struct weft_comm *comm);
 
 /* Algorithms. */
 extern const weft__algo weft__algo_all_reduce_ring;

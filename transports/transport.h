@@ -4,6 +4,7 @@
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
 #include <poll.h>
+#include <stdint.h>
 #include "weft.h"
 #include "lib/req.h"
 
@@ -32,5 +33,13 @@ typedef struct weft__transport {
 } weft__transport;
 
 extern const weft__transport weft__transport_shm;
+
+/* Sleeping until a shm peer rings this rank's doorbell (transports/shm/shm_doorbell.h).
+ * The waiter calls begin (0: no shm peers, nothing to sleep on), looks once more for work,
+ * then sleeps at most max_ns unless something came, and always calls end. A peer rings
+ * after it published data, a freed slot or an LL credit, only while the waiter sleeps. */
+int weft__shm_sleep_begin(struct weft_comm *comm, uint32_t *bell);
+void weft__shm_sleep(struct weft_comm *comm, uint32_t bell, uint64_t max_ns);
+void weft__shm_sleep_end(struct weft_comm *comm);
 extern const weft__transport weft__transport_socket;
 #endif

@@ -46,7 +46,10 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/status.h"
+#include "lib/proto.h"
+#include "transports/shm/shm_conn.h"
 #include "transports/shm/shm_fifo.h"
+#include "transports/shm/shm_ll.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/transport.h"
 
@@ -66,20 +69,7 @@
 #define SHM_CMA_PIECE (256u * 1024u)       /* per system call: larger ones ran 2x slower here */
 #define SHM_CMA_REDUCE_PIECE (64u * 1024u) /* scratch of a reducing receive: stays in L2 */
 
-/* Per-peer state, reached through weft__conn.priv. The counters are our private copies:
- * `tail` / `head` are ours to advance, `*_seen` the last value read of the other side's. */
-typedef struct {
-  weft__shm_fifo out; /* we send: lives in the peer's segment */
-  uint64_t tail, head_seen;
-  weft__shm_fifo in;  /* we receive: lives in our segment */
-  uint64_t head, tail_seen;
-  uint64_t cma_send_bytes; /* the peer reads our messages of >= this many bytes; 0: never */
-  uint64_t cma_posted;     /* requests from our send queue's head that wait to be read */
-  int cma_recv;            /* we may read the peer's memory (the probe worked) */
-  int cma_errno;           /* why the probe failed, 0 when it worked or was not tried */
-  pid_t pid;               /* the peer's process, as our pid namespace sees it */
-  char **scratch;          /* the state's reduce scratch (shared by all peers) */
-} shm_conn;
+typedef weft__shm_conn shm_conn;
 
 typedef struct {
   int npeers;
@@ -93,6 +83,8 @@ typedef struct {
   size_t cma_bytes;           /* WEFT_SHM_CMA_BYTES: single copy from this size; 0: off */
   uint64_t probe;             /* a random word peers read to test CMA on us */
   char *scratch;              /* SHM_CMA_REDUCE_PIECE bytes, allocated on first use */
+  int ll_on;                  /* WEFT_PROTO allows LL: messages of <= ll_max bytes to us use it */
+  uint64_t ll_max;
 } shm_state;
 
 /* What ranks all-gather in step 1. */
@@ -111,6 +103,8 @@ typedef struct {
   uint64_t probe_addr, probe_value; /* hello only: where the sender's probe word is, and it */
   uint64_t fifo_offset, seg_bytes;  /* answer only */
   uint64_t cma_bytes;               /* answer only: the hello's sender's single-copy threshold */
+  uint64_t ll_max;                  /* answer only: messages of <= ll_max bytes go LL ... */
+  uint64_t ll_on;                   /* ... when this is 1 (the answering rank's WEFT_PROTO) */
 } shm_msg;
 
 static weft_status_t read_settings(struct weft_comm *comm, size_t *nslots, size_t *slot_bytes,
@@ -172,23 +166,30 @@ static int peer_index(const shm_state *st, int rank) {
   return -1;
 }
 
+/* Where FIFO i (the one peer i writes into) starts in a segment: after the doorbell page. */
+static size_t fifo_offset(const shm_state *st, int i) {
+  return WEFT__SHM_SEG_HEADER + (size_t)i * st->fifo_bytes;
+}
+
 /* Step 1's local half: segment and listening socket. A failure is recorded, not returned,
  * so this rank still joins the all-gather and its peers fail fast instead of timing out. */
 static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shm setup: out of memory", comm->rank);
   WEFT_TRY(read_settings(comm, &st->nslots, &st->slot_bytes, &st->cma_bytes));
+  WEFT_TRY(weft__proto_config(comm, &st->ll_on, &st->ll_max));
   st->probe = ((uint64_t)getpid() << 32 ^ weft__now_ns() ^ (uint64_t)(uintptr_t)st) | 1;
   if (st->npeers == 0) return WEFT_SUCCESS;
   st->fifo_bytes = weft__shm_fifo_bytes(st->nslots, st->slot_bytes);
   char name[64];
   snprintf(name, sizeof name, "weft-shm-rank%d", comm->rank);
-  if (weft__shm_segment_create(&st->own, name, st->fifo_bytes * (size_t)st->npeers) != 0)
+  size_t seg_bytes = WEFT__SHM_SEG_HEADER + st->fifo_bytes * (size_t)st->npeers;
+  if (weft__shm_segment_create(&st->own, name, seg_bytes) != 0)
     return weft__error(comm, WEFT_ERR_SYSTEM,
                        "rank %d: shm setup: creating a %zu-byte memfd segment: %s", comm->rank,
-                       st->fifo_bytes * (size_t)st->npeers, strerror(errno));
+                       seg_bytes, strerror(errno));
   for (int i = 0; i < st->npeers; i++)
-    weft__shm_fifo_attach(&st->conns[i].in, (char *)st->own.base + (size_t)i * st->fifo_bytes,
+    weft__shm_fifo_attach(&st->conns[i].in, (char *)st->own.base + fifo_offset(st, i),
                           st->nslots, st->slot_bytes);
   st->listen_fd = weft__shm_sock_listen(comm->secret, comm->rank, st->npeers + 16);
   if (st->listen_fd < 0 && errno == EADDRINUSE)
@@ -355,8 +356,12 @@ static weft_status_t accept_one(struct weft_comm *comm, shm_state *st, uint64_t 
   sc->cma_recv = st->cma_bytes > 0 && sc->cma_errno == 0;
   shm_msg answer = {.magic = SHM_MAGIC, .rank = comm->rank, .to = m.rank,
                     .nslots = st->nslots, .slot_bytes = st->slot_bytes,
-                    .fifo_offset = (uint64_t)i * st->fifo_bytes, .seg_bytes = st->own.bytes,
-                    .cma_bytes = sc->cma_recv ? st->cma_bytes : 0};
+                    .fifo_offset = fifo_offset(st, i), .seg_bytes = st->own.bytes,
+                    .cma_bytes = sc->cma_recv ? st->cma_bytes : 0,
+                    .ll_max = st->ll_max, .ll_on = (uint64_t)st->ll_on};
+  sc->ll_recv_on = st->ll_on;
+  sc->ll_recv_max = st->ll_max;
+  sc->ll_recv_seq = 1;
   snprintf(what, sizeof what, "sending the segment to peer %d", m.rank);
   if (weft__shm_sock_send(fd, &answer, sizeof answer, st->own.fd, deadline) != 0)
     return sock_failed(comm, what);
@@ -385,8 +390,13 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, uint
                        comm->rank, peer, strerror(errno));
   weft__shm_fifo_attach(&st->conns[i].out, (char *)st->remote[i].base + m.fifo_offset,
                         st->nslots, st->slot_bytes);
-  st->conns[i].cma_send_bytes = m.cma_bytes;
-  st->conns[i].scratch = &st->scratch;
+  shm_conn *sc = &st->conns[i];
+  sc->cma_send_bytes = m.cma_bytes;
+  sc->scratch = &st->scratch;
+  sc->ll_send_on = m.ll_on != 0;
+  sc->ll_send_max = m.ll_max;
+  sc->ll_send_seq = 1;
+  sc->peer_bell = (weft__shm_doorbell *)st->remote[i].base;
   return WEFT_SUCCESS;
 }
 
@@ -429,8 +439,10 @@ static weft_status_t shm_setup(struct weft_comm *comm, const int *peers, int npe
   return WEFT_SUCCESS;
 }
 
+/* LL is tried first, so a message small enough for LL never goes single copy. */
 static int cma_eligible(const shm_conn *sc, const weft__req *r) {
-  return sc->cma_send_bytes > 0 && r->bytes >= sc->cma_send_bytes && r->src != NULL;
+  return sc->cma_send_bytes > 0 && r->bytes >= sc->cma_send_bytes && r->src != NULL &&
+         !weft__shm_ll_send_eligible(sc, r);
 }
 
 /* Single-copy send. Each message is one descriptor slot; its request completes when the
@@ -465,6 +477,7 @@ static weft_status_t cma_send_progress(shm_conn *sc, weft__req *r, int *progress
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     sc->cma_posted++;
     *progressed = 1;
+    weft__shm_ring(sc->peer_bell);
   }
   return WEFT_SUCCESS;
 }
@@ -475,6 +488,8 @@ static weft_status_t shm_send_progress(struct weft_comm *comm, weft__conn *c, we
   shm_conn *sc = c->priv;
   weft__shm_fifo *f = &sc->out;
   if (r->complete) return WEFT_SUCCESS;
+  if (sc->cma_posted == 0 && weft__shm_ll_send_eligible(sc, r))
+    return weft__shm_ll_send_progress(comm, c, r, progressed);
   if (sc->cma_posted > 0 || cma_eligible(sc, r)) return cma_send_progress(sc, r, progressed);
   for (;;) {
     if (sc->tail - sc->head_seen >= f->nslots) {
@@ -489,6 +504,7 @@ static weft_status_t shm_send_progress(struct weft_comm *comm, weft__conn *c, we
     if (n > 0) /* an empty message may come with a NULL buffer: memcpy(NULL, 0) is undefined */
       memcpy(weft__shm_fifo_data(f, h, sc->tail, r->bytes), (const char *)r->src + r->done, n);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
+    weft__shm_ring(sc->peer_bell);
     r->done += n;
     *progressed = 1;
     if (r->done == r->bytes) {
@@ -554,8 +570,24 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
   *progressed = 1;
   if (r->done < r->bytes) return WEFT_SUCCESS;
   atomic_store_explicit(&sc->in.ctrl->head, ++sc->head, memory_order_release);
+  weft__shm_ring(sc->peer_bell);
   r->complete = 1;
   return WEFT_SUCCESS;
+}
+
+/* The bulk FIFO is empty where r waits: if an LL message came instead, the peer sent one
+ * of another size. Looks at the FIFO once more after seeing LL data, since a bulk message
+ * sent before that LL one must be visible now. */
+static weft_status_t check_ll_instead(struct weft_comm *comm, weft__conn *c, shm_conn *sc,
+                                      const weft__req *r) {
+  if (!sc->ll_recv_on || !weft__shm_ll_arrived(sc)) return WEFT_SUCCESS;
+  sc->tail_seen = atomic_load_explicit(&sc->in.ctrl->tail, memory_order_acquire);
+  if (sc->tail_seen != sc->head) return WEFT_SUCCESS;
+  const weft__shm_ll_line *line = weft__shm_ll_buf(&sc->in, sc->ll_recv_seq);
+  uint64_t flag = atomic_load_explicit(&line->flag, memory_order_acquire);
+  return weft__error(comm, WEFT_ERR_INVALID_USAGE,
+                     "rank %d: recv from peer %d: message size mismatch: peer sent %u bytes, "
+                     "expected %zu", comm->rank, c->peer, (unsigned)(flag >> 32), r->bytes);
 }
 
 /* Hands every filled slot of r's message to r, straight out of shared memory. */
@@ -564,10 +596,13 @@ static weft_status_t shm_recv_progress(struct weft_comm *comm, weft__conn *c, we
   shm_conn *sc = c->priv;
   weft__shm_fifo *f = &sc->in;
   if (r->complete) return WEFT_SUCCESS;
+  if (weft__shm_ll_recv_eligible(sc, r)) return weft__shm_ll_recv_progress(comm, c, r, progressed);
   for (;;) {
     if (sc->head == sc->tail_seen) {
       sc->tail_seen = atomic_load_explicit(&f->ctrl->tail, memory_order_acquire);
-      if (sc->head == sc->tail_seen) return WEFT_SUCCESS;
+      if (sc->head != sc->tail_seen) continue;
+      if (r->done == 0 && weft__shm_cross_check_due(sc)) return check_ll_instead(comm, c, sc, r);
+      return WEFT_SUCCESS;
     }
     weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->head);
     size_t n = h->bytes;
@@ -582,6 +617,7 @@ static weft_status_t shm_recv_progress(struct weft_comm *comm, weft__conn *c, we
                          c->peer, n);
     weft__req_deliver(r, weft__shm_fifo_data(f, h, sc->head, r->bytes), n);
     atomic_store_explicit(&f->ctrl->head, ++sc->head, memory_order_release);
+    weft__shm_ring(sc->peer_bell);
     *progressed = 1;
     if (r->done == r->bytes) {
       r->complete = 1;
@@ -611,6 +647,31 @@ static void shm_teardown(struct weft_comm *comm) {
   free(st->in_fds);
   free(st->scratch);
   free(st);
+}
+
+/* This rank's doorbell (the first line of its segment), or NULL without shm peers. */
+static weft__shm_doorbell *own_bell(struct weft_comm *comm) {
+  shm_state *st = comm->transport_state[WEFT__TRANSPORT_SHM];
+  return st != NULL && st->own.base != NULL ? (weft__shm_doorbell *)st->own.base : NULL;
+}
+
+int weft__shm_sleep_begin(struct weft_comm *comm, uint32_t *bell) {
+  weft__shm_doorbell *d = own_bell(comm);
+  if (d == NULL) return 0;
+  atomic_store_explicit(&d->sleeping, 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_seq_cst); /* announce before the caller looks once more */
+  *bell = atomic_load_explicit(&d->bell, memory_order_acquire);
+  return 1;
+}
+
+void weft__shm_sleep(struct weft_comm *comm, uint32_t bell, uint64_t max_ns) {
+  weft__shm_doorbell *d = own_bell(comm);
+  if (d != NULL) weft__futex_wait(&d->bell, bell, max_ns);
+}
+
+void weft__shm_sleep_end(struct weft_comm *comm) {
+  weft__shm_doorbell *d = own_bell(comm);
+  if (d != NULL) atomic_store_explicit(&d->sleeping, 0, memory_order_relaxed);
 }
 
 const weft__transport weft__transport_shm = {

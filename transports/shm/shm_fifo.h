@@ -15,9 +15,14 @@
  * Messages of up to 48 bytes ride inside the slot header's cache line. A message sent by
  * single copy (shm.c) takes one slot whose header holds its address instead of data.
  *
+ * Small messages take the low-latency (LL) buffers at the FIFO's end instead (shm_ll.h);
+ * the receiver returns their credit in the ll_done line.
+ *
  * Layout of one FIFO (all offsets multiples of 64; the payload starts page-aligned):
- *   [ctrl: tail line | head line][nslots slot headers, one line each][pad][nslots payloads]
- * A rank's segment is nfifos such FIFOs back to back, one per shm peer sending to it. */
+ *   [ctrl: tail line | head line | ll_done line][nslots slot headers, one line each][pad]
+ *   [nslots payloads][LL: WEFT__SHM_LL_BUFS buffers of WEFT__SHM_LL_LINES lines]
+ * A rank's segment is one page holding its doorbell (shm_doorbell.h), then nfifos such
+ * FIFOs back to back, one per shm peer sending to it. */
 #ifndef WEFT_SHM_FIFO_H
 #define WEFT_SHM_FIFO_H
 #include <stdatomic.h>
@@ -30,6 +35,7 @@
 typedef struct {
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t tail; /* written by the sender only */
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t head; /* written by the receiver only */
+  _Alignas(WEFT__SHM_LINE) _Atomic uint64_t ll_done; /* receiver: last LL chunk consumed */
 } weft__shm_fifo_ctrl;
 
 /* Messages of up to this many bytes travel inside their slot header: one cache line moves
@@ -42,6 +48,11 @@ typedef struct {
  * whose request stays incomplete meanwhile, learns it may reuse its buffer. */
 #define WEFT__SHM_CMA_SLOT UINT64_MAX
 
+/* The LL buffers: 8 buffers of this many 64-byte lines, each line 56 data bytes and an
+ * 8-byte flag (shm_ll.h). 32 lines carry 1792 bytes per buffer. */
+#define WEFT__SHM_LL_LINES 32
+#define WEFT__SHM_LL_BUFS 8
+
 typedef struct {
   _Alignas(WEFT__SHM_LINE) uint64_t msg_bytes; /* total bytes of the message this slot is part of */
   uint64_t bytes;                             /* payload bytes in this slot, or WEFT__SHM_CMA_SLOT */
@@ -51,7 +62,7 @@ typedef struct {
   };
 } weft__shm_slot_hdr;
 
-_Static_assert(sizeof(weft__shm_fifo_ctrl) == 2 * WEFT__SHM_LINE, "one line per counter");
+_Static_assert(sizeof(weft__shm_fifo_ctrl) == 3 * WEFT__SHM_LINE, "one line per counter");
 _Static_assert(sizeof(weft__shm_slot_hdr) == WEFT__SHM_LINE, "one line per slot header");
 
 static inline size_t weft__shm_round_up(size_t x, size_t to) {
@@ -64,17 +75,27 @@ static inline size_t weft__shm_fifo_payload_offset(size_t nslots) {
                             WEFT__SHM_PAGE);
 }
 
-/* Bytes of one FIFO (a multiple of the page size when slot_bytes is). */
+/* Bytes before the LL buffers of a FIFO. */
+static inline size_t weft__shm_fifo_ll_offset(size_t nslots, size_t slot_bytes) {
+  return weft__shm_fifo_payload_offset(nslots) + nslots * slot_bytes;
+}
+
+/* Bytes of one FIFO (a multiple of the page size). */
 static inline size_t weft__shm_fifo_bytes(size_t nslots, size_t slot_bytes) {
-  return weft__shm_round_up(weft__shm_fifo_payload_offset(nslots) + nslots * slot_bytes,
+  return weft__shm_round_up(weft__shm_fifo_ll_offset(nslots, slot_bytes) +
+                                WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE,
                             WEFT__SHM_PAGE);
 }
+
+/* Bytes before the first FIFO of a segment: the owner's doorbell page. */
+#define WEFT__SHM_SEG_HEADER WEFT__SHM_PAGE
 
 /* One side's view of a FIFO: pointers into the mapping, cached once at setup. */
 typedef struct {
   weft__shm_fifo_ctrl *ctrl;
   weft__shm_slot_hdr *hdrs;
   char *payload;
+  void *ll;          /* the LL buffers (weft__shm_ll_line[WEFT__SHM_LL_BUFS * LINES]) */
   uint64_t nslots;
   uint64_t slot_bytes;
 } weft__shm_fifo;
@@ -85,6 +106,7 @@ static inline void weft__shm_fifo_attach(weft__shm_fifo *f, void *base, size_t n
   f->ctrl = (weft__shm_fifo_ctrl *)base;
   f->hdrs = (weft__shm_slot_hdr *)((char *)base + sizeof(weft__shm_fifo_ctrl));
   f->payload = (char *)base + weft__shm_fifo_payload_offset(nslots);
+  f->ll = (char *)base + weft__shm_fifo_ll_offset(nslots, slot_bytes);
   f->nslots = nslots;
   f->slot_bytes = slot_bytes;
 }

@@ -1,0 +1,57 @@
+/* shm_conn.h: the shm transport's per-peer state, shared by shm.c (setup, bulk FIFO and
+ * single copy) and shm_ll.c (the LL protocol). */
+#ifndef WEFT_SHM_CONN_H
+#define WEFT_SHM_CONN_H
+#include <stdint.h>
+#include <sys/types.h>
+#include "lib/req.h"
+#include "transports/shm/shm_doorbell.h"
+#include "transports/shm/shm_fifo.h"
+
+struct weft_comm;
+
+/* Per-peer state, reached through weft__conn.priv. The counters are our private copies:
+ * `tail` / `head` are ours to advance, `*_seen` the last value read of the other side's. */
+typedef struct {
+  weft__shm_fifo out; /* we send: lives in the peer's segment */
+  uint64_t tail, head_seen;
+  weft__shm_fifo in;  /* we receive: lives in our segment */
+  uint64_t head, tail_seen;
+  uint64_t cma_send_bytes; /* the peer reads our messages of >= this many bytes; 0: never */
+  uint64_t cma_posted;     /* requests from our send queue's head that wait to be read */
+  int cma_recv;            /* we may read the peer's memory (the probe worked) */
+  int cma_errno;           /* why the probe failed, 0 when it worked or was not tried */
+  pid_t pid;               /* the peer's process, as our pid namespace sees it */
+  char **scratch;          /* the state's reduce scratch (shared by all peers) */
+  /* LL protocol (shm_ll.h): a message of bytes <= ll_*_max goes LL (ll_*_on) */
+  int ll_send_on, ll_recv_on;
+  uint64_t ll_send_max, ll_recv_max; /* the peer's threshold, and ours */
+  uint64_t ll_send_seq, ll_done_seen; /* next chunk we write; the peer's ll_done as read */
+  uint64_t ll_recv_seq;               /* next chunk we read */
+  weft__shm_doorbell *peer_bell;      /* the peer's doorbell, rung when it may wait on us */
+  unsigned empty_polls;               /* looks that found nothing: every 64th looks at the
+                                         other protocol's buffer for a size mismatch */
+} weft__shm_conn;
+
+static inline int weft__shm_ll_send_eligible(const weft__shm_conn *sc, const weft__req *r) {
+  return sc->ll_send_on && r->bytes <= sc->ll_send_max;
+}
+
+static inline int weft__shm_ll_recv_eligible(const weft__shm_conn *sc, const weft__req *r) {
+  return sc->ll_recv_on && r->bytes <= sc->ll_recv_max;
+}
+
+/* LL progress of the head request of a queue (same contract as the transport's). */
+weft_status_t weft__shm_ll_send_progress(struct weft_comm *comm, weft__conn *c, weft__req *r,
+                                         int *progressed);
+weft_status_t weft__shm_ll_recv_progress(struct weft_comm *comm, weft__conn *c, weft__req *r,
+                                         int *progressed);
+/* Whether chunk ll_recv_seq has started to arrive (the receiver waits on the bulk path and
+ * checks whether the peer sent LL instead). */
+int weft__shm_ll_arrived(const weft__shm_conn *sc);
+
+/* Whether an empty look should also check the other protocol (1 in 64: off the fast path). */
+static inline int weft__shm_cross_check_due(weft__shm_conn *sc) {
+  return (++sc->empty_polls & 63) == 0;
+}
+#endif

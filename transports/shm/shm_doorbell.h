@@ -1,0 +1,35 @@
+/* shm_doorbell.h: how a rank that waits on shared memory sleeps, and how a peer wakes it.
+ *
+ * Each rank's segment starts with its doorbell line: `sleeping`, set by the owner while it
+ * sleeps, and `bell`, the futex word it sleeps on. The owner sets sleeping, fences, reads
+ * bell, looks once more for work and only then calls FUTEX_WAIT(bell); a peer that has
+ * just published something the owner may wait for (data, a freed slot, an LL credit)
+ * loads `sleeping` and only when it is set bumps `bell` and calls FUTEX_WAKE. The fast
+ * path of a send is therefore one load of a line that stays shared in the sender's cache:
+ * no system call and no fence.
+ *
+ * The peer's load is not ordered after its data store (that would need a full fence on
+ * every message), so in a window of the store buffer's drain time (tens of ns) both sides
+ * can miss each other: the owner sleeps though data came. Sleeps are therefore bounded
+ * (task.c sleeps at most WEFT__SHM_SLEEP_MAX_NS at a time), which bounds such a miss. */
+#ifndef WEFT_SHM_DOORBELL_H
+#define WEFT_SHM_DOORBELL_H
+#include <stdatomic.h>
+#include <stdint.h>
+#include "lib/futex.h"
+#include "transports/shm/shm_fifo.h"
+
+typedef struct {
+  _Alignas(WEFT__SHM_LINE) _Atomic uint32_t bell; /* futex word, bumped by whoever wakes us */
+  _Atomic uint32_t sleeping;                      /* 1 while the owner sleeps or is about to */
+} weft__shm_doorbell;
+
+_Static_assert(sizeof(weft__shm_doorbell) <= WEFT__SHM_SEG_HEADER, "doorbell fits the header");
+
+/* Wakes the owner of d if it announced that it sleeps. */
+static inline void weft__shm_ring(weft__shm_doorbell *d) {
+  if (d == NULL || !atomic_load_explicit(&d->sleeping, memory_order_relaxed)) return;
+  atomic_fetch_add_explicit(&d->bell, 1, memory_order_release);
+  weft__futex_wake(&d->bell);
+}
+#endif

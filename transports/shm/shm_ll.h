@@ -1,0 +1,58 @@
+/* shm_ll.h: the low-latency (LL) protocol of the shm transport, for small messages.
+ *
+ * Why: the bulk FIFO publishes a message with a separate `tail` store on its own cache
+ * line and needs a `head` store back, so even an 8-byte message moves three lines between
+ * cores. An LL line carries data and its flag together: the receiver polls the very line
+ * it then reads, so an 8-byte message moves one line, with no counter in between.
+ *
+ * Format (like NCCL's LL128, on x86's 64-byte lines): each line holds 56 data bytes and an
+ * 8-byte flag; the sender copies the data, then stores the flag with release order. On
+ * x86-64 (TSO) a release store is a plain mov and stores become visible in program order,
+ * so whoever sees the flag sees the line's data: no fence and no system call. (On weaker
+ * machines the same C11 code costs one barrier per line, still correct.) 56 bytes are
+ * whole elements of every dtype, so a receiver reduces line by line on arrival.
+ *   flag = (uint32 message bytes) << 32 | 0x80000000 | (chunk seq & 0x7fffffff)
+ * A message of B bytes is ceil(B / 1792) chunks (at least 1), one per buffer of 32 lines;
+ * chunk seq s (from 1, per direction) uses buffer s % 8. A line's previous content in that
+ * buffer carries seq s - 8, so buffers never need clearing, and the flag is never 0, the
+ * value of fresh memory. The receiver stores s into the FIFO's ll_done line when it has
+ * consumed chunk s; the sender writes chunk s only once ll_done >= s - 8 and re-reads
+ * ll_done only when its cached copy says it must wait. Why 8 small buffers rather than 2
+ * large ones: that re-read is a cache miss on the sender's critical path; with 2 buffers a
+ * ping-pong of small messages paid it every other message (+0.1 us at 8 bytes), with 8 it
+ * pays it about once in 7.
+ * Bytes: a B-byte message moves B * 64/56 bytes per side plus a flag line per 56 B; it
+ * beats the bulk path up to a few KiB (the threshold is measured; see proto.h).
+ * Both ends pick LL by the same rule (message bytes <= the receiver's threshold, which
+ * the receiver sends at setup), so they always agree; when a mismatched message size makes
+ * them disagree, the receiver sees data on the other path and reports the mismatch. */
+#ifndef WEFT_SHM_LL_H
+#define WEFT_SHM_LL_H
+#include <stdatomic.h>
+#include <stdint.h>
+#include "transports/shm/shm_fifo.h"
+
+#define WEFT__SHM_LL_LINE_DATA 56
+#define WEFT__SHM_LL_CHUNK (WEFT__SHM_LL_LINES * WEFT__SHM_LL_LINE_DATA) /* 1792 */
+
+typedef struct {
+  _Alignas(WEFT__SHM_LINE) char data[WEFT__SHM_LL_LINE_DATA];
+  _Atomic uint64_t flag;
+} weft__shm_ll_line;
+
+_Static_assert(sizeof(weft__shm_ll_line) == WEFT__SHM_LINE, "one LL line per cache line");
+
+static inline uint64_t weft__shm_ll_flag(uint64_t seq, uint64_t msg_bytes) {
+  return (uint64_t)(uint32_t)msg_bytes << 32 | 0x80000000u | (seq & 0x7fffffffu);
+}
+
+/* Whether flag marks chunk seq as written (whatever message size it names). */
+static inline int weft__shm_ll_ready(uint64_t flag, uint64_t seq) {
+  return (uint32_t)flag == (0x80000000u | (seq & 0x7fffffffu));
+}
+
+/* Line 0 of the buffer chunk seq uses. */
+static inline weft__shm_ll_line *weft__shm_ll_buf(const weft__shm_fifo *f, uint64_t seq) {
+  return (weft__shm_ll_line *)f->ll + (seq % WEFT__SHM_LL_BUFS) * WEFT__SHM_LL_LINES;
+}
+#endif
