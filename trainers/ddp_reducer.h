@@ -12,21 +12,19 @@
  * to the first, "every gradient at offset >= lo is final" is all the readiness bookkeeping
  * needed: after unit u's backward, every bucket with lo >= unit_offset[u] goes.
  *
- * Timing: the all-reduces run on one weft stream; a watcher thread sleeps in
- * weft_stream_synchronize and records when the stream drains, so comm time is the time
- * the stream held work (first enqueue to drain, summed over busy spans), and exposed comm
- * is the time the trainer itself waited for it before the optimizer step. Comm time thus
- * includes waiting for a slower peer to finish the same bucket's backward, and exposed
- * comm the watcher's wake-up (tens of microseconds), so with --no-overlap it can exceed
- * comm time by that much.
+ * Timing: the all-reduces run on one weft stream with a busy-time watcher (comm_stream.h):
+ * comm time is the time the stream held work, exposed comm the time the trainer itself
+ * waited for it before the optimizer step. Comm time thus includes waiting for a slower
+ * peer to finish the same bucket's backward, and exposed comm the watcher's wake-up (tens
+ * of microseconds), so with --no-overlap it can exceed comm time by that much.
  */
 #ifndef WEFT_TRAINERS_DDP_REDUCER_H
 #define WEFT_TRAINERS_DDP_REDUCER_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <weft.h>
 
+#include "trainers/comm_stream.h"
 #include "trainers/gpt.h"
 
 typedef struct ddp_bucket {
@@ -35,21 +33,11 @@ typedef struct ddp_bucket {
 
 typedef struct ddp_reducer {
   weft_comm_t comm;
-  weft_stream_t stream;
+  gpt_comm_stream cs; /* the stream the all-reduces run on, and its clock */
   float *grads;
   int nbuckets;
   ddp_bucket *buckets; /* in launch order: highest offsets first */
   int next;            /* first bucket not launched in this step */
-
-  pthread_t watcher;
-  int watcher_started;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  long enqueued, drained; /* all-reduces handed to the stream / known complete */
-  int stop;
-  double busy_since; /* when the stream last went from idle to busy */
-  double busy_s;     /* busy time since ddp_reducer_begin */
-  weft_status_t error;
 } ddp_reducer;
 
 /* Plans the buckets over lay (cap and first_cap in bytes) and starts the stream and its

@@ -53,14 +53,14 @@ int fsdp_engine_init(fsdp_engine *e, gpt_model *m, const float *adam_m, const fl
   fsdp_shard_copy_in(&e->plan, &m->lay, m->params, e->params);
   if (adam_m) fsdp_shard_copy_in(&e->plan, &m->lay, adam_m, e->adam_m);
   if (adam_v) fsdp_shard_copy_in(&e->plan, &m->lay, adam_v, e->adam_v);
-  return fsdp_stream_init(&e->st, err, errlen);
+  return gpt_comm_stream_init(&e->st, err, errlen);
 oom:
   snprintf(err, errlen, "rank %d: out of memory for the shards and gather buffers", rank);
   return -1;
 }
 
 void fsdp_engine_free(fsdp_engine *e) {
-  if (e->st.stream) fsdp_stream_free(&e->st);
+  if (e->st.stream) gpt_comm_stream_free(&e->st);
   float *bufs[] = {e->params, e->grads,   e->adam_m,  e->adam_v,  e->root_p,    e->root_g,
                    e->pbuf[0], e->pbuf[1], e->gbuf[0], e->gbuf[1], e->rs_tmp[0], e->rs_tmp[1]};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
@@ -83,21 +83,21 @@ void fsdp_zero_grad(fsdp_engine *e) {
 /* A collective was enqueued (or failed to be); with --no-overlap, wait for it at once. */
 static int posted(fsdp_engine *e, const char *what, int unit, weft_status_t st) {
   if (st != WEFT_SUCCESS) return fail(e, what, unit, st);
-  fsdp_stream_enqueued(&e->st);
+  gpt_comm_stream_enqueued(&e->st);
   if (!e->no_overlap) return 0;
-  st = fsdp_stream_wait(&e->st);
+  st = gpt_comm_stream_wait(&e->st);
   return st == WEFT_SUCCESS ? 0 : fail(e, what, unit, st);
 }
 
 static int gather(fsdp_engine *e, int u, float *dst) {
-  fsdp_stream_begin_op(&e->st);
+  gpt_comm_stream_begin_op(&e->st);
   weft_status_t st = weft_all_gather(e->params + e->plan.local_off[u], dst, e->plan.shard[u], WEFT_FLOAT32,
                                      e->comm, e->st.stream);
   return posted(e, "all-gather of the parameters", u, st);
 }
 
 static int reduce_scatter(fsdp_engine *e, int u, const float *g, float *dst) {
-  fsdp_stream_begin_op(&e->st);
+  gpt_comm_stream_begin_op(&e->st);
   weft_status_t st = weft_reduce_scatter(g, dst, e->plan.shard[u], WEFT_FLOAT32, WEFT_AVG, e->comm,
                                          e->st.stream);
   return posted(e, "reduce-scatter of the gradients", u, st);
@@ -105,7 +105,7 @@ static int reduce_scatter(fsdp_engine *e, int u, const float *g, float *dst) {
 
 /* Waits for the stream; what names the stage that needed it. */
 static int wait_stream(fsdp_engine *e, const char *what, int unit) {
-  weft_status_t st = fsdp_stream_wait(&e->st);
+  weft_status_t st = gpt_comm_stream_wait(&e->st);
   return st == WEFT_SUCCESS ? 0 : fail(e, what, unit, st);
 }
 

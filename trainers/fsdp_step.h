@@ -7,7 +7,7 @@
  *   forward  stage i: enqueue gather(i+1) | compute(i) | wait
  *   backward stage i: enqueue gather(i+1) | compute(i) | wait, add RS(i-1) | enqueue RS(i)
  *
- * All collectives go on one stream (fsdp_stream.h), whose synchronize waits for
+ * All collectives go on one stream (comm_stream.h), whose synchronize waits for
  * everything queued; the order above makes "everything" exactly what the next stage
  * needs: while unit i computes, the stream gathers unit i+1 and reduce-scatters unit i-1's
  * gradient, and the wait after it returns once both are done. So gathered memory is a pool
@@ -31,14 +31,14 @@
 #include <weft.h>
 
 #include "trainers/fsdp_shard.h"
-#include "trainers/fsdp_stream.h"
+#include "trainers/comm_stream.h"
 #include "trainers/gpt.h"
 
 typedef struct fsdp_engine {
   gpt_model *m; /* activations and scratch only: m->params and m->grads are NULL */
   fsdp_plan plan;
   weft_comm_t comm;
-  fsdp_stream st;
+  gpt_comm_stream st;
   int no_overlap; /* wait right after every enqueue (for comparison) */
   /* This rank's shards, fsdp_local_total(&plan) floats each. grads accumulates the
    * averaged gradients of the micro-steps since fsdp_zero_grad. */

@@ -110,21 +110,24 @@ void gpt_measure_peak(gpt_peak *p) {
   p->sgemm_gflops = time_sgemm();
 }
 
-FILE *gpt_log_open(const char *path, char *err, size_t errlen) {
+FILE *gpt_log_open(const char *path, const char *extra_columns, char *err, size_t errlen) {
   FILE *f = fopen(path, "w");
   if (!f) {
     snprintf(err, errlen, "cannot write the step log %s: %s", path, strerror(errno));
     return NULL;
   }
-  fprintf(f, "step,loss,val_loss,ms,tokens_per_s,mfu,comm_ms,exposed_comm_ms,peak_mib\n");
+  fprintf(f, "step,loss,val_loss,ms,tokens_per_s,mfu,comm_ms,exposed_comm_ms,peak_mib%s\n",
+          extra_columns ? extra_columns : "");
   return f;
 }
 
-void gpt_log_row(FILE *f, const gpt_step_row *r) {
+void gpt_log_row(FILE *f, const gpt_step_row *r, const double *extra, int nextra) {
   char val[32] = "";
   if (!isnan(r->val_loss)) snprintf(val, sizeof(val), "%.6f", r->val_loss);
-  fprintf(f, "%ld,%.6f,%s,%.3f,%.1f,%.5f,%.3f,%.3f,%.1f\n", r->step, r->loss, val, r->ms, r->tokens_per_s,
-          r->mfu, r->comm_ms, r->exposed_ms, r->peak_mib);
+  fprintf(f, "%ld,%.6f,%s,%.3f,%.1f,%.5f,%.3f,%.3f,%.1f", r->step, r->loss, val, r->ms, r->tokens_per_s, r->mfu,
+          r->comm_ms, r->exposed_ms, r->peak_mib);
+  for (int i = 0; i < nextra; i++) fprintf(f, ",%.5f", extra[i]);
+  fputc('\n', f);
   fflush(f);
 }
 

@@ -32,9 +32,11 @@ typedef struct gpt_step_row {
   double loss, val_loss, ms, tokens_per_s, mfu, comm_ms, exposed_ms, peak_mib;
 } gpt_step_row;
 
-/* Opens the CSV log (header written) or returns NULL with the reason in err. */
-FILE *gpt_log_open(const char *path, char *err, size_t errlen);
-void gpt_log_row(FILE *f, const gpt_step_row *r);
+/* Opens the CSV log (header written; extra_columns, e.g. ",bubble,bubble_theory", or NULL,
+ * appended to it) or returns NULL with the reason in err. */
+FILE *gpt_log_open(const char *path, const char *extra_columns, char *err, size_t errlen);
+/* One row; nextra more values (of the extra columns) follow with 5 decimals. */
+void gpt_log_row(FILE *f, const gpt_step_row *r, const double *extra, int nextra);
 
 /* Draws training and validation loss of a CSV log into png. Returns 0, or -1 with the
  * reason in msg (no python3 or no matplotlib: the plot is then simply skipped). */

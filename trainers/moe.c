@@ -38,40 +38,33 @@
 
 #include "trainers/adamw.h"
 #include "trainers/data.h"
-#include "trainers/flags.h"
-#include "trainers/metrics.h"
 #include "trainers/moe_model.h"
+#include "trainers/trainer_main.h"
+
+#define PROG "weft-train-moe"
 
 /* The batch RNG's salt, as loop.c's, so --experts aside the windows are weft-train's. */
 #define BATCH_SEED_SALT 0x62617463685f726eull
 
 typedef struct moe_flags {
-  const char *data, *log, *plot, *dump;
-  gpt_config model;
+  gpt_trainer_flags c; /* c.run: data, model, batch per rank, AdamW, clip, eval batches */
   moe_config mc;
-  gpt_adamw opt;
-  float clip, peak_gflops;
-  int batch, steps, seed, groups, eval_every, eval_batches, load_every;
+  const char *dump;
+  int groups, load_every;
 } moe_flags;
 
 typedef struct moe_trainer {
   moe_flags f;
   gpt_dataset ds;
   moe_model *m;
-  weft_comm_t comm;
-  int rank, nranks, G; /* G: global batch in sequences */
+  gpt_dist dist;
+  int G; /* global batch in sequences */
   int *gx, *gy;
   float *adam_m, *adam_v;
   gpt_rng rng;
   long step;
-  gpt_peak peak;
-  FILE *log;
+  gpt_report rep; /* peak (averaged over ranks), log, totals */
 } moe_trainer;
-
-typedef struct step_stats {
-  double ce, aux, comm_s, peak_mib;
-  float gnorm;
-} step_stats;
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -99,79 +92,52 @@ static void usage(FILE *f) {
 }
 
 static int parse(int argc, char **argv, moe_flags *f) {
-  const gpt_flag flags[] = {
-      {"data", GPT_FLAG_STR, &f->data, 0, 0},
-      {"log", GPT_FLAG_STR, &f->log, 0, 0},
-      {"plot", GPT_FLAG_STR, &f->plot, 0, 0},
+  const gpt_flag own[] = {
       {"dump-params", GPT_FLAG_STR, &f->dump, 0, 0},
-      {"steps", GPT_FLAG_INT, &f->steps, 0, 100000000},
-      {"layers", GPT_FLAG_INT, &f->model.layers, 1, 1024},
-      {"dmodel", GPT_FLAG_INT, &f->model.dmodel, 1, 65536},
-      {"heads", GPT_FLAG_INT, &f->model.heads, 1, 1024},
-      {"seq", GPT_FLAG_INT, &f->model.seq, 1, 65536},
-      {"batch", GPT_FLAG_INT, &f->batch, 1, 65536},
       {"experts", GPT_FLAG_INT, &f->mc.experts, 1, 4096},
       {"topk", GPT_FLAG_INT, &f->mc.topk, 1, 2},
       {"expert-hidden", GPT_FLAG_INT, &f->mc.hidden, 0, 1 << 20},
       {"groups", GPT_FLAG_INT, &f->groups, 1, 65536},
       {"load-every", GPT_FLAG_INT, &f->load_every, 0, 100000000},
-      {"seed", GPT_FLAG_INT, &f->seed, 0, 0x7fffffffL},
-      {"eval-every", GPT_FLAG_INT, &f->eval_every, 0, 100000000},
-      {"eval-batches", GPT_FLAG_INT, &f->eval_batches, 0, 100000},
       {"capacity-factor", GPT_FLAG_FLOAT, &f->mc.capacity_factor, 0, 0},
       {"aux-alpha", GPT_FLAG_FLOAT, &f->mc.aux_alpha, 0, 0},
-      {"lr", GPT_FLAG_FLOAT, &f->opt.lr, 0, 0},
-      {"wd", GPT_FLAG_FLOAT, &f->opt.weight_decay, 0, 0},
-      {"clip", GPT_FLAG_FLOAT, &f->clip, 0, 0},
-      {"peak-gflops", GPT_FLAG_FLOAT, &f->peak_gflops, 0, 0},
   };
-  if (gpt_parse_flags("weft-train-moe", argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), usage))
+  if (gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_LOG, own, (int)(sizeof(own) / sizeof(own[0])), usage))
     return -1;
-  if (!f->data) {
-    fprintf(stderr, "weft-train-moe: --data PATH is required\n");
-    usage(stderr);
-    return -1;
-  }
-  f->mc.dmodel = f->model.dmodel;
-  if (f->mc.hidden == 0) f->mc.hidden = 4 * f->model.dmodel;
+  f->mc.dmodel = f->c.run.model.dmodel;
+  if (f->mc.hidden == 0) f->mc.hidden = 4 * f->c.run.model.dmodel;
   return 0;
-}
-
-static int comm_fail(const moe_trainer *t, const char *what, weft_status_t st) {
-  fprintf(stderr, "weft-train-moe: rank %d: %s: %s: %s\n", t->rank, what, weft_get_error_string(st),
-          weft_get_last_error(t->comm));
-  return -1;
 }
 
 /* In place over ranks (blocking); counted as communication time when comm_s is given. */
 static int reduce(moe_trainer *t, void *v, size_t n, weft_datatype_t type, weft_redop_t op, const char *what,
                   double *comm_s) {
-  if (t->nranks == 1) return 0; /* every reduction over one rank is the identity */
+  if (t->dist.nranks == 1) return 0; /* every reduction over one rank is the identity */
   double t0 = gpt_now_s();
-  weft_status_t st = weft_all_reduce(v, v, n, type, op, t->comm, NULL);
+  int rc = gpt_dist_reduce(&t->dist, v, n, type, op, what);
   if (comm_s) *comm_s += gpt_now_s() - t0;
-  return st == WEFT_SUCCESS ? 0 : comm_fail(t, what, st);
+  return rc;
 }
 
 static int model_fail(const moe_trainer *t, const char *phase, weft_status_t st) {
   char what[160];
   snprintf(what, sizeof(what), "%s: %s", phase, t->m->ex.failed ? t->m->ex.failed : "exchange");
-  return comm_fail(t, what, st);
+  return gpt_dist_fail(&t->dist, what, st);
 }
 
 /* Forward and backward of this rank's B windows of a fresh global batch. */
-static int forward_backward(moe_trainer *t, step_stats *s) {
+static int forward_backward(moe_trainer *t, gpt_step_stats *s) {
   moe_model *m = t->m;
-  int B = t->f.batch, T = t->f.model.seq;
+  int B = t->f.c.run.batch, T = t->f.c.run.model.seq;
   gpt_batch_random(t->ds.train, t->ds.ntrain, t->G, T, &t->rng, t->gx, t->gy);
-  size_t off = (size_t)t->rank * B * T;
+  size_t off = (size_t)t->dist.rank * B * T;
   memset(m->grads, 0, m->lay.total * sizeof(float));
   m->ex.comm_s = 0.0;
   weft_status_t st = moe_model_forward(m, t->gx + off, t->gy + off, B, T);
   if (st != WEFT_SUCCESS) return model_fail(t, "forward", st);
   st = moe_model_backward(m);
   if (st != WEFT_SUCCESS) return model_fail(t, "backward", st);
-  s->ce = m->ce;
+  s->loss = m->ce;
   s->aux = m->aux;
   s->comm_s = m->ex.comm_s;
   return 0;
@@ -179,7 +145,8 @@ static int forward_backward(moe_trainer *t, step_stats *s) {
 
 /* Replicated gradients averaged; the norm adds the replicated sum of squares once and
  * every rank's experts'. Then AdamW on everything this rank holds. */
-static int step(moe_trainer *t, step_stats *s) {
+static int step(void *self, gpt_step_stats *s) {
+  moe_trainer *t = self;
   moe_model *m = t->m;
   for (int l = 0; l < m->layers; l++) {
     memset(m->moe[l].stat_routed, 0, (size_t)m->mc.experts * sizeof(long));
@@ -193,23 +160,24 @@ static int step(moe_trainer *t, step_stats *s) {
   double sumsq = gpt_grad_sumsq(m->grads, m->rep_total) + experts;
   s->gnorm = (float)sqrt(sumsq);
   t->step++;
-  gpt_adamw_update(&t->f.opt, t->step, &m->lay, 0, m->lay.total, m->params, m->grads, t->adam_m, t->adam_v,
-                   gpt_clip_factor(sumsq, t->f.clip));
-  double v[4] = {s->ce, s->aux, s->comm_s, gpt_peak_rss_mib()};
+  gpt_adamw_update(&t->f.c.run.opt, t->step, &m->lay, 0, m->lay.total, m->params, m->grads, t->adam_m, t->adam_v,
+                   gpt_clip_factor(sumsq, t->f.c.run.clip));
+  double v[4] = {s->loss, s->aux, s->comm_s, gpt_peak_rss_mib()};
   if (reduce(t, v, 4, WEFT_FLOAT64, WEFT_AVG, "step statistics", NULL)) return -1;
-  s->ce = v[0];
+  s->loss = v[0];
   s->aux = v[1];
-  s->comm_s = v[2];
+  s->comm_s = s->exposed_s = v[2]; /* all communication is blocking */
   s->peak_mib = v[3];
   return 0;
 }
 
 /* Mean cross-entropy over eval_batches global batches, each rank scoring its windows. */
-static int eval(moe_trainer *t, double *val) {
-  int B = t->f.batch, T = t->f.model.seq, n = t->f.eval_batches;
+static int eval(void *self, double *val) {
+  moe_trainer *t = self;
+  int B = t->f.c.run.batch, T = t->f.c.run.model.seq, n = t->f.c.run.eval_batches;
   double sum = 0.0;
   for (int i = 0; i < n; i++) {
-    size_t first = (size_t)i * t->G + (size_t)t->rank * B;
+    size_t first = (size_t)i * t->G + (size_t)t->dist.rank * B;
     gpt_batch_fixed(t->ds.val, t->ds.nval, B, T, first, t->gx, t->gy);
     weft_status_t st = moe_model_forward(t->m, t->gx, t->gy, B, T);
     if (st != WEFT_SUCCESS) return model_fail(t, "validation forward", st);
@@ -225,16 +193,16 @@ static int print_load(moe_trainer *t) {
   moe_model *m = t->m;
   int L = m->layers, E = m->mc.experts;
   int64_t *c = calloc((size_t)L * E * 2, sizeof(int64_t));
-  if (!c) return comm_fail(t, "per-expert load", WEFT_ERR_NO_MEMORY);
+  if (!c) return gpt_dist_fail(&t->dist, "per-expert load", WEFT_ERR_NO_MEMORY);
   for (int l = 0; l < L; l++)
     for (int e = 0; e < E; e++) {
       c[(l * E + e) * 2] = m->moe[l].stat_routed[e];
       c[(l * E + e) * 2 + 1] = m->moe[l].stat_kept[e];
     }
   int rc = reduce(t, c, (size_t)L * E * 2, WEFT_INT64, WEFT_SUM, "per-expert load", NULL);
-  if (rc == 0 && t->rank == 0) {
+  if (rc == 0 && t->dist.rank == 0) {
     printf("# load at step %ld: routed/kept/dropped per expert (%d groups, capacity %d per group and expert)\n",
-           t->step, t->nranks * t->f.groups, m->moe[0].capacity);
+           t->step, t->dist.nranks * t->f.groups, m->moe[0].capacity);
     for (int l = 0; l < L; l++) {
       printf("#   h%d:", l);
       for (int e = 0; e < E; e++) {
@@ -248,49 +216,22 @@ static int print_load(moe_trainer *t) {
   return rc;
 }
 
-/* Measured on every rank at once (after a barrier, so they share the cores as training
- * will), then averaged; --peak-gflops skips the measurement. */
-static int measure_peak(moe_trainer *t) {
-  if (t->f.peak_gflops > 0) {
-    t->peak = (gpt_peak){t->f.peak_gflops, 0.0, "given"};
-    return 0;
-  }
-  weft_status_t st = weft_barrier(t->comm, NULL);
-  if (st != WEFT_SUCCESS) return comm_fail(t, "barrier before the peak measurement", st);
-  gpt_measure_peak(&t->peak);
-  double v[2] = {t->peak.fma_gflops, t->peak.sgemm_gflops};
-  if (reduce(t, v, 2, WEFT_FLOAT64, WEFT_AVG, "peak FLOP/s", NULL)) return -1;
-  t->peak.fma_gflops = v[0];
-  t->peak.sgemm_gflops = v[1];
-  return 0;
-}
-
-static double mfu(const moe_trainer *t, double tokens_per_s) {
-  return moe_flops_per_token(&t->m->g->cfg, &t->m->mc) * tokens_per_s / (t->nranks * t->peak.fma_gflops * 1e9);
-}
-
-static int setup(moe_trainer *t, char *err, size_t errlen) {
-  weft_status_t st = weft_comm_init_from_env(&t->comm, NULL);
-  if (st != WEFT_SUCCESS) {
-    snprintf(err, errlen, "weft_comm_init_from_env: %s (launch with weftrun -n N)", weft_get_last_error(NULL));
-    t->comm = NULL;
-    return -1;
-  }
-  weft_comm_user_rank(t->comm, &t->rank);
-  weft_comm_count(t->comm, &t->nranks);
-  if (gpt_dataset_load(&t->ds, t->f.data, 0.9, err, errlen)) return -1;
-  size_t T = (size_t)t->f.model.seq;
+static int setup(void *self, char *err, size_t errlen) {
+  moe_trainer *t = self;
+  if (gpt_dist_join(&t->dist, PROG, "N", err, errlen)) return -1;
+  if (gpt_dataset_load(&t->ds, t->f.c.run.data, 0.9, err, errlen)) return -1;
+  size_t T = (size_t)t->f.c.run.model.seq;
   if (t->ds.nval <= T + 1 || t->ds.ntrain <= T + 1) {
-    snprintf(err, errlen, "%s is too short for sequences of %zu tokens", t->f.data, T);
+    snprintf(err, errlen, "%s is too short for sequences of %zu tokens", t->f.c.run.data, T);
     return -1;
   }
-  t->f.model.vocab = t->ds.tok.vocab;
-  moe_exchange ex = {.comm = t->comm, .rank = t->rank, .nranks = t->nranks};
-  t->m = moe_model_create(&t->f.model, &t->f.mc, t->f.batch, t->f.groups, ex, err, errlen);
+  t->f.c.run.model.vocab = t->ds.tok.vocab;
+  moe_exchange ex = {.comm = t->dist.comm, .rank = t->dist.rank, .nranks = t->dist.nranks};
+  t->m = moe_model_create(&t->f.c.run.model, &t->f.mc, t->f.c.run.batch, t->f.groups, ex, err, errlen);
   if (!t->m) return -1;
-  moe_model_init_params(t->m, (uint64_t)t->f.seed);
-  gpt_rng_seed(&t->rng, (uint64_t)t->f.seed ^ BATCH_SEED_SALT);
-  t->G = t->nranks * t->f.batch;
+  moe_model_init_params(t->m, (uint64_t)t->f.c.seed);
+  gpt_rng_seed(&t->rng, (uint64_t)t->f.c.seed ^ BATCH_SEED_SALT);
+  t->G = t->dist.nranks * t->f.c.run.batch;
   t->gx = malloc((size_t)t->G * T * sizeof(int));
   t->gy = malloc((size_t)t->G * T * sizeof(int));
   t->adam_m = calloc(t->m->lay.total, sizeof(float));
@@ -299,101 +240,55 @@ static int setup(moe_trainer *t, char *err, size_t errlen) {
     snprintf(err, errlen, "out of memory for the batch and the optimizer state");
     return -1;
   }
-  if (measure_peak(t)) {
+  t->rep.rank = t->dist.rank;
+  t->rep.nranks = t->dist.nranks;
+  t->rep.flops_per_token = moe_flops_per_token(&t->m->g->cfg, &t->m->mc);
+  t->rep.tokens_per_step = (double)t->G * T;
+  if (gpt_dist_measure_peak(&t->dist, t->f.c.peak_gflops, &t->rep.peak)) {
     snprintf(err, errlen, "peak measurement failed");
     return -1;
   }
   return 0;
 }
 
-static void print_header(const moe_trainer *t) {
+static void print_header(const void *self) {
+  const moe_trainer *t = self;
   const gpt_config *c = &t->m->g->cfg;
   const moe_config *mc = &t->m->mc;
   const moe_model *m = t->m;
-  printf("# weft-train-moe: %d ranks, %s, vocab %d\n", t->nranks, t->f.data, c->vocab);
+  gpt_report_title(&t->rep, PROG, t->f.c.run.data, c->vocab);
   printf("# model: layers %d dmodel %d heads %d seq %d; %d experts (hidden %d), %d per rank, top-%d (%s), "
          "capacity factor %.3g, aux alpha %.3g\n",
-         c->layers, c->dmodel, c->heads, c->seq, mc->experts, mc->hidden, mc->experts / t->nranks, mc->topk,
+         c->layers, c->dmodel, c->heads, c->seq, mc->experts, mc->hidden, mc->experts / t->dist.nranks, mc->topk,
          mc->topk == 1 ? "Switch gate" : "GShard, renormalised gates", mc->capacity_factor, mc->aux_alpha);
   printf("# params: %zu replicated + %zu experts on this rank (%zu in all); %zu active per token\n", m->rep_total,
          m->lay.total - m->rep_total, moe_model_full_size(m), moe_num_params_active(c, mc));
   printf("# batch %d per rank x %d ranks = %d sequences (%d tokens) per step, %d capacity groups per rank\n",
-         t->f.batch, t->nranks, t->G, t->G * c->seq, t->f.groups);
-  if (t->peak.sgemm_gflops > 0)
-    printf("# peak per rank: FMA loop %.1f GFLOP/s (%s), sgemm 512^3 %.1f GFLOP/s\n", t->peak.fma_gflops,
-           t->peak.isa, t->peak.sgemm_gflops);
-  else
-    printf("# peak per rank: %.1f GFLOP/s (given)\n", t->peak.fma_gflops);
-  printf("# %.3f MFLOP/token (active parameters); MFU = that x tokens/s / (%d ranks x peak)\n",
-         moe_flops_per_token(c, mc) / 1e6, t->nranks);
-  printf("%6s %10s %9s %8s %8s %9s %6s %8s %8s %8s\n", "step", "loss", "aux", "gnorm", "ms", "tok/s", "MFU",
-         "comm_ms", "expo_ms", "peakMiB");
+         t->f.c.run.batch, t->dist.nranks, t->G, t->G * c->seq, t->f.groups);
+  gpt_report_peak(&t->rep, 0, " (active parameters)", "");
+  char aux[16];
+  snprintf(aux, sizeof(aux), " %9s", "aux");
+  gpt_report_columns(aux, "");
 }
 
-typedef struct totals {
-  int steps;
-  double s, s_after_first, comm_s, peak_mib, first_val, last_val;
-  double *step_s;
-} totals;
-
-static int after_step(moe_trainer *t, int i, gpt_step_row *row, totals *tot) {
-  int last = i == t->f.steps - 1, every = t->f.eval_every, le = t->f.load_every;
-  /* The load first: an evaluation's forwards would add to the routing statistics. */
-  if (((le > 0 && row->step % le == 0) || last) && print_load(t)) return -1;
-  if (t->f.eval_batches > 0 && ((every > 0 && row->step % every == 0) || last)) {
-    if (eval(t, &row->val_loss)) return -1;
-    if (isnan(tot->first_val)) tot->first_val = row->val_loss;
-    tot->last_val = row->val_loss;
-  }
-  return 0;
+/* The load before the evaluation: an evaluation's forwards would add to the routing
+ * statistics. */
+static int load_due(void *self, long step, int last) {
+  moe_trainer *t = self;
+  int le = t->f.load_every;
+  return ((le > 0 && step % le == 0) || last) ? print_load(t) : 0;
 }
 
-static int train(moe_trainer *t, totals *tot) {
-  double tokens = (double)t->G * t->f.model.seq;
-  tot->first_val = tot->last_val = NAN;
-  for (int i = 0; i < t->f.steps; i++) {
-    step_stats s;
-    double t0 = gpt_now_s();
-    if (step(t, &s)) return -1;
-    double dt = gpt_now_s() - t0;
-    gpt_step_row row = {t->step,           s.ce,       NAN, dt * 1e3, tokens / dt, mfu(t, tokens / dt),
-                        s.comm_s * 1e3, s.comm_s * 1e3, s.peak_mib};
-    tot->step_s[tot->steps++] = dt;
-    tot->s += dt;
-    tot->s_after_first += i > 0 ? dt : 0.0;
-    tot->comm_s += s.comm_s;
-    tot->peak_mib = s.peak_mib;
-    if (t->rank == 0) {
-      printf("%6ld %10.6f %9.6f %8.4f %8.1f %9.0f %5.1f%% %8.1f %8.1f %8.1f\n", row.step, row.loss, s.aux,
-             s.gnorm, row.ms, row.tokens_per_s, 100.0 * row.mfu, row.comm_ms, row.exposed_ms, row.peak_mib);
-      fflush(stdout);
-    }
-    if (after_step(t, i, &row, tot)) return -1;
-    if (t->rank != 0) continue;
-    if (!isnan(row.val_loss)) printf("%6ld val_loss %.6f\n", row.step, row.val_loss);
-    fflush(stdout);
-    if (t->log) gpt_log_row(t->log, &row);
-  }
-  return 0;
+static int train(void *self, char *err, size_t errlen) {
+  moe_trainer *t = self;
+  return gpt_run_steps(&(gpt_steps){.self = t, .flags = &t->f.c, .rep = &t->rep, .step = &t->step,
+                                    .aux_column = 1, .step_fn = step, .eval = eval, .before_eval = load_due});
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static void summary(const moe_trainer *t, const totals *tot) {
+static void summary(const moe_trainer *t) {
+  const gpt_totals *tot = &t->rep.tot;
   if (tot->steps == 0) return;
-  double tokens = (double)t->G * t->f.model.seq, tps = tokens * tot->steps / tot->s;
-  printf("# summary: %d steps in %.2f s, %.0f tokens/s, MFU %.1f%% (active parameters)\n", tot->steps, tot->s, tps,
-         100.0 * mfu(t, tps));
-  if (tot->steps > 1) {
-    double tps1 = tokens * (tot->steps - 1) / tot->s_after_first;
-    printf("# without step 1 (warm-up): %.0f tokens/s, MFU %.1f%%\n", tps1, 100.0 * mfu(t, tps1));
-  }
-  qsort(tot->step_s, (size_t)tot->steps, sizeof(double), cmp_double);
-  double med = tot->step_s[tot->steps / 2];
-  printf("# median step %.1f ms: %.0f tokens/s, MFU %.1f%%\n", med * 1e3, tokens / med, 100.0 * mfu(t, tokens / med));
+  gpt_report_throughput(&t->rep, "(active parameters)");
   printf("# comm %.1f ms/step, all exposed (blocking all-to-alls and all-reduce), %.0f%% of step time\n",
          tot->comm_s * 1e3 / tot->steps, 100.0 * tot->comm_s / tot->s);
   printf("# peak memory %.1f MiB per rank; val_loss %.6f (first evaluation) -> %.6f (last)\n", tot->peak_mib,
@@ -412,27 +307,27 @@ static int check_replicas(moe_trainer *t) {
     return -1;
   if (lo != hi) {
     fprintf(stderr, "weft-train-moe: rank %d: replicated parameters diverged: checksums %.17g .. %.17g\n",
-            t->rank, lo, hi);
+            t->dist.rank, lo, hi);
     return -1;
   }
-  if (t->rank == 0) printf("# replicated parameters identical on all %d ranks (checksum %.17g)\n", t->nranks, lo);
+  if (t->dist.rank == 0) printf("# replicated parameters identical on all %d ranks (checksum %.17g)\n", t->dist.nranks, lo);
   return 0;
 }
 
 static int dump_params(moe_trainer *t, char *err, size_t errlen) {
   size_t n = moe_model_full_size(t->m);
-  float *all = t->rank == 0 ? malloc(n * sizeof(float)) : NULL;
-  if (t->rank == 0 && !all) {
+  float *all = t->dist.rank == 0 ? malloc(n * sizeof(float)) : NULL;
+  if (t->dist.rank == 0 && !all) {
     snprintf(err, errlen, "out of memory for the parameter dump");
     return -1;
   }
   weft_status_t st = moe_model_gather(t->m, all);
   if (st != WEFT_SUCCESS) {
     free(all);
-    return comm_fail(t, "gather of the experts for --dump-params", st);
+    return gpt_dist_fail(&t->dist, "gather of the experts for --dump-params", st);
   }
   int rc = 0;
-  if (t->rank == 0) {
+  if (t->dist.rank == 0) {
     FILE *f = fopen(t->f.dump, "wb");
     if (!f || fwrite(all, sizeof(float), n, f) != n) rc = -1;
     if (f && fclose(f)) rc = -1;
@@ -442,66 +337,39 @@ static int dump_params(moe_trainer *t, char *err, size_t errlen) {
   return rc;
 }
 
-static int finish(moe_trainer *t, const totals *tot, char *err, size_t errlen) {
+static int finish(void *self, char *err, size_t errlen) {
+  moe_trainer *t = self;
   if (check_replicas(t)) return -1;
   if (t->f.dump && dump_params(t, err, errlen)) return -1;
-  if (t->rank != 0) return 0;
-  summary(t, tot);
-  if (t->log && t->f.plot && strcmp(t->f.plot, "none")) {
-    char title[128], msg[512];
-    snprintf(title, sizeof(title), "weft-train-moe, %d ranks, %d experts, top-%d", t->nranks, t->f.mc.experts,
-             t->f.mc.topk);
-    fclose(t->log);
-    t->log = NULL;
-    gpt_plot_loss(t->f.log, t->f.plot, title, msg, sizeof(msg));
-    printf("# log %s; %s\n", t->f.log, msg);
-  }
+  if (t->dist.rank != 0) return 0;
+  summary(t);
+  char title[128];
+  snprintf(title, sizeof(title), PROG ", %d ranks, %d experts, top-%d", t->dist.nranks, t->f.mc.experts,
+           t->f.mc.topk);
+  gpt_report_plot(&t->rep, t->f.c.log, t->f.c.plot, title);
   return 0;
 }
 
-static void teardown(moe_trainer *t) {
-  if (t->log) fclose(t->log);
+static void teardown(void *self) {
+  moe_trainer *t = self;
+  gpt_report_free(&t->rep);
   moe_model_free(t->m);
   gpt_dataset_free(&t->ds);
   free(t->gx);
   free(t->gy);
   free(t->adam_m);
   free(t->adam_v);
-  if (t->comm) weft_comm_destroy(t->comm);
+  if (t->dist.comm) weft_comm_destroy(t->dist.comm);
 }
 
 int main(int argc, char **argv) {
   static moe_trainer t;
-  t.f = (moe_flags){.model = {.seq = 64, .layers = 4, .dmodel = 128, .heads = 4},
+  t.f = (moe_flags){.c = gpt_trainer_defaults(PROG ".csv", PROG ".png"),
                     .mc = {.experts = 4, .topk = 1, .capacity_factor = 1.25f, .aux_alpha = 0.01f},
-                    .opt = gpt_adamw_defaults(),
-                    .clip = 1.0f,
-                    .batch = 16,
-                    .steps = 100,
-                    .seed = 1,
                     .groups = 1,
-                    .eval_batches = 8,
-                    .load_every = 10,
-                    .log = "weft-train-moe.csv",
-                    .plot = "weft-train-moe.png"};
+                    .load_every = 10};
   if (parse(argc, argv, &t.f)) return 2;
-  char err[512] = "";
-  totals tot = {.step_s = calloc((size_t)t.f.steps + 1, sizeof(double))};
-  int rc = tot.step_s ? setup(&t, err, sizeof(err)) : -1;
-  if (rc == 0 && t.rank == 0 && strcmp(t.f.log, "none")) {
-    t.log = gpt_log_open(t.f.log, err, sizeof(err));
-    rc = t.log ? 0 : -1;
-  }
-  if (rc == 0 && t.rank == 0) print_header(&t);
-  if (rc == 0) rc = train(&t, &tot);
-  if (rc == 0) rc = finish(&t, &tot, err, sizeof(err));
-  if (rc) {
-    /* Exit without destroying the communicator: the other ranks then see this rank gone
-     * and fail at once, instead of waiting for their deadline. */
-    if (err[0]) fprintf(stderr, "weft-train-moe: rank %d: %s\n", t.rank, err);
-    return 1;
-  }
-  teardown(&t);
-  free(tot.step_s);
-  return 0;
+  return gpt_program_run(&(gpt_program){.prog = PROG, .self = &t, .dist = &t.dist, .rep = &t.rep, .flags = &t.f.c,
+                                        .err_names_rank = 1, .setup = setup, .header = print_header, .train = train,
+                                        .finish = finish, .teardown = teardown});
 }

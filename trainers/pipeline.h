@@ -15,15 +15,16 @@
 #include <stdio.h>
 #include <weft.h>
 
+#include "trainers/dist_comm.h"
 #include "trainers/loop.h"
-#include "trainers/metrics.h"
 #include "trainers/pipeline_stage.h"
+#include "trainers/trainer_flags.h"
+#include "trainers/trainer_report.h"
 
 typedef struct pp_flags {
-  gpt_run_opts run; /* run.batch is the microbatch */
-  int steps, eval_every, seed, M, stages;
-  float peak_gflops;
-  const char *schedule, *save, *log, *plot;
+  gpt_trainer_flags c; /* c.run.batch is the microbatch */
+  int M, stages;
+  const char *schedule;
   pp_schedule sched;
 } pp_flags;
 
@@ -33,29 +34,21 @@ typedef struct pp_step {
   const double *wait_s, *time_s, *mib;
 } pp_step;
 
-typedef struct pp_totals {
-  int steps;
-  double s, s_after_first, last_val;
-  double *step_s;          /* every step's time, for the median */
-  double *wait_s, *time_s; /* per stage, summed over steps 2.. (step 1 also when alone) */
-  double peak_mib;
-} pp_totals;
-
 typedef struct pp_trainer {
   pp_flags f;
   gpt_run base; /* data, model (activations for one microbatch), AdamW state, batch RNG */
-  weft_comm_t comm;
-  int rank, nranks, G; /* G: global batch in sequences */
-  int *gx, *gy;        /* the global batch [G, T] */
+  gpt_dist dist;
+  int G;         /* global batch in sequences */
+  int *gx, *gy;  /* the global batch [G, T] */
   pp_stage stage;
-  gpt_peak peak; /* averaged over ranks */
   double *statv; /* 2 + 3P doubles for the step statistics */
-  pp_totals tot;
-  FILE *log;
+  gpt_report rep; /* peak (averaged over ranks), log, step times; peak_mib of the largest stage */
+  double *wait_s, *time_s; /* per stage, summed over steps 2.. (step 1 also when alone) */
 } pp_trainer;
 
-/* Rank 0: opens the CSV log (unless "none") and prints the header. */
-int pp_report_open(pp_trainer *t, char *err, size_t errlen);
+/* Rank 0: the header (a gpt_program callback: self is the pp_trainer). The CSV log has
+ * two more columns, bubble and bubble_theory. */
+void pp_report_header(const void *self);
 /* Every rank: adds the step to the totals; rank 0 prints it and logs it. */
 void pp_report_step(pp_trainer *t, const pp_step *s);
 /* Rank 0. */

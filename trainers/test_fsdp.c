@@ -27,24 +27,9 @@
 #include <cmocka.h>
 
 #include "trainers/fsdp_shard.h"
-#include "trainers/loop.h"
-
-#ifndef WEFT_SHARED_DATA
-#define WEFT_SHARED_DATA "../shared/data"
-#endif
+#include "trainers/test_util.h"
 
 enum { STEPS = 5, MAX_STEPS = 40 };
-
-static const char *data_path(void) {
-  static char path[4096];
-  snprintf(path, sizeof(path), "%s/tinyshakespeare.txt", WEFT_SHARED_DATA);
-  return path;
-}
-
-static const char *build_dir(void) {
-  const char *d = getenv("WEFT_TOP_BUILDDIR");
-  return d && *d ? d : ".";
-}
 
 /* ------------------------------------------------------------------ shard plan */
 
@@ -129,18 +114,7 @@ typedef struct reference {
 static reference ref8 = {.global_batch = 8}, ref6 = {.global_batch = 6};
 
 static int reference_run(reference *r) {
-  char err[512];
-  gpt_run_opts o = gpt_run_defaults();
-  o.data = data_path();
-  o.model = (gpt_config){.seq = 16, .layers = 2, .dmodel = 32, .heads = 2};
-  o.batch = r->global_batch;
-  o.eval_batches = 0;
-  if (gpt_run_init(&r->run, &o, err, sizeof(err))) {
-    fprintf(stderr, "reference: %s\n", err);
-    return -1;
-  }
-  for (int i = 0; i < STEPS; i++) r->loss[i] = gpt_run_step(&r->run);
-  return 0;
+  return tu_reference_run(&r->run, 2, r->global_batch, 0, STEPS, r->loss, NULL);
 }
 
 static int references_setup(void **state) {
@@ -161,37 +135,6 @@ typedef struct result {
   size_t local_floats, full_floats; /* from weft-train-fsdp's "# memory per rank" line */
 } result;
 
-static void read_losses(const char *dir, result *res, int steps) {
-  char path[4200], line[512];
-  snprintf(path, sizeof(path), "%s/log.csv", dir);
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  long step;
-  double l;
-  res->steps = 0;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "%ld,%lf,", &step, &l) == 2 && step == res->steps + 1 && res->steps < steps)
-      res->loss[res->steps++] = (float)l;
-  fclose(f);
-  assert_int_equal(res->steps, steps);
-}
-
-static void read_params(const char *dir, result *res) {
-  char path[4200], err[512];
-  const gpt_model *rm = ref8.run.m;
-  gpt_model *m = gpt_model_create(&rm->cfg, 1, rm->be, err, sizeof(err));
-  assert_non_null(m);
-  gpt_train_state st = {.adam_m = calloc(rm->lay.total, 4), .adam_v = calloc(rm->lay.total, 4)};
-  snprintf(path, sizeof(path), "%s/ckpt", dir);
-  if (gpt_checkpoint_load(path, m, &st, err, sizeof(err))) fail_msg("%s", err);
-  assert_int_equal(st.step, res->steps);
-  res->params = malloc(rm->lay.total * sizeof(float));
-  memcpy(res->params, m->params, rm->lay.total * sizeof(float));
-  free(st.adam_m);
-  free(st.adam_v);
-  gpt_model_free(m);
-}
-
 static void read_memory_line(const char *dir, result *res) {
   char path[4200], line[1024];
   snprintf(path, sizeof(path), "%s/out", dir);
@@ -208,41 +151,22 @@ static void read_memory_line(const char *dir, result *res) {
 
 /* Runs prog (weft-train-fsdp or weft-train-ddp) on nranks for steps with extra flags. */
 static result run_trainer(const char *prog, int nranks, int steps, const char *extra) {
-  char tmpl[] = "/tmp/test_fsdp.XXXXXX", cmd[8192];
-  assert_non_null(mkdtemp(tmpl));
-  snprintf(cmd, sizeof(cmd),
-           "cd '%s' && timeout 120 ./weftrun -n %d ./%s --data '%s' --layers 2 --dmodel 32 --heads 2 "
-           "--seq 16 --steps %d --eval-batches 0 --peak-gflops 100 --log %s/log.csv --plot none "
-           "--save %s/ckpt %s >%s/out 2>&1",
-           build_dir(), nranks, prog, data_path(), steps, tmpl, tmpl, extra, tmpl);
-  int rc = system(cmd);
-  if (rc != 0) {
-    snprintf(cmd, sizeof(cmd), "sed 's/^/# /' %s/out", tmpl);
-    if (system(cmd)) fprintf(stderr, "# (no output)\n");
-  }
-  assert_int_equal(rc, 0);
-  result res = {0};
-  read_losses(tmpl, &res, steps);
-  read_params(tmpl, &res);
-  read_memory_line(tmpl, &res);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
-  if (system(cmd)) fprintf(stderr, "# could not remove %s\n", tmpl);
+  char dir[] = "/tmp/test_fsdp.XXXXXX";
+  tu_mkdtemp(dir);
+  assert_int_equal(tu_launch_tiny(dir, nranks, prog, (tu_tiny){2, steps, 0, "--save"}, extra, 0), 0);
+  result res = {.steps = steps};
+  tu_read_losses(dir, res.loss, steps, NULL);
+  res.params = tu_read_checkpoint(dir, ref8.run.m, steps);
+  read_memory_line(dir, &res);
+  tu_rmdir(dir);
   return res;
 }
 
 /* Largest relative loss difference and absolute parameter difference of a against b. */
 static void differences(const result *a, const float *b_loss, const float *b_params, double *loss_rel,
                         double *param_abs, size_t *at) {
-  *loss_rel = *param_abs = 0.0;
-  *at = 0;
-  for (int i = 0; i < STEPS; i++) {
-    double rel = fabs(a->loss[i] - b_loss[i]) / fabs(b_loss[i]);
-    if (rel > *loss_rel) *loss_rel = rel;
-  }
-  for (size_t i = 0; i < ref8.run.m->lay.total; i++) {
-    double d = fabs((double)a->params[i] - b_params[i]);
-    if (d > *param_abs) *param_abs = d, *at = i;
-  }
+  *loss_rel = tu_loss_rel_diff(a->loss, b_loss, STEPS);
+  *param_abs = tu_max_abs_diff(a->params, b_params, ref8.run.m->lay.total, at);
 }
 
 /* Losses within rel_tol, parameters within abs_tol (0, 0: identical). */
@@ -322,17 +246,20 @@ static void loss_goes_down_on_two_ranks(void **state) {
 
 /* The "# parameter checksum" weft-train-fsdp prints at the end of a run with flags. */
 static double checksum_of(int nranks, const char *flags) {
-  char cmd[8192], line[512];
-  snprintf(cmd, sizeof(cmd),
-           "cd '%s' && timeout 120 ./weftrun -n %d ./weft-train-fsdp --data '%s' --layers 2 --dmodel 32 "
-           "--heads 2 --seq 16 --batch 4 --eval-batches 0 --peak-gflops 100 --log none %s 2>&1",
-           build_dir(), nranks, data_path(), flags);
-  FILE *p = popen(cmd, "r");
-  assert_non_null(p);
+  char dir[] = "/tmp/test_fsdp.XXXXXX", args[4096], path[4200], line[512];
+  tu_mkdtemp(dir);
+  snprintf(args, sizeof(args),
+           "--layers 2 --dmodel 32 --heads 2 --seq 16 --batch 4 --eval-batches 0 --peak-gflops 100 --log none %s",
+           flags);
+  tu_run(dir, nranks, "weft-train-fsdp", 120, args);
+  snprintf(path, sizeof(path), "%s/out", dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
   double sum = NAN;
-  while (fgets(line, sizeof(line), p)) sscanf(line, "# parameter checksum %lf", &sum);
-  assert_int_equal(pclose(p), 0);
-  if (isnan(sum)) fail_msg("no parameter checksum from: %s", cmd);
+  while (fgets(line, sizeof(line), f)) sscanf(line, "# parameter checksum %lf", &sum);
+  fclose(f);
+  tu_rmdir(dir);
+  if (isnan(sum)) fail_msg("no parameter checksum from weft-train-fsdp %s", args);
   return sum;
 }
 
@@ -340,28 +267,20 @@ static double checksum_of(int nranks, const char *flags) {
  * steps in one go (the moments and the batch RNG come back from the shards). */
 static void a_resumed_run_continues_bit_for_bit(void **state) {
   char dir[] = "/tmp/test_fsdp.XXXXXX", flags[4200];
-  assert_non_null(mkdtemp(dir));
+  tu_mkdtemp(dir);
   double whole = checksum_of(2, "--steps 5");
   snprintf(flags, sizeof(flags), "--steps 3 --save %s/ckpt", dir);
   double first = checksum_of(2, flags);
   snprintf(flags, sizeof(flags), "--steps 2 --resume %s/ckpt", dir);
   double resumed = checksum_of(2, flags);
-  snprintf(flags, sizeof(flags), "rm -rf '%s'", dir);
-  if (system(flags)) fprintf(stderr, "# could not remove %s\n", dir);
+  tu_rmdir(dir);
   assert_true(first != whole);
   if (resumed != whole) fail_msg("resumed run: checksum %.17g, uninterrupted %.17g", resumed, whole);
 }
 
-static void skipped(void **state) {}
-
 int main(void) {
-  char prog[4200], prog2[4200];
-  snprintf(prog, sizeof(prog), "%s/weft-train-fsdp", build_dir());
-  snprintf(prog2, sizeof(prog2), "%s/weft-train-ddp", build_dir());
-  const char *why = access(data_path(), R_OK) ? data_path()
-                    : access(prog, X_OK)      ? prog
-                    : access(prog2, X_OK)     ? prog2
-                                              : NULL;
+  const char *const progs[] = {"weft-train-fsdp", "weft-train-ddp", NULL};
+  const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {
       cmocka_unit_test(plan_covers_every_float_exactly_once_on_1_to_5_ranks),
       cmocka_unit_test(shards_put_back_together_give_the_flat_buffer_on_3_ranks),
@@ -377,13 +296,8 @@ int main(void) {
   };
   enum { PLAN_TESTS = 2 };
   size_t n = sizeof(tests) / sizeof(tests[0]);
-  static char names[16][4400];
   if (!why) return _cmocka_run_group_tests("test_fsdp", tests, n, references_setup, references_teardown);
   /* The plan tests need nothing; the training runs are skipped. */
-  for (size_t i = PLAN_TESTS; i < n; i++) {
-    snprintf(names[i], sizeof(names[i]), "%s # SKIP %s not found", tests[i].name, why);
-    tests[i].name = names[i];
-    tests[i].test_func = skipped;
-  }
+  tu_skip(tests, PLAN_TESTS, n, why);
   return _cmocka_run_group_tests("test_fsdp", tests, n, NULL, NULL);
 }

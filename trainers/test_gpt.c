@@ -5,7 +5,7 @@
  * and the head on their inputs, and the whole model on each parameter tensor. The error of an
  * element is |fd - analytic| / max(|fd|, |analytic|, 0.1 * largest |analytic| of its
  * tensor), on the largest gradients of each tensor one by one and on the whole tensor along
- * random directions (see check_gradient). Then training on tinyshakespeare:
+ * random directions (see trainers/test_fd.h). Then training on tinyshakespeare:
  * the loss falls over 50 steps, and a run saved and resumed after 3 steps gives the same
  * losses and parameters bit for bit as one that never stopped. The data tests pass with a
  * "# SKIP" directive when ../shared/data/tinyshakespeare.txt is missing.
@@ -21,24 +21,8 @@
 #include <cmocka.h>
 
 #include "trainers/loop.h"
-
-#ifndef WEFT_SHARED_DATA
-#define WEFT_SHARED_DATA "../shared/data"
-#endif
-
-#define FD_EPS 1e-3f
-#define FD_TOL 1e-2
-
-static const char *data_path(void) {
-  static char path[4096];
-  snprintf(path, sizeof(path), "%s/tinyshakespeare.txt", WEFT_SHARED_DATA);
-  return path;
-}
-
-static void fill_normal(float *x, size_t n, gpt_rng *rng, double std) {
-  for (size_t i = 0; i < n; i++)
-    x[i] = (float)(std * gpt_rng_normal(rng));
-}
+#include "trainers/test_fd.h"
+#include "trainers/test_util.h"
 
 static double dot(const float *a, const float *b, size_t n) {
   double s = 0.0;
@@ -47,90 +31,13 @@ static double dot(const float *a, const float *b, size_t n) {
   return s;
 }
 
-static double max_abs(const float *x, size_t n) {
-  double m = 0.0;
-  for (size_t i = 0; i < n; i++)
-    m = fmax(m, fabs(x[i]));
-  return m;
-}
-
-static double worst_err; /* largest error of the current test, printed at its end */
-
-/* Asserts an element's finite difference matches its analytic gradient. */
-static void check_element(const char *what, size_t i, double fd, double an, double scale) {
-  double err = fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), fmax(0.1 * scale, 1e-30));
-  worst_err = fmax(worst_err, err);
-  if (err >= FD_TOL)
-    print_error("%s[%zu]: finite difference %.6g, backward %.6g, error %.3g\n", what, i, fd, an, err);
-  assert_true(err < FD_TOL);
-}
-
-/* f(x) is a scalar of a float vector x; grad is its analytic gradient at x. Checked two ways:
- * - the nsample elements with the largest |grad|, one by one (fp32 differences cannot
- *   resolve elements far below the tensor's scale, so a random small one would test noise);
- * - two random directions u over the whole tensor, (f(x + eps u) - f(x - eps u)) against
- *   grad . (2 eps u), which sees every element, small ones included. u_i has grad_i's sign
- *   and a random size in [0.5, 1.5), so the terms add up instead of cancelling into noise. */
-typedef double (*scalar_fn)(void *ctx);
-
-static double fd_element(float *x, size_t i, scalar_fn f, void *ctx, double *step) {
-  float keep = x[i], hi = keep + FD_EPS, lo = keep - FD_EPS;
-  x[i] = hi;
-  double fhi = f(ctx);
-  x[i] = lo;
-  double flo = f(ctx);
-  x[i] = keep;
-  *step = (double)hi - lo;
-  return fhi - flo;
-}
-
-static void check_direction(const char *what, float *x, const float *grad, size_t n, scalar_fn f, void *ctx,
-                            gpt_rng *rng) {
-  float *keep = malloc(n * sizeof(float)), *step = malloc(n * sizeof(float));
-  memcpy(keep, x, n * sizeof(float));
-  double an = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    step[i] = (float)((grad[i] < 0 ? -FD_EPS : FD_EPS) * (0.5 + gpt_rng_uniform(rng)));
-    an += (double)grad[i] * ((double)(keep[i] + step[i]) - (double)(keep[i] - step[i]));
-  }
-  for (size_t i = 0; i < n; i++)
-    x[i] = keep[i] + step[i];
-  double fhi = f(ctx);
-  for (size_t i = 0; i < n; i++)
-    x[i] = keep[i] - step[i];
-  double flo = f(ctx);
-  memcpy(x, keep, n * sizeof(float));
-  char name[128];
-  snprintf(name, sizeof(name), "%s (random direction)", what);
-  check_element(name, 0, fhi - flo, an, 0.0);
-  free(keep);
-  free(step);
-}
-
-static void check_gradient(const char *what, float *x, const float *grad, size_t n, int nsample, scalar_fn f,
-                           void *ctx, gpt_rng *rng) {
-  double scale = max_abs(grad, n), below = INFINITY;
-  assert_true(scale > 0.0); /* an all-zero gradient would pass vacuously */
-  for (int s = 0; s < nsample && s < (int)n; s++) {
-    size_t top = n; /* the largest |grad| below the previous pick's */
-    for (size_t i = 0; i < n; i++)
-      if (fabs(grad[i]) < below && (top == n || fabs(grad[i]) > fabs(grad[top]))) top = i;
-    if (top == n) break;
-    below = fabs(grad[top]);
-    double step, diff = fd_element(x, top, f, ctx, &step);
-    check_element(what, top, diff / step, grad[top], scale);
-  }
-  for (int d = 0; d < 2; d++)
-    check_direction(what, x, grad, n, f, ctx, rng);
-}
-
 static int fd_setup(void **state) {
-  worst_err = 0.0;
+  fd_reset(1e-3f, 1e-2);
   return 0;
 }
 
 static int fd_teardown(void **state) {
-  print_message("largest finite-difference error %.2e (limit %.0e)\n", worst_err, FD_TOL);
+  print_message("largest finite-difference error %.2e (limit %.0e)\n", fd_worst, fd_tol);
   return 0;
 }
 
@@ -178,10 +85,10 @@ static kernel_ctx kernel_setup(int rows, int d, gpt_rng *rng) {
   k.mean = malloc((size_t)rows * sizeof(float));
   k.rstd = malloc((size_t)rows * sizeof(float));
   k.targets = malloc((size_t)rows * sizeof(int));
-  fill_normal(k.x, n, rng, 1.0);
-  fill_normal(k.r, n, rng, 1.0);
-  fill_normal(k.w, (size_t)d, rng, 1.0);
-  fill_normal(k.b, (size_t)d, rng, 1.0);
+  fd_fill_normal(k.x, n, rng, 1.0);
+  fd_fill_normal(k.r, n, rng, 1.0);
+  fd_fill_normal(k.w, (size_t)d, rng, 1.0);
+  fd_fill_normal(k.b, (size_t)d, rng, 1.0);
   for (int i = 0; i < rows; i++)
     k.targets[i] = (int)gpt_rng_below(rng, (uint64_t)d);
   return k;
@@ -206,9 +113,9 @@ static void layernorm_backward_matches_finite_differences(void **state) {
   float *dx = calloc(n, sizeof(float)), *dw = calloc(16, sizeof(float)), *db = calloc(16, sizeof(float));
   ln_fn(&k);
   k.be->layernorm_bwd(dx, dw, db, k.r, k.x, k.w, k.mean, k.rstd, 6, 16);
-  check_gradient("layernorm dx", k.x, dx, n, (int)n, ln_fn, &k, &rng);
-  check_gradient("layernorm dw", k.w, dw, 16, 16, ln_fn, &k, &rng);
-  check_gradient("layernorm db", k.b, db, 16, 16, ln_fn, &k, &rng);
+  fd_check_gradient("layernorm dx", k.x, dx, n, (int)n, ln_fn, &k, &rng);
+  fd_check_gradient("layernorm dw", k.w, dw, 16, 16, ln_fn, &k, &rng);
+  fd_check_gradient("layernorm db", k.b, db, 16, 16, ln_fn, &k, &rng);
   free(dx);
   free(dw);
   free(db);
@@ -221,7 +128,7 @@ static void gelu_backward_matches_finite_differences(void **state) {
   kernel_ctx k = kernel_setup(4, 32, &rng);
   float *dx = calloc(128, sizeof(float));
   k.be->gelu_bwd(dx, k.x, k.r, 128);
-  check_gradient("gelu dx", k.x, dx, 128, 128, gelu_fn, &k, &rng);
+  fd_check_gradient("gelu dx", k.x, dx, 128, 128, gelu_fn, &k, &rng);
   free(dx);
   kernel_free(&k);
 }
@@ -236,7 +143,7 @@ static void causal_softmax_backward_matches_finite_differences(void **state) {
   for (int i = 0; i < 8; i++)
     for (int j = i + 1; j < 8; j++)
       assert_true(k.out[i * 8 + j] == 0.0f && ds[i * 8 + j] == 0.0f);
-  check_gradient("softmax ds", k.x, ds, 64, 64, softmax_fn, &k, &rng);
+  fd_check_gradient("softmax ds", k.x, ds, 64, 64, softmax_fn, &k, &rng);
   free(ds);
   kernel_free(&k);
 }
@@ -248,7 +155,7 @@ static void cross_entropy_backward_matches_finite_differences(void **state) {
   float *dl = calloc(60, sizeof(float));
   double loss = k.be->cross_entropy(dl, k.x, k.targets, 5, 12);
   assert_true(loss > 0.0 && isfinite(loss));
-  check_gradient("cross-entropy dlogits", k.x, dl, 60, 60, ce_fn, &k, &rng);
+  fd_check_gradient("cross-entropy dlogits", k.x, dl, 60, 60, ce_fn, &k, &rng);
   free(dl);
   kernel_free(&k);
 }
@@ -293,8 +200,8 @@ static void tiny_model(model_ctx *c) {
   c->x = malloc(n * sizeof(float));
   c->y = malloc(n * sizeof(float));
   c->r = malloc(n * sizeof(float));
-  fill_normal(c->x, n, &rng, 1.0);
-  fill_normal(c->r, n, &rng, 1.0);
+  fd_fill_normal(c->x, n, &rng, 1.0);
+  fd_fill_normal(c->r, n, &rng, 1.0);
 }
 
 static void tiny_free(model_ctx *c) {
@@ -322,7 +229,7 @@ static void every_parameter_gradient_matches_finite_differences(void **state) {
   gpt_rng_seed(&rng, 7);
   for (int i = 0; i < m->lay.ntensors; i++) {
     const gpt_tensor *t = &m->lay.tensors[i];
-    check_gradient(t->name, m->params + t->offset, m->grads + t->offset, t->size, 4, model_loss_fn, &c, &rng);
+    fd_check_gradient(t->name, m->params + t->offset, m->grads + t->offset, t->size, 4, model_loss_fn, &c, &rng);
   }
   tiny_free(&c);
 }
@@ -347,7 +254,7 @@ static void block_input_gradient_matches_finite_differences(void **state) {
     block_fn(&c);
     gpt_block_backward(m, c.block, gpt_unit_ptr(m, m->params, 1 + c.block),
                        gpt_unit_ptr(m, m->grads, 1 + c.block), c.r, dx, TINY_B, TINY_T);
-    check_gradient("block dx", c.x, dx, n, 24, block_fn, &c, &rng);
+    fd_check_gradient("block dx", c.x, dx, n, 24, block_fn, &c, &rng);
   }
   free(dx);
   tiny_free(&c);
@@ -374,7 +281,7 @@ static void head_input_gradient_matches_finite_differences(void **state) {
                     TINY_T);
   gpt_rng rng;
   gpt_rng_seed(&rng, 9);
-  check_gradient("head dx", c.x, dx, n, 24, head_fn, &c, &rng);
+  fd_check_gradient("head dx", c.x, dx, n, 24, head_fn, &c, &rng);
   free(dx);
   tiny_free(&c);
 }
@@ -411,7 +318,7 @@ static void layout_units_cover_the_buffer_in_order(void **state) {
 
 static gpt_run_opts small_run(void) {
   gpt_run_opts o = gpt_run_defaults();
-  o.data = data_path();
+  o.data = tu_data_path();
   o.model = (gpt_config){.seq = 32, .layers = 2, .dmodel = 32, .heads = 2};
   o.batch = 8;
   o.opt.lr = 3e-3f;
@@ -508,11 +415,8 @@ static void missing_data_file_is_reported(void **state) {
   gpt_run_free(&r);
 }
 
-/* Stands in for a test whose prerequisite is missing. */
-static void skipped(void **state) {}
-
 int main(void) {
-  int have_data = access(data_path(), R_OK) == 0;
+  int have_data = access(tu_data_path(), R_OK) == 0;
   struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(layernorm_backward_matches_finite_differences, fd_setup, fd_teardown),
       cmocka_unit_test_setup_teardown(gelu_backward_matches_finite_differences, fd_setup, fd_teardown),
@@ -531,14 +435,7 @@ int main(void) {
       cmocka_unit_test(corrupt_checkpoint_is_refused),
   };
   size_t n = sizeof(tests) / sizeof(tests[0]);
-  static char skip_names[3][4400];
-  if (!have_data) {
-    /* The data tests pass with a TAP SKIP directive in their names. */
-    for (size_t i = n - 3, k = 0; i < n; i++, k++) {
-      snprintf(skip_names[k], sizeof(skip_names[k]), "%s # SKIP %s not found", tests[i].name, data_path());
-      tests[i].name = skip_names[k];
-      tests[i].test_func = skipped;
-    }
-  }
+  /* The data tests pass with a TAP SKIP directive in their names. */
+  if (!have_data) tu_skip(tests, n - 3, n, tu_data_path());
   return _cmocka_run_group_tests("test_gpt", tests, n, NULL, NULL);
 }

@@ -30,101 +30,18 @@
 #include "trainers/data.h"
 #include "trainers/moe_model.h"
 #include "trainers/rng.h"
+#include "trainers/test_fd.h"
+#include "trainers/test_util.h"
 
-#ifndef WEFT_SHARED_DATA
-#define WEFT_SHARED_DATA "../shared/data"
-#endif
-
-/* eps 1e-3 and 1% for the layer; the whole model, deeper in fp32, has FD noise near 1% at
- * eps 1e-3 (errors change sign and size with eps: 3% at 3e-4, 1% at 2e-3 — noise, not
- * bias), so model_check takes eps 2e-3 and 2%. */
-static float FD_EPS = 1e-3f;
-static double FD_TOL = 1e-2;
-
-static void fill_normal(float *x, size_t n, gpt_rng *rng, double std) {
-  for (size_t i = 0; i < n; i++)
-    x[i] = (float)(std * gpt_rng_normal(rng));
-}
-
-static double max_abs(const float *x, size_t n) {
-  double m = 0.0;
-  for (size_t i = 0; i < n; i++)
-    m = fmax(m, fabs(x[i]));
-  return m;
-}
-
-/* ----------------------------------------------------------------- finite differences */
-
-typedef double (*scalar_fn)(void *ctx);
-static double worst_err;
-
-static void check_element(const char *what, size_t i, double fd, double an, double scale) {
-  double err = fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), fmax(0.1 * scale, 1e-30));
-  worst_err = fmax(worst_err, err);
-  if (err >= FD_TOL)
-    print_error("%s[%zu]: finite difference %.6g, backward %.6g, error %.3g\n", what, i, fd, an, err);
-  assert_true(err < FD_TOL);
-}
-
-static double fd_element(float *x, size_t i, scalar_fn f, void *ctx, double *step) {
-  float keep = x[i], hi = keep + FD_EPS, lo = keep - FD_EPS;
-  x[i] = hi;
-  double fhi = f(ctx);
-  x[i] = lo;
-  double flo = f(ctx);
-  x[i] = keep;
-  *step = (double)hi - lo;
-  return fhi - flo;
-}
-
-/* One random direction over the whole tensor, signs following the gradient's, so every
- * element contributes and the terms do not cancel. */
-static void check_direction(const char *what, float *x, const float *grad, size_t n, scalar_fn f, void *ctx,
-                            gpt_rng *rng) {
-  float *keep = malloc(n * sizeof(float)), *step = malloc(n * sizeof(float));
-  memcpy(keep, x, n * sizeof(float));
-  double an = 0.0;
-  for (size_t i = 0; i < n; i++) {
-    step[i] = (float)((grad[i] < 0 ? -FD_EPS : FD_EPS) * (0.5 + gpt_rng_uniform(rng)));
-    an += (double)grad[i] * ((double)(keep[i] + step[i]) - (double)(keep[i] - step[i]));
-  }
-  for (size_t i = 0; i < n; i++)
-    x[i] = keep[i] + step[i];
-  double fhi = f(ctx);
-  for (size_t i = 0; i < n; i++)
-    x[i] = keep[i] - step[i];
-  double flo = f(ctx);
-  memcpy(x, keep, n * sizeof(float));
-  char name[128];
-  snprintf(name, sizeof(name), "%s (random direction)", what);
-  check_element(name, 0, fhi - flo, an, 0.0);
-  free(keep);
-  free(step);
-}
-
-/* The nsample largest |grad| one by one, then two random directions. */
-static void check_gradient(const char *what, float *x, const float *grad, size_t n, int nsample, scalar_fn f,
-                           void *ctx, gpt_rng *rng) {
-  double scale = max_abs(grad, n), below = INFINITY;
-  assert_true(scale > 0.0); /* an all-zero gradient would pass vacuously */
-  for (int s = 0; s < nsample && s < (int)n; s++) {
-    size_t top = n;
-    for (size_t i = 0; i < n; i++)
-      if (fabs(grad[i]) < below && (top == n || fabs(grad[i]) > fabs(grad[top]))) top = i;
-    if (top == n) break;
-    below = fabs(grad[top]);
-    double step, diff = fd_element(x, top, f, ctx, &step);
-    check_element(what, top, diff / step, grad[top], scale);
-  }
-  for (int d = 0; d < 2; d++)
-    check_direction(what, x, grad, n, f, ctx, rng);
-}
+/* eps 1e-3 and 1% for the layer (fd_setup); the whole model, deeper in fp32, has FD noise
+ * near 1% at eps 1e-3 (errors change sign and size with eps: 3% at 3e-4, 1% at 2e-3 —
+ * noise, not bias), so model_check takes eps 2e-3 and 2%. */
 
 /* An expert no token reached has an all-zero gradient: then f must not depend on it. */
-static void check_gradient_or_unused(const char *what, float *x, const float *grad, size_t n, scalar_fn f,
+static void check_gradient_or_unused(const char *what, float *x, const float *grad, size_t n, fd_scalar_fn f,
                                      void *ctx, gpt_rng *rng) {
-  if (max_abs(grad, n) > 0.0) {
-    check_gradient(what, x, grad, n, 3, f, ctx, rng);
+  if (fd_max_abs(grad, n) > 0.0) {
+    fd_check_gradient(what, x, grad, n, 3, f, ctx, rng);
     return;
   }
   double step, diff = fd_element(x, n / 2, f, ctx, &step);
@@ -169,10 +86,10 @@ static void layer_setup(layer_ctx *c, int topk, uint64_t seed) {
   c->experts = malloc(ne * 4), c->gexperts = calloc(ne, 4);
   gpt_rng rng;
   gpt_rng_seed(&rng, seed);
-  fill_normal(c->xln, nx, &rng, 1.0);
-  fill_normal(c->r, nx, &rng, 1.0);
-  fill_normal(c->router, nr, &rng, 0.7);
-  fill_normal(c->experts, ne, &rng, 0.3);
+  fd_fill_normal(c->xln, nx, &rng, 1.0);
+  fd_fill_normal(c->r, nx, &rng, 1.0);
+  fd_fill_normal(c->router, nr, &rng, 0.7);
+  fd_fill_normal(c->experts, ne, &rng, 0.3);
 }
 
 static void layer_free(layer_ctx *c) {
@@ -204,8 +121,8 @@ static void layer_check(int topk, uint64_t seed) {
   c.ly.freeze_routing = 1;
   gpt_rng rng;
   gpt_rng_seed(&rng, seed + 1);
-  check_gradient("xln", c.xln, c.gx, (size_t)L_ROWS * L_D, 6, layer_fn, &c, &rng);
-  check_gradient("router_w", c.router, c.grouter, (size_t)L_D * L_E, 6, layer_fn, &c, &rng);
+  fd_check_gradient("xln", c.xln, c.gx, (size_t)L_ROWS * L_D, 6, layer_fn, &c, &rng);
+  fd_check_gradient("router_w", c.router, c.grouter, (size_t)L_D * L_E, 6, layer_fn, &c, &rng);
   size_t esz = moe_expert_size(&c.ly.c);
   for (int e = 0; e < L_E; e++)
     for (int t = 0; t < MOE_EXPERT_NTENSORS; t++) {
@@ -215,14 +132,12 @@ static void layer_check(int topk, uint64_t seed) {
       check_gradient_or_unused(name, c.experts + e * esz + lo, c.gexperts + e * esz + lo, hi - lo, layer_fn, &c,
                                &rng);
     }
-  print_message("largest finite-difference error %.2e (limit %.0e, eps %.0e)\n", worst_err, FD_TOL, (double)FD_EPS);
+  print_message("largest finite-difference error %.2e (limit %.0e, eps %.0e)\n", fd_worst, fd_tol, (double)fd_eps);
   layer_free(&c);
 }
 
 static int fd_setup(void **state) {
-  worst_err = 0.0;
-  FD_EPS = 1e-3f;
-  FD_TOL = 1e-2;
+  fd_reset(1e-3f, 1e-2);
   return 0;
 }
 
@@ -271,8 +186,8 @@ static void model_setup(model_ctx *c, int topk) {
   /* Routers far from uniform (so tokens drop) and experts large enough that their
    * gradients stand above fp32's finite-difference noise. */
   for (int l = 0; l < 2; l++)
-    fill_normal(moe_block_ptr(c->m, c->m->params, l) + c->m->blk_router, (size_t)16 * 4, &rng, 0.5);
-  fill_normal(c->m->params + c->m->rep_total, c->m->lay.total - c->m->rep_total, &rng, 0.3);
+    fd_fill_normal(moe_block_ptr(c->m, c->m->params, l) + c->m->blk_router, (size_t)16 * 4, &rng, 0.5);
+  fd_fill_normal(c->m->params + c->m->rep_total, c->m->lay.total - c->m->rep_total, &rng, 0.3);
   int ids[sizeof(tiny_text)];
   gpt_tokenizer_encode(&tok, (const unsigned char *)tiny_text, len, ids, NULL);
   for (int b = 0; b < TINY_B; b++)
@@ -283,8 +198,7 @@ static void model_setup(model_ctx *c, int topk) {
 }
 
 static void model_check(int topk) {
-  FD_EPS = 2e-3f;
-  FD_TOL = 2e-2;
+  fd_reset(2e-3f, 2e-2);
   model_ctx c;
   model_setup(&c, topk);
   moe_model *m = c.m;
@@ -303,7 +217,7 @@ static void model_check(int topk) {
     const gpt_tensor *t = &m->lay.tensors[i];
     check_gradient_or_unused(t->name, m->params + t->offset, m->grads + t->offset, t->size, model_fn, &c, &rng);
   }
-  print_message("largest finite-difference error %.2e (limit %.0e, eps %.0e)\n", worst_err, FD_TOL, (double)FD_EPS);
+  print_message("largest finite-difference error %.2e (limit %.0e, eps %.0e)\n", fd_worst, fd_tol, (double)fd_eps);
   moe_model_free(m);
 }
 
@@ -319,75 +233,31 @@ static void top2_model_gradient_matches_finite_differences(void **state) {
 
 enum { STEPS = 5, GLOBAL_BATCH = 8 };
 
-static const char *data_path(void) {
-  static char path[4096];
-  snprintf(path, sizeof(path), "%s/tinyshakespeare.txt", WEFT_SHARED_DATA);
-  return path;
-}
-
-static const char *build_dir(void) {
-  const char *d = getenv("WEFT_TOP_BUILDDIR");
-  return d && *d ? d : ".";
-}
-
 typedef struct run_result {
   float loss[STEPS];
   float *params;
   size_t n;
 } run_result;
 
-/* Runs weft-train-moe on nranks with extra flags; reads its CSV and --dump-params file. */
+/* Runs weft-train-moe on nranks with extra flags; reads its CSV and --dump-params file
+ * (dir/ckpt, raw float32). */
 static void run_moe(int nranks, const char *extra, run_result *r) {
-  char tmpl[] = "/tmp/test_moe.XXXXXX", cmd[8192], path[4200];
-  assert_non_null(mkdtemp(tmpl));
-  snprintf(cmd, sizeof(cmd),
-           "cd '%s' && timeout 60 ./weftrun -n %d ./weft-train-moe --data '%s' --layers 2 --dmodel 32 "
-           "--heads 2 --seq 16 --steps %d --experts 4 --capacity-factor 1.0 --aux-alpha 0.05 --eval-batches 0 "
-           "--load-every 0 --peak-gflops 100 --log %s/log.csv --plot none --dump-params %s/params %s >%s/out 2>&1",
-           build_dir(), nranks, data_path(), STEPS, tmpl, tmpl, extra, tmpl);
-  int rc = system(cmd);
-  snprintf(path, sizeof(path), "%s/out", tmpl);
-  if (rc != 0) {
-    snprintf(cmd, sizeof(cmd), "sed 's/^/# /' %s", path);
-    if (system(cmd)) fprintf(stderr, "# (no output)\n");
-  }
-  assert_int_equal(rc, 0);
-  snprintf(path, sizeof(path), "%s/log.csv", tmpl);
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  char line[512];
-  int n = 0;
-  long step;
-  double l;
-  while (fgets(line, sizeof(line), f))
-    if (sscanf(line, "%ld,%lf,", &step, &l) == 2 && step == n + 1 && n < STEPS) r->loss[n++] = (float)l;
-  fclose(f);
-  assert_int_equal(n, STEPS);
-  snprintf(path, sizeof(path), "%s/params", tmpl);
-  f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  r->n = (size_t)ftell(f) / sizeof(float);
-  rewind(f);
-  r->params = malloc(r->n * sizeof(float));
-  assert_true(r->n > 0 && fread(r->params, sizeof(float), r->n, f) == r->n);
-  fclose(f);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpl);
-  if (system(cmd)) fprintf(stderr, "# could not remove %s\n", tmpl);
+  char dir[] = "/tmp/test_moe.XXXXXX", args[4096], path[4200];
+  tu_mkdtemp(dir);
+  snprintf(args, sizeof(args), "--experts 4 --capacity-factor 1.0 --aux-alpha 0.05 --load-every 0 %s", extra);
+  assert_int_equal(tu_launch_tiny(dir, nranks, "weft-train-moe", (tu_tiny){2, STEPS, 0, "--dump-params"}, args, 0), 0);
+  tu_read_losses(dir, r->loss, STEPS, NULL);
+  snprintf(path, sizeof(path), "%s/ckpt", dir);
+  r->params = tu_read_floats(path, &r->n);
+  tu_rmdir(dir);
 }
 
-/* Largest parameter difference; losses compared within rel_tol when loss_tol is set. */
+/* Largest parameter difference; losses compared within rel_tol when rel_tol is set. */
 static double compare(const run_result *a, const run_result *b, double rel_tol) {
-  for (int i = 0; i < STEPS && rel_tol > 0; i++) {
-    double rel = fabs(a->loss[i] - b->loss[i]) / fabs(b->loss[i]);
-    /* The CSV keeps 6 decimals: a loss near 4 carries up to 1.3e-7 of print rounding. */
-    if (rel > rel_tol + 2e-7) fail_msg("step %d: loss %.6f, reference %.6f", i + 1, a->loss[i], b->loss[i]);
-  }
+  if (rel_tol > 0) tu_expect_losses(a->loss, b->loss, STEPS, rel_tol);
   assert_int_equal(a->n, b->n);
-  double worst = 0.0;
-  for (size_t i = 0; i < a->n; i++)
-    worst = fmax(worst, fabs((double)a->params[i] - b->params[i]));
-  return worst;
+  size_t at;
+  return tu_max_abs_diff(a->params, b->params, a->n, &at);
 }
 
 /* N ranks with --batch 8/N against one process with every expert and --groups N. */
@@ -429,12 +299,9 @@ static void one_group_does_not_match_two_ranks(void **state) {
   free(b.params);
 }
 
-static void skipped(void **state) {}
-
 int main(void) {
-  char prog[4200];
-  snprintf(prog, sizeof(prog), "%s/weft-train-moe", build_dir());
-  const char *why = access(data_path(), R_OK) ? data_path() : access(prog, X_OK) ? prog : NULL;
+  const char *const progs[] = {"weft-train-moe", NULL};
+  const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {
       cmocka_unit_test_setup(top1_layer_backward_matches_finite_differences, fd_setup),
       cmocka_unit_test_setup(top2_layer_backward_matches_finite_differences, fd_setup),
@@ -448,11 +315,6 @@ int main(void) {
   };
   enum { FIRST_RUN = 4 };
   size_t n = sizeof(tests) / sizeof(tests[0]);
-  static char names[8][4400];
-  for (size_t i = FIRST_RUN; i < n && why; i++) {
-    snprintf(names[i], sizeof(names[i]), "%s # SKIP %s not found", tests[i].name, why);
-    tests[i].name = names[i];
-    tests[i].test_func = skipped;
-  }
+  if (why) tu_skip(tests, FIRST_RUN, n, why);
   return _cmocka_run_group_tests("test_moe", tests, n, NULL, NULL);
 }

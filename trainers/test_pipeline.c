@@ -29,12 +29,8 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
-#include "trainers/loop.h"
 #include "trainers/pipeline_schedule.h"
-
-#ifndef WEFT_SHARED_DATA
-#define WEFT_SHARED_DATA "../shared/data"
-#endif
+#include "trainers/test_util.h"
 
 /* ------------------------------------------------------------------ op order */
 
@@ -235,36 +231,13 @@ static void gpipe_never_deadlocks_and_idles_the_ideal_bubble(void **state) {
 
 enum { STEPS = 5, GLOBAL_BATCH = 8, EVAL_BATCHES = 2 };
 
-static const char *data_path(void) {
-  static char path[4096];
-  snprintf(path, sizeof(path), "%s/tinyshakespeare.txt", WEFT_SHARED_DATA);
-  return path;
-}
-
-static const char *build_dir(void) {
-  const char *d = getenv("WEFT_TOP_BUILDDIR");
-  return d && *d ? d : ".";
-}
-
 static struct reference {
   gpt_run run;
   float loss[STEPS], val;
 } ref;
 
 static int reference_setup(void **state) {
-  char err[512];
-  gpt_run_opts o = gpt_run_defaults();
-  o.data = data_path();
-  o.model = (gpt_config){.seq = 16, .layers = 4, .dmodel = 32, .heads = 2};
-  o.batch = GLOBAL_BATCH;
-  o.eval_batches = EVAL_BATCHES;
-  if (gpt_run_init(&ref.run, &o, err, sizeof(err))) {
-    fprintf(stderr, "reference: %s\n", err);
-    return -1;
-  }
-  for (int i = 0; i < STEPS; i++) ref.loss[i] = gpt_run_step(&ref.run);
-  ref.val = gpt_run_eval(&ref.run);
-  return 0;
+  return tu_reference_run(&ref.run, 4, GLOBAL_BATCH, EVAL_BATCHES, STEPS, ref.loss, &ref.val);
 }
 
 static int reference_teardown(void **state) {
@@ -275,56 +248,8 @@ static int reference_teardown(void **state) {
 /* Launches weft-train-pipeline on nranks with extra flags into dir; returns its exit
  * status and prints its output as comments when it failed and should not have. */
 static int launch(const char *dir, int nranks, const char *extra, int expect_fail) {
-  char cmd[8192], path[4200];
-  snprintf(cmd, sizeof(cmd),
-           "cd '%s' && timeout 60 ./weftrun -n %d ./weft-train-pipeline --data '%s' --layers 4 --dmodel 32 "
-           "--heads 2 --seq 16 --steps %d --eval-batches %d --peak-gflops 100 --log %s/log.csv --plot none "
-           "--save %s/ckpt %s >%s/out 2>&1",
-           build_dir(), nranks, data_path(), STEPS, EVAL_BATCHES, dir, dir, extra, dir);
-  int rc = system(cmd);
-  snprintf(path, sizeof(path), "%s/out", dir);
-  if ((rc != 0) != expect_fail) {
-    snprintf(cmd, sizeof(cmd), "sed 's/^/# /' %s", path);
-    if (system(cmd)) fprintf(stderr, "# (no output)\n");
-  }
-  return rc;
-}
-
-/* Reads the losses of every step and the last validation loss from the CSV. */
-static void read_log(const char *dir, float loss[STEPS], float *val) {
-  char path[4200], line[512];
-  snprintf(path, sizeof(path), "%s/log.csv", dir);
-  FILE *f = fopen(path, "r");
-  assert_non_null(f);
-  int n = 0;
-  long step;
-  double l, v;
-  *val = NAN;
-  while (fgets(line, sizeof(line), f)) {
-    if (sscanf(line, "%ld,%lf,", &step, &l) != 2 || step != n + 1 || n >= STEPS) continue;
-    loss[n++] = (float)l;
-    if (sscanf(strchr(line, ',') + 1, "%*[^,],%lf,", &v) == 1) *val = (float)v;
-  }
-  fclose(f);
-  assert_int_equal(n, STEPS);
-}
-
-/* The checkpoint's parameters (caller frees). */
-static float *read_params(const char *dir) {
-  char path[4200], err[512];
-  const gpt_model *rm = ref.run.m;
-  gpt_model *m = gpt_model_create(&rm->cfg, 1, rm->be, err, sizeof(err));
-  assert_non_null(m);
-  gpt_train_state st = {.adam_m = calloc(rm->lay.total, 4), .adam_v = calloc(rm->lay.total, 4)};
-  snprintf(path, sizeof(path), "%s/ckpt", dir);
-  if (gpt_checkpoint_load(path, m, &st, err, sizeof(err))) fail_msg("%s", err);
-  assert_int_equal(st.step, STEPS);
-  float *params = malloc(rm->lay.total * sizeof(float));
-  memcpy(params, m->params, rm->lay.total * sizeof(float));
-  free(st.adam_m);
-  free(st.adam_v);
-  gpt_model_free(m);
-  return params;
+  return tu_launch_tiny(dir, nranks, "weft-train-pipeline", (tu_tiny){4, STEPS, EVAL_BATCHES, "--save"}, extra,
+                        expect_fail);
 }
 
 static void expect_close(const char *what, double got, double want, double rel_tol) {
@@ -334,31 +259,18 @@ static void expect_close(const char *what, double got, double want, double rel_t
 
 /* Losses within rel_tol, parameters within abs_tol (0, 0: identical). */
 static void expect_matches_reference(int nranks, const char *extra, double rel_tol, double abs_tol) {
-  char dir[] = "/tmp/test_pipeline.XXXXXX", cmd[4200];
-  assert_non_null(mkdtemp(dir));
+  char dir[] = "/tmp/test_pipeline.XXXXXX";
+  tu_mkdtemp(dir);
   assert_int_equal(launch(dir, nranks, extra, 0), 0);
   float loss[STEPS], val;
-  read_log(dir, loss, &val);
-  for (int i = 0; i < STEPS; i++) {
-    char what[32];
-    snprintf(what, sizeof(what), "step %d: loss", i + 1);
-    expect_close(what, loss[i], ref.loss[i], rel_tol);
-  }
+  tu_read_losses(dir, loss, STEPS, &val);
+  tu_expect_losses(loss, ref.loss, STEPS, rel_tol);
   /* gpt_run_eval returns a float: up to 1.2e-7 more of rounding near 4. */
   expect_close("validation loss", val, ref.val, rel_tol + 1.5e-7);
-  float *p = read_params(dir);
-  double worst = 0.0;
-  size_t at = 0;
-  for (size_t i = 0; i < ref.run.m->lay.total; i++) {
-    double d = fabs((double)p[i] - ref.run.m->params[i]);
-    if (d > worst || isnan(d)) worst = isnan(d) ? INFINITY : d, at = i;
-  }
-  if (worst > abs_tol)
-    fail_msg("parameter %zu differs by %.3g (%.9g vs reference %.9g)", at, worst, p[at],
-             ref.run.m->params[at]);
+  float *p = tu_read_checkpoint(dir, ref.run.m, STEPS);
+  tu_expect_params(p, ref.run.m->params, ref.run.m->lay.total, abs_tol);
   free(p);
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-  if (system(cmd)) fprintf(stderr, "# could not remove %s\n", dir);
+  tu_rmdir(dir);
 }
 
 static void two_stages_1f1b_match_one_process_on_the_global_batch(void **state) {
@@ -387,12 +299,11 @@ static void one_stage_one_microbatch_matches_one_process_bit_for_bit(void **stat
 
 static void expect_refused(int nranks, const char *extra, const char *message) {
   char dir[] = "/tmp/test_pipeline.XXXXXX", cmd[4400];
-  assert_non_null(mkdtemp(dir));
+  tu_mkdtemp(dir);
   assert_int_not_equal(launch(dir, nranks, extra, 1), 0);
   snprintf(cmd, sizeof(cmd), "grep -q -- '%s' %s/out", message, dir);
   int found = system(cmd) == 0;
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-  if (system(cmd)) fprintf(stderr, "# could not remove %s\n", dir);
+  tu_rmdir(dir);
   if (!found) fail_msg("expected \"%s\" in the output", message);
 }
 
@@ -401,12 +312,9 @@ static void wrong_stage_count_and_too_few_layers_are_refused(void **state) {
   expect_refused(5, "--batch 2", "4 layers cannot fill 5 pipeline stages");
 }
 
-static void skipped(void **state) {}
-
 int main(void) {
-  char prog[4200];
-  snprintf(prog, sizeof(prog), "%s/weft-train-pipeline", build_dir());
-  const char *why = access(data_path(), R_OK) ? data_path() : access(prog, X_OK) ? prog : NULL;
+  const char *const progs[] = {"weft-train-pipeline", NULL};
+  const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {
       cmocka_unit_test(one_f_one_b_order_for_4_stages_and_8_microbatches),
       cmocka_unit_test(gpipe_order_for_4_stages_and_8_microbatches),
@@ -425,12 +333,7 @@ int main(void) {
   };
   enum { FIRST_TRAINING = 6 };
   size_t n = sizeof(tests) / sizeof(tests[0]);
-  static char names[16][4400];
   if (!why) return _cmocka_run_group_tests("test_pipeline", tests, n, reference_setup, reference_teardown);
-  for (size_t i = FIRST_TRAINING; i < n; i++) {
-    snprintf(names[i], sizeof(names[i]), "%s # SKIP %s not found", tests[i].name, why);
-    tests[i].name = names[i];
-    tests[i].test_func = skipped;
-  }
+  tu_skip(tests, FIRST_TRAINING, n, why);
   return _cmocka_run_group_tests("test_pipeline", tests, n, NULL, NULL);
 }

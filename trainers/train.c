@@ -14,15 +14,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "trainers/flags.h"
 #include "trainers/loop.h"
+#include "trainers/trainer_flags.h"
 
-typedef struct train_flags {
-  gpt_run_opts run;
-  int steps, eval_every, seed;
-  const char *save;
-  float peak_gflops;
-} train_flags;
+typedef gpt_trainer_flags train_flags; /* --log and --plot are the distributed trainers' */
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -46,34 +41,7 @@ static double now_s(void) {
 }
 
 static int parse_flags(int argc, char **argv, train_flags *f) {
-  gpt_run_opts *r = &f->run;
-  const gpt_flag flags[] = {
-      {"data", GPT_FLAG_STR, &r->data, 0, 0},
-      {"resume", GPT_FLAG_STR, &r->resume, 0, 0},
-      {"save", GPT_FLAG_STR, &f->save, 0, 0},
-      {"steps", GPT_FLAG_INT, &f->steps, 0, 100000000},
-      {"layers", GPT_FLAG_INT, &r->model.layers, 1, 1024},
-      {"dmodel", GPT_FLAG_INT, &r->model.dmodel, 1, 65536},
-      {"heads", GPT_FLAG_INT, &r->model.heads, 1, 1024},
-      {"seq", GPT_FLAG_INT, &r->model.seq, 1, 65536},
-      {"batch", GPT_FLAG_INT, &r->batch, 1, 65536},
-      {"seed", GPT_FLAG_INT, &f->seed, 0, 0x7fffffffL},
-      {"eval-every", GPT_FLAG_INT, &f->eval_every, 0, 100000000},
-      {"eval-batches", GPT_FLAG_INT, &r->eval_batches, 0, 100000},
-      {"lr", GPT_FLAG_FLOAT, &r->opt.lr, 0, 0},
-      {"wd", GPT_FLAG_FLOAT, &r->opt.weight_decay, 0, 0},
-      {"clip", GPT_FLAG_FLOAT, &r->clip, 0, 0},
-      {"peak-gflops", GPT_FLAG_FLOAT, &f->peak_gflops, 0, 0},
-  };
-  if (gpt_parse_flags("weft-train", argc, argv, flags, (int)(sizeof(flags) / sizeof(flags[0])), usage))
-    return -1;
-  r->seed = (uint64_t)f->seed;
-  if (!r->data) {
-    fprintf(stderr, "weft-train: --data PATH is required\n");
-    usage(stderr);
-    return -1;
-  }
-  return 0;
+  return gpt_trainer_parse("weft-train", argc, argv, f, GPT_FLAGS_CHECKPOINT, NULL, 0, usage);
 }
 
 static void print_model(const gpt_run *r, const train_flags *f) {
@@ -114,8 +82,9 @@ static void train(gpt_run *r, const train_flags *f) {
 }
 
 int main(int argc, char **argv) {
-  train_flags f = {
-      .run = gpt_run_defaults(), .steps = 100, .eval_every = 50, .seed = 1, .peak_gflops = 112.0f};
+  train_flags f = gpt_trainer_defaults(NULL, NULL);
+  f.eval_every = 50;
+  f.peak_gflops = 112.0f;
   if (parse_flags(argc, argv, &f)) return 2;
   char err[512];
   gpt_run r;

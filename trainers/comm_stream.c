@@ -1,5 +1,5 @@
-/* trainers/fsdp_stream.c: a weft stream with a busy-time watcher; see fsdp_stream.h. */
-#include "trainers/fsdp_stream.h"
+/* trainers/comm_stream.c: a weft stream with a busy-time watcher; see comm_stream.h. */
+#include "trainers/comm_stream.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -8,7 +8,7 @@
 
 /* Sleeps in weft_stream_synchronize while the stream has work and notes when it drains. */
 static void *watch(void *arg) {
-  fsdp_stream *s = arg;
+  gpt_comm_stream *s = arg;
   pthread_mutex_lock(&s->mu);
   for (;;) {
     while (s->enqueued == s->drained && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
@@ -27,7 +27,7 @@ static void *watch(void *arg) {
   return NULL;
 }
 
-int fsdp_stream_init(fsdp_stream *s, char *err, size_t errlen) {
+int gpt_comm_stream_init(gpt_comm_stream *s, char *err, size_t errlen) {
   memset(s, 0, sizeof(*s));
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv, NULL);
@@ -44,7 +44,7 @@ int fsdp_stream_init(fsdp_stream *s, char *err, size_t errlen) {
   return 0;
 }
 
-void fsdp_stream_free(fsdp_stream *s) {
+void gpt_comm_stream_free(gpt_comm_stream *s) {
   if (s->watcher_started) {
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
@@ -58,20 +58,20 @@ void fsdp_stream_free(fsdp_stream *s) {
   memset(s, 0, sizeof(*s));
 }
 
-void fsdp_stream_begin_op(fsdp_stream *s) {
+void gpt_comm_stream_begin_op(gpt_comm_stream *s) {
   pthread_mutex_lock(&s->mu);
   if (s->enqueued == s->drained) s->busy_since = gpt_now_s();
   pthread_mutex_unlock(&s->mu);
 }
 
-void fsdp_stream_enqueued(fsdp_stream *s) {
+void gpt_comm_stream_enqueued(gpt_comm_stream *s) {
   pthread_mutex_lock(&s->mu);
   s->enqueued++;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
 }
 
-weft_status_t fsdp_stream_wait(fsdp_stream *s) {
+weft_status_t gpt_comm_stream_wait(gpt_comm_stream *s) {
   double t0 = gpt_now_s();
   pthread_mutex_lock(&s->mu);
   while (s->drained != s->enqueued) pthread_cond_wait(&s->cv, &s->mu);
@@ -82,7 +82,7 @@ weft_status_t fsdp_stream_wait(fsdp_stream *s) {
   return st;
 }
 
-void fsdp_stream_take_times(fsdp_stream *s, double *busy_s, double *exposed_s) {
+void gpt_comm_stream_take_times(gpt_comm_stream *s, double *busy_s, double *exposed_s) {
   pthread_mutex_lock(&s->mu);
   *busy_s = s->busy_s;
   *exposed_s = s->exposed_s;

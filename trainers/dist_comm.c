@@ -1,0 +1,50 @@
+/* trainers/dist_comm.c: joining the job, failure messages, small reductions and the peak
+ * measurement of the distributed trainers; see dist_comm.h. */
+#include "trainers/dist_comm.h"
+
+#include <stdio.h>
+
+int gpt_dist_join(gpt_dist *d, const char *prog, const char *launch, char *err, size_t errlen) {
+  d->prog = prog;
+  weft_status_t st = weft_comm_init_from_env(&d->comm, NULL);
+  if (st != WEFT_SUCCESS) {
+    snprintf(err, errlen, "weft_comm_init_from_env: %s (launch with weftrun -n %s)", weft_get_last_error(NULL),
+             launch);
+    d->comm = NULL;
+    return -1;
+  }
+  weft_comm_user_rank(d->comm, &d->rank);
+  weft_comm_count(d->comm, &d->nranks);
+  return 0;
+}
+
+int gpt_dist_fail(const gpt_dist *d, const char *what, weft_status_t st) {
+  fprintf(stderr, "%s: rank %d: %s: %s: %s\n", d->prog, d->rank, what, weft_get_error_string(st),
+          weft_get_last_error(d->comm));
+  return -1;
+}
+
+int gpt_dist_reduce(const gpt_dist *d, void *v, size_t n, weft_datatype_t type, weft_redop_t op,
+                    const char *what) {
+  weft_status_t st = weft_all_reduce(v, v, n, type, op, d->comm, NULL);
+  return st == WEFT_SUCCESS ? 0 : gpt_dist_fail(d, what, st);
+}
+
+int gpt_dist_average(const gpt_dist *d, double *v, size_t n, const char *what) {
+  return gpt_dist_reduce(d, v, n, WEFT_FLOAT64, WEFT_AVG, what);
+}
+
+int gpt_dist_measure_peak(const gpt_dist *d, float given, gpt_peak *p) {
+  if (given > 0) {
+    *p = (gpt_peak){given, 0.0, "given"};
+    return 0;
+  }
+  weft_status_t st = weft_barrier(d->comm, NULL);
+  if (st != WEFT_SUCCESS) return gpt_dist_fail(d, "barrier before the peak measurement", st);
+  gpt_measure_peak(p);
+  double v[2] = {p->fma_gflops, p->sgemm_gflops};
+  if (gpt_dist_average(d, v, 2, "peak FLOP/s")) return -1;
+  p->fma_gflops = v[0];
+  p->sgemm_gflops = v[1];
+  return 0;
+}
