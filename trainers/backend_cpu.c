@@ -1,18 +1,21 @@
 /* trainers/backend_cpu.c: the CPU backend of the reference GPT (see backend.h).
  *
  * Matrix products go to OpenBLAS's cblas_sgemm, where nearly all of the FLOPs are; the
- * element-wise kernels are plain loops the compiler vectorises. OpenBLAS runs on ONE thread:
+ * element-wise kernels are plain loops the compiler vectorises. Causal attention has its own
+ * register-blocked kernels (backend_cpu.h): they compute only the causal triangle, where
+ * sgemm on each head's full 128 x 128 square spent as long packing as multiplying. OpenBLAS runs on ONE thread:
  * its threaded sgemm splits work differently with the thread count and machine load, which
  * changes the order of additions and so the bits of the result; one thread makes a run
  * bit-reproducible (same seed, same binary => same losses), and the data-parallel trainers
  * get their parallelism from ranks, one core each. openblas_set_num_threads(1) is called
  * on first use; OPENBLAS_NUM_THREADS in the environment is overridden.
  */
-#include "trainers/backend.h"
+#include "trainers/backend_cpu.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
@@ -21,35 +24,61 @@ static void cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alph
               k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-static void cpu_bias_add(float *y, const float *bias, int rows, int n) {
+/* The element-wise kernels (GELU is the largest: 4*d values per token per layer, twice),
+ * LayerNorm and attention are compiled for AVX-512 and AVX2 too, and the loader picks the
+ * best the CPU has (GCC's target_clones). Results may then differ in the last bits between
+ * CPUs (FMA contraction), never between runs on one machine. */
+#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+SIMD_CLONES static void cpu_bias_add(float *y, const float *bias, int rows, int n) {
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < n; j++)
       y[(size_t)r * n + j] += bias[j];
 }
 
-static void cpu_bias_grad(float *dbias, const float *dy, int rows, int n) {
+SIMD_CLONES static void cpu_bias_grad(float *dbias, const float *dy, int rows, int n) {
   for (int r = 0; r < rows; r++)
     for (int j = 0; j < n; j++)
       dbias[j] += dy[(size_t)r * n + j];
 }
 
-static void cpu_add(float *y, const float *x, size_t n) {
+SIMD_CLONES static void cpu_add(float *y, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++)
     y[i] += x[i];
 }
 
-static void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
-                              const float *b, int rows, int d) {
+/* Row sums in 16 partial sums (then added up), so the loops vectorise without
+ * reassociating one chain; with a single chain of dependent adds a 256-wide row took
+ * 4 cycles per element. */
+#define LN_LANES 16
+
+static inline float ln_sum(const float *x, int d) {
+  float part[LN_LANES] = {0}, s = 0.0f;
+  int nb = d / LN_LANES * LN_LANES;
+  for (int j = 0; j < nb; j += LN_LANES)
+    for (int l = 0; l < LN_LANES; l++) part[l] += x[j + l];
+  for (int j = nb; j < d; j++) s += x[j];
+  for (int l = 0; l < LN_LANES; l++) s += part[l];
+  return s;
+}
+
+static inline float ln_sqdev(const float *x, float mu, int d) {
+  float part[LN_LANES] = {0}, s = 0.0f;
+  int nb = d / LN_LANES * LN_LANES;
+  for (int j = 0; j < nb; j += LN_LANES)
+    for (int l = 0; l < LN_LANES; l++) part[l] += (x[j + l] - mu) * (x[j + l] - mu);
+  for (int j = nb; j < d; j++) s += (x[j] - mu) * (x[j] - mu);
+  for (int l = 0; l < LN_LANES; l++) s += part[l];
+  return s;
+}
+
+SIMD_CLONES static void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w,
+                                          const float *b, int rows, int d) {
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * d;
     float *o = out + (size_t)r * d;
-    float mu = 0.0f, var = 0.0f;
-    for (int j = 0; j < d; j++)
-      mu += xr[j];
-    mu /= (float)d;
-    for (int j = 0; j < d; j++)
-      var += (xr[j] - mu) * (xr[j] - mu);
-    float rs = 1.0f / sqrtf(var / (float)d + 1e-5f);
+    float mu = ln_sum(xr, d) / (float)d;
+    float rs = 1.0f / sqrtf(ln_sqdev(xr, mu, d) / (float)d + 1e-5f);
     for (int j = 0; j < d; j++)
       o[j] = (xr[j] - mu) * rs * w[j] + b[j];
     mean[r] = mu;
@@ -59,23 +88,34 @@ static void cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float 
 
 /* With xhat = (x - mean) * rstd and g = dout * w:
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
-static void cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
-                              const float *w, const float *mean, const float *rstd, int rows, int d) {
+SIMD_CLONES static void cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x,
+                                          const float *w, const float *mean, const float *rstd, int rows, int d) {
   for (int r = 0; r < rows; r++) {
     const float *xr = x + (size_t)r * d, *dr = dout + (size_t)r * d;
     float *dxr = dx + (size_t)r * d;
-    float mu = mean[r], rs = rstd[r], gsum = 0.0f, gxsum = 0.0f;
-    for (int j = 0; j < d; j++) {
+    float mu = mean[r], rs = rstd[r], gp[LN_LANES] = {0}, gxp[LN_LANES] = {0}, gsum = 0.0f, gxsum = 0.0f;
+    int nb = d / LN_LANES * LN_LANES;
+    for (int j = 0; j < nb; j += LN_LANES)
+      for (int l = 0; l < LN_LANES; l++) {
+        float xhat = (xr[j + l] - mu) * rs, g = dr[j + l] * w[j + l];
+        gp[l] += g;
+        gxp[l] += g * xhat;
+      }
+    for (int j = nb; j < d; j++) {
       float xhat = (xr[j] - mu) * rs, g = dr[j] * w[j];
       gsum += g;
       gxsum += g * xhat;
-      dw[j] += dr[j] * xhat;
-      db[j] += dr[j];
+    }
+    for (int l = 0; l < LN_LANES; l++) {
+      gsum += gp[l];
+      gxsum += gxp[l];
     }
     gsum /= (float)d;
     gxsum /= (float)d;
     for (int j = 0; j < d; j++) {
       float xhat = (xr[j] - mu) * rs;
+      dw[j] += dr[j] * xhat;
+      db[j] += dr[j];
       dxr[j] += rs * (dr[j] * w[j] - gsum - xhat * gxsum);
     }
   }
@@ -102,11 +142,6 @@ static inline float gelu_tanh(float u) {
   return 1.0f - 2.0f / (p * two_k + 1.0f);
 }
 
-/* GELU is the largest element-wise cost (4*d values per token per layer, twice), so it is
- * compiled for AVX-512 and AVX2 too and the loader picks the best the CPU has (GCC's
- * target_clones). Results may then differ in the last bits between CPUs (FMA contraction),
- * never between runs on one machine. */
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 SIMD_CLONES static void cpu_gelu_fwd(float *out, const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
@@ -174,6 +209,327 @@ static double cpu_cross_entropy(float *dlogits, const float *logits, const int *
     dl[targets[r]] -= 1.0f / (float)rows;
   }
   return total / rows;
+}
+
+static const gpt_backend cpu_backend;
+
+/* ---------------------------------------------------------------- causal attention
+ *
+ * Per (sequence, head), rows in blocks of ATT_RB = 4: S = Q K^T only for columns j <= the
+ * block's last row, softmax row by row while the block is in L1, Y = P V over j <= i. The
+ * backward mirrors it (dP = dY V^T, dS, dQ = dS K per row block; then dK = dS^T Q and
+ * dV = P^T dY per block of 4 output rows, summing over i >= j). Every inner product is a
+ * register-blocked kernel: 4 rows x up to 4 vectors of 16 floats of accumulators, one
+ * broadcast per row and one load per vector per step, so a step is 16 FMAs for 8 loads.
+ * Operands are first packed per head: K and V transposed to [hd][Tp] (Tp = T rounded up to
+ * 16, zero columns) for the row-times-matrix products, and rows to [T][hdp] (hdp = hd rounded
+ * up to 16, zero padded) for the weighted sums of rows. FLOPs: 2 T(T+1)/2 hd per product
+ * instead of 2 T^2 hd; bytes: each head's q, k, v, dy are read about twice (pack + use). */
+
+#define ATT_RB 4  /* rows per register block */
+#define ATT_VL 16 /* floats per vector */
+#define ATT_INLINE static inline __attribute__((always_inline))
+typedef float att_v __attribute__((vector_size(64)));
+
+/* Unaligned vector load and store; macros, since a function returning a 64-byte vector
+ * changes the ABI of the default (SSE2) clone. */
+#define ATT_LD(v, p) memcpy(&(v), (p), sizeof(att_v))
+#define ATT_ST(p, v) memcpy((p), &(v), sizeof(att_v))
+
+static size_t round16(size_t n) {
+  return (n + ATT_VL - 1) / ATT_VL * ATT_VL;
+}
+
+/* out[r][0 .. nv*16) = sum_c a[r][c] bt[c][..] for 4 rows (row r of a at a + r*lda). */
+ATT_INLINE void att_dot_nv(float *out, int ldo, const float *const a[ATT_RB], const float *bt, int ldb, int hd,
+                           const int nv) {
+  att_v acc[ATT_RB][4], zero = {0}; /* zeroed one by one: a memset keeps them in memory */
+  for (int r = 0; r < ATT_RB; r++)
+    for (int v = 0; v < 4; v++) acc[r][v] = zero;
+  for (int c = 0; c < hd; c++) {
+    const float *b = bt + (size_t)c * ldb;
+    for (int v = 0; v < nv; v++) {
+      att_v x;
+      ATT_LD(x, b + v * ATT_VL);
+      for (int r = 0; r < ATT_RB; r++) acc[r][v] += a[r][c] * x;
+    }
+  }
+  for (int r = 0; r < ATT_RB; r++)
+    for (int v = 0; v < nv; v++) ATT_ST(out + (size_t)r * ldo + v * ATT_VL, acc[r][v]);
+}
+
+/* out rows of 4 x (ncols rounded up to 16) from rows a (4 pointers) and bt [hd][ldb]. */
+ATT_INLINE void att_dot(float *out, int ldo, const float *const a[ATT_RB], const float *bt, int ldb, int hd,
+                        int ncols) {
+  for (int j = 0; j < ncols; j += 4 * ATT_VL, out += 4 * ATT_VL, bt += 4 * ATT_VL) {
+    int nv = (int)(round16((size_t)(ncols - j)) / ATT_VL);
+    if (nv >= 4) att_dot_nv(out, ldo, a, bt, ldb, hd, 4);
+    else if (nv == 3) att_dot_nv(out, ldo, a, bt, ldb, hd, 3);
+    else if (nv == 2) att_dot_nv(out, ldo, a, bt, ldb, hd, 2);
+    else att_dot_nv(out, ldo, a, bt, ldb, hd, 1);
+  }
+}
+
+/* Stores nr accumulator rows (width n floats of the chunk) into out rows. */
+ATT_INLINE void att_store_rows(float *out, int ldo, int nr, att_v acc[ATT_RB][4], int n, const int nv) {
+  for (int r = 0; r < nr; r++) {
+    if (n == nv * ATT_VL) {
+      for (int v = 0; v < nv; v++) ATT_ST(out + (size_t)r * ldo + v * ATT_VL, acc[r][v]);
+      continue;
+    }
+    float tmp[4 * ATT_VL];
+    for (int v = 0; v < nv; v++) ATT_ST(tmp + v * ATT_VL, acc[r][v]);
+    memcpy(out + (size_t)r * ldo, tmp, (size_t)n * sizeof(float));
+  }
+}
+
+/* Lower: out[i0 + r] = sum_{j <= i0 + r} w[r][j] x[j] for r < nr (w row r at w + r*ldw),
+ * on the vector chunk x[.][0 .. nv*16) of width n. */
+ATT_INLINE void att_lower_nv(float *out, int ldo, const float *w, int ldw, int i0, int nr, const float *x, int ldx,
+                             int n, const int nv) {
+  att_v acc[ATT_RB][4], zero = {0}; /* zeroed one by one: a memset keeps them in memory */
+  for (int r = 0; r < ATT_RB; r++)
+    for (int v = 0; v < 4; v++) acc[r][v] = zero;
+  const float *wrow[ATT_RB];
+  for (int r = 0; r < ATT_RB; r++) wrow[r] = w + (size_t)(r < nr ? r : 0) * ldw;
+  for (int j = 0; j < i0; j++) { /* below the diagonal block: every row takes every j */
+    const float *xj = x + (size_t)j * ldx;
+    for (int v = 0; v < nv; v++) {
+      att_v xv;
+      ATT_LD(xv, xj + v * ATT_VL);
+      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wrow[r][j] * xv;
+    }
+  }
+  for (int j = i0; j < i0 + nr; j++) {
+    const float *xj = x + (size_t)j * ldx;
+    float wr[ATT_RB];
+    for (int r = 0; r < ATT_RB; r++) wr[r] = r < nr && j <= i0 + r ? w[(size_t)r * ldw + j] : 0.0f;
+    for (int v = 0; v < nv; v++) {
+      att_v xv;
+      ATT_LD(xv, xj + v * ATT_VL);
+      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wr[r] * xv;
+    }
+  }
+  att_store_rows(out, ldo, nr, acc, n, nv);
+}
+
+/* Upper: out[j0 + r] = sum_{i >= j0 + r, i < T} w[i][j0 + r] x[i] for r < nr. */
+ATT_INLINE void att_upper_nv(float *out, int ldo, const float *w, int ldw, int j0, int nr, int T, const float *x,
+                             int ldx, int n, const int nv) {
+  att_v acc[ATT_RB][4], zero = {0}; /* zeroed one by one: a memset keeps them in memory */
+  for (int r = 0; r < ATT_RB; r++)
+    for (int v = 0; v < 4; v++) acc[r][v] = zero;
+  int diag_end = j0 + ATT_RB < T ? j0 + ATT_RB : T;
+  for (int i = diag_end; i < T; i++) { /* below the diagonal block (then nr is 4) */
+    const float *xi = x + (size_t)i * ldx, *wi = w + (size_t)i * ldw + j0;
+    for (int v = 0; v < nv; v++) {
+      att_v xv;
+      ATT_LD(xv, xi + v * ATT_VL);
+      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wi[r] * xv;
+    }
+  }
+  for (int i = j0; i < diag_end; i++) {
+    const float *xi = x + (size_t)i * ldx, *wi = w + (size_t)i * ldw + j0;
+    float wr[ATT_RB];
+    for (int r = 0; r < ATT_RB; r++) wr[r] = r < nr && i >= j0 + r ? wi[r] : 0.0f;
+    for (int v = 0; v < nv; v++) {
+      att_v xv;
+      ATT_LD(xv, xi + v * ATT_VL);
+      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wr[r] * xv;
+    }
+  }
+  att_store_rows(out, ldo, nr, acc, n, nv);
+}
+
+/* The two weighted sums over the row's width hd, in chunks of up to 4 vectors. */
+ATT_INLINE void att_lower(float *out, int ldo, const float *w, int ldw, int i0, int nr, const float *x, int ldx,
+                          int hd) {
+  for (int c = 0; c < hd; c += 4 * ATT_VL) {
+    int n = hd - c < 4 * ATT_VL ? hd - c : 4 * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
+    if (nv == 4) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 4);
+    else if (nv == 3) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 3);
+    else if (nv == 2) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 2);
+    else att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 1);
+  }
+}
+
+ATT_INLINE void att_upper(float *out, int ldo, const float *w, int ldw, int j0, int nr, int T, const float *x,
+                          int ldx, int hd) {
+  for (int c = 0; c < hd; c += 4 * ATT_VL) {
+    int n = hd - c < 4 * ATT_VL ? hd - c : 4 * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
+    if (nv == 4) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 4);
+    else if (nv == 3) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 3);
+    else if (nv == 2) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 2);
+    else att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 1);
+  }
+}
+
+/* Row pointers of a row block; rows past T repeat the first (computed, never stored). */
+static void att_rows(const float *a[ATT_RB], const float *base, size_t ld, int i0, int T) {
+  for (int r = 0; r < ATT_RB; r++) a[r] = base + (size_t)(i0 + r < T ? i0 + r : i0) * ld;
+}
+
+/* Packs n rows of width hd (stride ld) transposed into t [hd][ldt] and/or straight into
+ * p [n][ldp]; padding stays as allocated (zero). */
+static void att_pack(const float *src, size_t ld, int n, int hd, float *t, int ldt, float *p, int ldp) {
+  for (int j = 0; p && j < n; j++) memcpy(p + (size_t)j * ldp, src + (size_t)j * ld, (size_t)hd * sizeof(float));
+  /* Transposed in blocks of 16 rows, so each store fills one cache line of t. */
+  for (int j0 = 0; t && j0 < n; j0 += ATT_VL) {
+    int nj = n - j0 < ATT_VL ? n - j0 : ATT_VL;
+    const float *s = src + (size_t)j0 * ld;
+    for (int c = 0; c < hd; c++) {
+      float *tc = t + (size_t)c * ldt + j0;
+      for (int jj = 0; jj < nj; jj++) tc[jj] = s[(size_t)jj * ld + c];
+    }
+  }
+}
+
+/* e^x for x <= 0 (softmax arguments after the max is subtracted), to about 2 ulp: 2^k e^r
+ * with k = round(x / ln 2), |r| <= ln2 / 2, e^r by its degree-7 Taylor polynomial; below
+ * -87 it returns 0 up to float precision (2^-126 ~ 1e-38). Branch-free, so loops vectorise
+ * (glibc's expf is a call: it was a quarter of the attention forward). */
+ATT_INLINE float att_exp(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  float t = x * 1.4426950409f;
+  float k = (t + 12582912.0f) - 12582912.0f; /* round to nearest: adding 1.5 * 2^23 */
+  float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f; /* ln2 in two parts */
+  float p = 1.0f / 720 + r * (1.0f / 5040);
+  p = 1.0f / 24 + r * (1.0f / 120 + r * p);
+  p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * p)));
+  int32_t bits = ((int32_t)k + 127) << 23;
+  float two_k;
+  memcpy(&two_k, &bits, sizeof(two_k));
+  return p * two_k;
+}
+
+/* One row's causal softmax: p[0..i] = softmax(scale * s[0..i]). Max and sum keep 16
+ * partial results, so they vectorise without reassociating a single chain. */
+ATT_INLINE void att_softmax_row(float *p, const float *s, int i, float scale) {
+  int n = i + 1, nb = n / ATT_VL * ATT_VL;
+  float part[ATT_VL], mx = -INFINITY, sum = 0.0f;
+  for (int l = 0; l < ATT_VL; l++) part[l] = -INFINITY;
+  for (int j = 0; j < nb; j += ATT_VL)
+    for (int l = 0; l < ATT_VL; l++) part[l] = s[j + l] > part[l] ? s[j + l] : part[l];
+  for (int l = 0; l < ATT_VL; l++) mx = part[l] > mx ? part[l] : mx;
+  for (int j = nb; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+  for (int j = 0; j < n; j++) p[j] = att_exp(scale * (s[j] - mx));
+  for (int l = 0; l < ATT_VL; l++) part[l] = 0.0f;
+  for (int j = 0; j < nb; j += ATT_VL)
+    for (int l = 0; l < ATT_VL; l++) part[l] += p[j + l];
+  for (int l = 0; l < ATT_VL; l++) sum += part[l];
+  for (int j = nb; j < n; j++) sum += p[j];
+  float inv = 1.0f / sum;
+  for (int j = 0; j < n; j++) p[j] *= inv;
+}
+
+/* sum_j a[j] b[j] in 16 partial sums (vectorises, unlike one chain of dependent adds). */
+ATT_INLINE float att_dot_row(const float *a, const float *b, int n) {
+  float part[ATT_VL] = {0}, sum = 0.0f;
+  int nb = n / ATT_VL * ATT_VL;
+  for (int j = 0; j < nb; j += ATT_VL)
+    for (int l = 0; l < ATT_VL; l++) part[l] += a[j + l] * b[j + l];
+  for (int j = nb; j < n; j++) sum += a[j] * b[j];
+  for (int l = 0; l < ATT_VL; l++) sum += part[l];
+  return sum;
+}
+
+typedef struct att_work {
+  int Tp, hdp;
+  float *t, *rows1, *rows2, *s; /* [hd][Tp], [T][hdp] x 2, [T rounded to 4][Tp] */
+  void *mem;
+} att_work;
+
+static int att_work_alloc(att_work *w, int T, int hd, int full_s) {
+  w->Tp = (int)round16((size_t)T);
+  w->hdp = (int)round16((size_t)hd);
+  size_t nt = (size_t)hd * w->Tp, nr = (size_t)T * w->hdp;
+  size_t ns = (size_t)(full_s ? (T + ATT_RB - 1) / ATT_RB * ATT_RB : ATT_RB) * w->Tp;
+  w->mem = calloc(nt + 2 * nr + ns + ATT_VL, sizeof(float));
+  if (!w->mem) return -1;
+  w->t = w->mem;
+  w->rows1 = w->t + nt;
+  w->rows2 = w->rows1 + nr;
+  w->s = w->rows2 + nr;
+  return 0;
+}
+
+SIMD_CLONES static void att_head_fwd(const float *q, size_t ld, float *p, float *y, size_t ldy, int T, int hd,
+                                     float scale, att_work *w) {
+  const float *k = q + ld / 3, *v = k + ld / 3;
+  att_pack(k, ld, T, hd, w->t, w->Tp, NULL, 0);
+  att_pack(v, ld, T, hd, NULL, 0, w->rows1, w->hdp);
+  for (int i0 = 0; i0 < T; i0 += ATT_RB) {
+    int nr = T - i0 < ATT_RB ? T - i0 : ATT_RB;
+    const float *a[ATT_RB];
+    att_rows(a, q, ld, i0, T);
+    att_dot(w->s, w->Tp, a, w->t, w->Tp, hd, i0 + nr);
+    for (int r = 0; r < nr; r++) att_softmax_row(p + (size_t)(i0 + r) * T, w->s + (size_t)r * w->Tp, i0 + r, scale);
+    att_lower(y + (size_t)i0 * ldy, (int)ldy, p + (size_t)i0 * T, T, i0, nr, w->rows1, w->hdp, hd);
+  }
+}
+
+/* dP rows = dY V^T, then dS = scale * P * (dP - sum_j P dP) in place, row block by row block,
+ * each followed by its dQ rows; then dK and dV by blocks of output rows. */
+SIMD_CLONES static void att_head_bwd(const float *q, float *dq, size_t ld, const float *p, const float *dy,
+                                     size_t ldy, int T, int hd, float scale, att_work *w) {
+  const float *k = q + ld / 3, *v = k + ld / 3;
+  float *dk = dq + ld / 3, *dv = dk + ld / 3, *ds = w->s;
+  int Tp = w->Tp;
+  att_pack(v, ld, T, hd, w->t, Tp, NULL, 0);
+  att_pack(k, ld, T, hd, NULL, 0, w->rows1, w->hdp);
+  for (int i0 = 0; i0 < T; i0 += ATT_RB) {
+    int nr = T - i0 < ATT_RB ? T - i0 : ATT_RB;
+    const float *a[ATT_RB];
+    att_rows(a, dy, ldy, i0, T);
+    float *dsb = ds + (size_t)i0 * Tp;
+    att_dot(dsb, Tp, a, w->t, Tp, hd, i0 + nr);
+    for (int r = 0; r < nr; r++) {
+      int i = i0 + r;
+      const float *pi = p + (size_t)i * T;
+      float *d = dsb + (size_t)r * Tp, dot;
+      dot = att_dot_row(pi, d, i + 1);
+      for (int j = 0; j <= i; j++) d[j] = scale * pi[j] * (d[j] - dot);
+    }
+    att_lower(dq + (size_t)i0 * ld, (int)ld, dsb, Tp, i0, nr, w->rows1, w->hdp, hd);
+  }
+  att_pack(q, ld, T, hd, NULL, 0, w->rows1, w->hdp);
+  att_pack(dy, ldy, T, hd, NULL, 0, w->rows2, w->hdp);
+  for (int j0 = 0; j0 < T; j0 += ATT_RB) {
+    int nr = T - j0 < ATT_RB ? T - j0 : ATT_RB;
+    att_upper(dk + (size_t)j0 * ld, (int)ld, ds, Tp, j0, nr, T, w->rows1, w->hdp, hd);
+    att_upper(dv + (size_t)j0 * ld, (int)ld, p, T, j0, nr, T, w->rows2, w->hdp, hd);
+  }
+}
+
+int gpt_cpu_attention_fwd(const float *qkv, float *probs, float *atty, int B, int T, int H, int hd, float scale) {
+  att_work w;
+  if (att_work_alloc(&w, T, hd, 0)) return -1;
+  size_t d = (size_t)H * hd, ld = 3 * d;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++)
+      att_head_fwd(qkv + (size_t)b * T * ld + (size_t)h * hd, ld, probs + ((size_t)b * H + h) * T * T,
+                   atty + (size_t)b * T * d + (size_t)h * hd, d, T, hd, scale, &w);
+  free(w.mem);
+  return 0;
+}
+
+int gpt_cpu_attention_bwd(const float *qkv, const float *probs, const float *datty, float *dqkv, int B, int T,
+                          int H, int hd, float scale) {
+  att_work w;
+  if (att_work_alloc(&w, T, hd, 1)) return -1;
+  size_t d = (size_t)H * hd, ld = 3 * d;
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      size_t off = (size_t)b * T * ld + (size_t)h * hd;
+      att_head_bwd(qkv + off, dqkv + off, ld, probs + ((size_t)b * H + h) * T * T,
+                   datty + (size_t)b * T * d + (size_t)h * hd, d, T, hd, scale, &w);
+    }
+  free(w.mem);
+  return 0;
+}
+
+int gpt_backend_is_cpu(const gpt_backend *be) {
+  return be == &cpu_backend;
 }
 
 static const gpt_backend cpu_backend = {

@@ -3,8 +3,10 @@
  * All FLOPs go through the backend (backend.h); nearly all of them are sgemm calls:
  * per block 4 weight products forward (qkv, proj, fc, fcproj) and 8 backward, plus per
  * (sequence, head) two T x T x Q products forward (q k^T, p v) and four backward. The
- * heads are read in place from the [BT, 3d] qkv matrix with leading dimension 3d, so
- * attention needs no transposes or copies.
+ * heads are read in place from the [BT, 3d] qkv matrix with leading dimension 3d. With the
+ * CPU backend, attention runs in its causal kernels instead (backend_cpu.h: half the FLOPs,
+ * no per-head sgemm calls); the gemm path stays for any other backend. Linear layers start
+ * from the bias and accumulate the product onto it.
  */
 #include "trainers/gpt.h"
 
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainers/backend_cpu.h"
 #include "trainers/rng.h"
 
 static const char *const block_names[GPT_BLOCK_NTENSORS] = {
@@ -220,11 +223,14 @@ void gpt_embed_backward(gpt_model *m, float *g, const int *tokens, const float *
 
 /* ---------------------------------------------------------------- attention */
 
-/* For each sequence b and head h: S = Q K^T, P = causal softmax(S / sqrt(Q)), Y = P V. */
+/* For each sequence b and head h: S = Q K^T, P = causal softmax(S / sqrt(Q)), Y = P V.
+ * The CPU backend does it in one call on the causal triangle only (backend_cpu.h); any other
+ * backend, or that call out of memory, takes the generic path of full-square gemms. */
 static void attention_forward(gpt_model *m, gpt_block_acts *a, int B, int T) {
   const gpt_backend *be = m->be;
   int d = m->cfg.dmodel, H = m->cfg.heads, hd = d / H, ld = 3 * d;
   float scale = 1.0f / sqrtf((float)hd);
+  if (gpt_backend_is_cpu(be) && !gpt_cpu_attention_fwd(a->qkv, a->probs, a->atty, B, T, H, hd, scale)) return;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       const float *q = a->qkv + (size_t)b * T * ld + (size_t)h * hd;
@@ -243,6 +249,7 @@ static void attention_backward(gpt_model *m, const gpt_block_acts *a, const floa
   const gpt_backend *be = m->be;
   int d = m->cfg.dmodel, H = m->cfg.heads, hd = d / H, ld = 3 * d;
   float scale = 1.0f / sqrtf((float)hd), *ds = m->scratch_tt;
+  if (gpt_backend_is_cpu(be) && !gpt_cpu_attention_bwd(a->qkv, a->probs, datty, dqkv, B, T, H, hd, scale)) return;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       size_t qoff = (size_t)b * T * ld + (size_t)h * hd;
@@ -260,11 +267,14 @@ static void attention_backward(gpt_model *m, const gpt_block_acts *a, const floa
 
 /* ---------------------------------------------------------------- blocks */
 
-/* out[rows, n] = in[rows, k] W[k, n] + bias. */
+/* out[rows, n] = in[rows, k] W[k, n] + bias. The bias is copied into every row first and
+ * the product accumulated onto it (beta 1): one write pass instead of sgemm's zeroing pass
+ * for beta 0 plus a read-modify-write pass of bias_add. */
 static void linear_fwd(const gpt_backend *be, float *out, const float *in, const float *w, const float *bias,
                        int rows, int k, int n) {
-  be->gemm(false, false, rows, n, k, 1.0f, in, k, w, n, 0.0f, out, n);
-  be->bias_add(out, bias, rows, n);
+  for (int r = 0; r < rows; r++)
+    memcpy(out + (size_t)r * n, bias, (size_t)n * sizeof(float));
+  be->gemm(false, false, rows, n, k, 1.0f, in, k, w, n, 1.0f, out, n);
 }
 
 /* din = dout W^T (writes, or adds when accumulate), dW += in^T dout, dbias += sum dout. */

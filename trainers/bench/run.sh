@@ -1,0 +1,131 @@
+#!/bin/sh
+# trainers/bench/run.sh: `make bench-trainers`, weft-train-ddp against PyTorch DDP (Gloo) on
+# the same model, data and batch (weft issue 6), then report.py's table and targets.
+#
+#   trainers/bench/run.sh WEFTRUN WEFT_TRAIN_DDP [DATA]
+#
+# Two models (small: 4 layers, d 256, 4 heads, T 128, batch 16 per rank; large: 6 layers,
+# d 384, 6 heads, T 256, batch 8 per rank, the same 2048 tokens per rank and step), each on
+# 1 and 2 ranks, weft and torch interleaved, BENCH_ROUNDS rounds; report.py takes medians.
+# Each run's tokens/s is its median step after the warm-up steps. The per-rank peak is
+# measured first (weft-train-ddp's start-up FMA loop, on 1 and on 2 ranks at once; the
+# highest wins) and passed to every run with --peak-gflops, so every MFU divides by it.
+#
+# Knobs: BENCH_ROUNDS (3), BENCH_MODELS ("small large"), BENCH_RANKS ("1 2"),
+# BENCH_OUT (trainers-bench: the logs, one per run), BENCH_QUICK=1 (one round, fewer steps), PYTHON
+# (/usr/bin/python3: Debian's python3-torch lives there, not in a pyenv first on PATH),
+# BENCH_PEAK_GFLOPS (skip the measurement). Without torch it says how to install it
+# (trainers/bench/install-torch.sh) and measures weft alone.
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+weftrun=${1:?usage: run.sh WEFTRUN WEFT_TRAIN_DDP [DATA]}
+ddp=${2:?usage: run.sh WEFTRUN WEFT_TRAIN_DDP [DATA]}
+data=${3:-$here/../../../shared/data/tinyshakespeare.txt}
+PYTHON=${PYTHON:-/usr/bin/python3}
+rounds=${BENCH_ROUNDS:-3}
+models=${BENCH_MODELS:-small large}
+ranks_list=${BENCH_RANKS:-1 2}
+out=${BENCH_OUT:-trainers-bench}
+small_steps=20 small_warm=5 large_steps=10 large_warm=3
+if [ "${BENCH_QUICK:-0}" = 1 ]; then
+  rounds=1 small_steps=10 small_warm=3 large_steps=6 large_warm=2
+fi
+
+if [ ! -r "$data" ]; then
+  echo "bench-trainers: no training text at $data (give it as the third argument)" >&2
+  exit 1
+fi
+mkdir -p "$out"
+rm -f "$out"/*.log
+
+have_torch=1
+if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
+  have_torch=0
+  echo "bench-trainers: $PYTHON cannot import torch: measuring weft alone."
+  echo "  Install the peer with: sudo $here/install-torch.sh   (python3-torch + libopenblas0-pthread)"
+fi
+
+# Model flags and step counts per model name.
+model_flags() {
+  case $1 in
+    small) echo "--layers 4 --dmodel 256 --heads 4 --seq 128 --batch 16" ;;
+    large) echo "--layers 6 --dmodel 384 --heads 6 --seq 256 --batch 8" ;;
+    *) echo "bench-trainers: unknown model $1 (small or large)" >&2; exit 1 ;;
+  esac
+}
+steps_of() { if [ "$1" = small ]; then echo "$small_steps $small_warm"; else echo "$large_steps $large_warm"; fi; }
+
+# One thread per rank everywhere: OpenBLAS, OpenMP (torch's intra-op pool), MKL.
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
+# Measured once per rank count: weft-train-ddp --steps 0 prints the start-up peak and exits.
+measure_peak() {
+  if [ -n "${BENCH_PEAK_GFLOPS:-}" ]; then echo "$BENCH_PEAK_GFLOPS"; return; fi
+  "$weftrun" -n "$1" "$ddp" --data "$data" --steps 0 --eval-batches 0 --log none --plot none \
+    | sed -n 's/^# peak per rank: FMA loop \([0-9.]*\) GFLOP.*/\1/p' | head -n 1
+}
+
+run_weft() { # model ranks round peak
+  set -- "$1" "$2" "$3" "$4" $(steps_of "$1")
+  log="$out/$1-r$2-weft-$3.log"
+  echo "# bench: impl weft model $1 ranks $2 round $3 warmup $6 peak $4" >"$log"
+  "$weftrun" -n "$2" "$ddp" --data "$data" $(model_flags "$1") --steps "$5" --eval-batches 0 \
+    --log none --plot none --peak-gflops "$4" >>"$log" 2>&1 || echo "# bench: FAILED (exit $?)" >>"$log"
+}
+
+# Ranks by hand with torchrun's environment (Debian 12's torchrun fails on Python 3.11).
+run_torch() { # model ranks round peak
+  set -- "$1" "$2" "$3" "$4" $(steps_of "$1")
+  log="$out/$1-r$2-torch-$3.log"
+  echo "# bench: impl torch model $1 ranks $2 round $3 warmup $6 peak $4" >"$log"
+  port=$((20000 + $$ % 10000 + $3 * 17 + $2))
+  pids=
+  r=$(($2 - 1))
+  while [ "$r" -ge 0 ]; do
+    dest=/dev/null
+    [ "$r" = 0 ] && dest=$log.rank0
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=$2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$PYTHON" "$here/torch_gpt.py" --data "$data" $(model_flags "$1") --steps "$5" --warmup "$6" \
+      --peak-gflops "$4" >"$dest" 2>&1 &
+    pids="$pids $!"
+    r=$((r - 1))
+  done
+  status=0
+  for p in $pids; do wait "$p" || status=$?; done
+  cat "$log.rank0" >>"$log" && rm -f "$log.rank0"
+  [ "$status" = 0 ] || echo "# bench: FAILED (exit $status)" >>"$log"
+}
+
+# The per-core peak is a property of the core; on a busy machine a measurement can only come
+# out low (the FMA loop keeps its best of 10 tries), so the highest one is used everywhere.
+peak=0
+for R in $ranks_list; do
+  p=$(measure_peak "$R")
+  if [ -z "$p" ]; then
+    echo "bench-trainers: could not measure the peak with $ddp on $R ranks" >&2
+    exit 1
+  fi
+  echo "bench-trainers: peak per rank measured on $R rank(s): $p GFLOP/s (FMA loop)"
+  peak=$(echo "$peak $p" | awk '{print ($2 > $1) ? $2 : $1}')
+done
+echo "$peak" >"$out/peak"
+echo "bench-trainers: MFU of every run divides by $peak GFLOP/s per rank"
+
+for round in $(seq 1 "$rounds"); do
+  for model in $models; do
+    for R in $ranks_list; do
+      # Alternate who goes first, so neither always runs right after the other's load.
+      if [ $((round % 2)) = 1 ] || [ "$have_torch" = 0 ]; then
+        run_weft "$model" "$R" "$round" "$peak"
+        [ "$have_torch" = 1 ] && run_torch "$model" "$R" "$round" "$peak"
+      else
+        run_torch "$model" "$R" "$round" "$peak"
+        run_weft "$model" "$R" "$round" "$peak"
+      fi
+      echo "bench-trainers: round $round/$rounds $model on $R rank(s) done"
+    done
+  done
+done
+
+"$PYTHON" "$here/report.py" "$out"
