@@ -63,19 +63,25 @@ static void bc_post(weft__task *t, bc_state *st) {
   }
 }
 
-/* The root's own copy, one chunk per call, after its sends are under way. */
-static void bc_copy_one(weft__task *t, bc_state *st) {
-  if (st->copied == st->nchunks) return;
-  size_t k = st->copied++;
-  size_t off = k * st->chunk * st->esize;
-  memcpy((char *)t->recvbuf + off, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize);
+/* The root's own copy, after its sends are under way: one chunk per call, and never behind
+ * the sends. Copying only one per call made the copy trail the sends by hundreds of chunks
+ * on large buffers; once the sends were done, each remaining chunk cost a whole back-off of
+ * the wait loop (up to a futex sleep), since a memcpy is not transport progress: 256 MiB took
+ * 208 ms out-of-place against 18 ms in-place. */
+static void bc_copy(weft__task *t, bc_state *st) {
+  do {
+    if (st->copied == st->nchunks) return;
+    size_t k = st->copied++;
+    size_t off = k * st->chunk * st->esize;
+    memcpy((char *)t->recvbuf + off, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize);
+  } while (st->copied < st->posted_send);
 }
 
 static weft_status_t bc_progress(weft__task *t) {
   bc_state *st = t->state;
   bc_advance(st);
   bc_post(t, st);
-  bc_copy_one(t, st);
+  bc_copy(t, st);
   if (st->copied < st->nchunks) return WEFT_IN_PROGRESS;
   int recv_done = !st->has_recv || st->done_recv == st->nchunks;
   int send_done = !st->has_send || st->done_send == st->nchunks;
