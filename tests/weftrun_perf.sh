@@ -46,7 +46,7 @@ check_perf() {
   fi
 }
 
-echo "1..28"
+echo "1..29"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -129,6 +129,21 @@ if [ $rc -eq 0 ] && [ "$(grep -c 'local [0-2]/3 id 256$' "$out")" -eq 3 ] &&
 else
   echo "# exit status $rc"
   not_ok "weftrun gives every rank its environment"
+fi
+
+# --bind-to core pins rank r to the r-th allowed CPU (mod their number); a bad value is refused.
+timeout 60 ./weftrun -n 3 --bind-to core sh -c 'echo "rank $WEFT_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"' >"$out" 2>&1
+rc=$?
+ncpu=$(grep -c . "$out")
+single=$(grep -Ec '^rank [0-2] [0-9]+$' "$out")
+timeout 60 ./weftrun -n 2 --bind-to socket true >>"$out" 2>&1
+bad=$?
+if [ $rc -eq 0 ] && [ "$ncpu" -eq 3 ] && [ "$single" -eq 3 ] && [ $bad -eq 2 ] &&
+   grep -q "bind-to takes core or none" "$out"; then
+  ok "weftrun --bind-to core gives each rank one CPU"
+else
+  echo "# exit status $rc / $bad, $single of $ncpu ranks on one CPU"
+  not_ok "weftrun --bind-to core gives each rank one CPU"
 fi
 
 # weft-tune --measure: fits the tuner's model here and prints a WEFT_TUNER_MODEL the tuner

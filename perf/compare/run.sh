@@ -147,6 +147,11 @@ done
 # ---- one sweep of one library; its output goes to raw/COLL.LIB.rROUND.* ----
 
 STATUS=0
+# Open MPI's mpirun binds each rank to a core by default when there are at most 2 ranks
+# (to a package above that); weft's ranks get the same placement through weftrun, so the
+# comparison is like for like. COMPARE_BIND=none turns it off.
+BIND=
+if [ "${COMPARE_BIND:-auto}" != none ] && [ "$NP" -le 2 ]; then BIND="--bind-to core"; fi
 run_weft() {
   local coll=$1 base=$2 tool
   tool=$BUILD/$(weft_tool "$coll")
@@ -154,7 +159,7 @@ run_weft() {
   local json=()
   "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.json")
   # shellcheck disable=SC2086 # WEFT_FLAGS is a list of flags
-  WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" "$tool" "${SWEEP[@]}" \
+  WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" $BIND "$tool" "${SWEEP[@]}" \
     -d float -o sum -c 1 $WEFT_FLAGS "${json[@]}" >"$base.txt" 2>"$base.err"
 }
 
