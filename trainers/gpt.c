@@ -87,10 +87,37 @@ static int layout_init(gpt_layout *lay, const gpt_config *c) {
   return 0;
 }
 
+int gpt_block_acts_alloc(gpt_block_acts *a, const gpt_config *cfg, int batch, int T) {
+  size_t BT = (size_t)batch * T, d = (size_t)cfg->dmodel, H = (size_t)cfg->heads;
+  int ok = 1;
+#define ALLOC(p, n) ((p) = calloc((n), sizeof(float)), ok &= (p) != NULL)
+  ALLOC(a->ln1, BT * d);
+  ALLOC(a->ln1_mean, BT);
+  ALLOC(a->ln1_rstd, BT);
+  ALLOC(a->qkv, BT * 3 * d);
+  ALLOC(a->probs, (size_t)batch * H * T * T);
+  ALLOC(a->atty, BT * d);
+  ALLOC(a->xmid, BT * d);
+  ALLOC(a->ln2, BT * d);
+  ALLOC(a->ln2_mean, BT);
+  ALLOC(a->ln2_rstd, BT);
+  ALLOC(a->fc, BT * 4 * d);
+  ALLOC(a->gelu, BT * 4 * d);
+#undef ALLOC
+  return ok ? 0 : -1;
+}
+
+void gpt_block_acts_free(gpt_block_acts *a) {
+  float *bufs[] = {a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->probs, a->atty,
+                   a->xmid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fc,    a->gelu};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+    free(bufs[i]);
+}
+
 /* Activation memory: one allocation per array keeps the code plain; sizes are B*T rows. */
 static int acts_alloc(gpt_model *m) {
   size_t BT = (size_t)m->max_batch * m->cfg.seq, d = (size_t)m->cfg.dmodel, T = (size_t)m->cfg.seq;
-  size_t H = (size_t)m->cfg.heads, L = (size_t)m->cfg.layers;
+  size_t L = (size_t)m->cfg.layers;
   int ok = 1;
 #define ALLOC(p, n) ((p) = calloc((n), sizeof(*(p))), ok &= (p) != NULL)
   ALLOC(m->res, L + 1);
@@ -98,21 +125,8 @@ static int acts_alloc(gpt_model *m) {
   if (!ok) return -1;
   for (size_t l = 0; l <= L; l++)
     ALLOC(m->res[l], BT * d);
-  for (size_t l = 0; l < L; l++) {
-    gpt_block_acts *a = &m->acts[l];
-    ALLOC(a->ln1, BT * d);
-    ALLOC(a->ln1_mean, BT);
-    ALLOC(a->ln1_rstd, BT);
-    ALLOC(a->qkv, BT * 3 * d);
-    ALLOC(a->probs, (size_t)m->max_batch * H * T * T);
-    ALLOC(a->atty, BT * d);
-    ALLOC(a->xmid, BT * d);
-    ALLOC(a->ln2, BT * d);
-    ALLOC(a->ln2_mean, BT);
-    ALLOC(a->ln2_rstd, BT);
-    ALLOC(a->fc, BT * 4 * d);
-    ALLOC(a->gelu, BT * 4 * d);
-  }
+  for (size_t l = 0; l < L; l++)
+    ok &= gpt_block_acts_alloc(&m->acts[l], &m->cfg, m->max_batch, m->cfg.seq) == 0;
   ALLOC(m->lnf, BT * d);
   ALLOC(m->lnf_mean, BT);
   ALLOC(m->lnf_rstd, BT);
@@ -154,13 +168,8 @@ oom:
 
 void gpt_model_free(gpt_model *m) {
   if (!m) return;
-  for (int l = 0; m->acts && l < m->cfg.layers; l++) {
-    gpt_block_acts *a = &m->acts[l];
-    float *bufs[] = {a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->probs, a->atty,
-                     a->xmid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fc,    a->gelu};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
-      free(bufs[i]);
-  }
+  for (int l = 0; m->acts && l < m->cfg.layers; l++)
+    gpt_block_acts_free(&m->acts[l]);
   for (int l = 0; m->res && l <= m->cfg.layers; l++)
     free(m->res[l]);
   float *bufs[] = {m->params,  m->grads,   m->lnf,       m->lnf_mean,   m->lnf_rstd,   m->logits,

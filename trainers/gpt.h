@@ -98,6 +98,14 @@ typedef struct gpt_model {
   double loss;                                             /* of the last forward, before rounding to float */
 } gpt_model;
 
+/* Allocates one block's saved activations for up to batch sequences of T positions (B*T
+ * rows; probs is [batch, H, T, T]), zeroed. Returns 0, or -1 out of memory (what was
+ * allocated stays in *a for gpt_block_acts_free). Not thread-safe on the same *a. Used by
+ * gpt_model_create and by trainers that keep several activation sets (pipeline stages). */
+int gpt_block_acts_alloc(gpt_block_acts *a, const gpt_config *cfg, int batch, int T);
+/* Frees what gpt_block_acts_alloc allocated (NULL fields are fine); *a is not cleared. */
+void gpt_block_acts_free(gpt_block_acts *a);
+
 /* Checks a config; on error writes a message to err (may be NULL) and returns -1. */
 int gpt_config_check(const gpt_config *cfg, char *err, size_t errlen);
 

@@ -25,7 +25,7 @@ static int is_last(const pp_stage *p) { return p->s == p->P - 1; }
  * the head's. Everything else stays NULL. */
 static int slot_init(const pp_stage *p, gpt_model *m) {
   const gpt_model *b = p->base;
-  size_t BT = (size_t)p->mb * p->T, d = (size_t)b->cfg.dmodel, T = (size_t)p->T, H = (size_t)b->cfg.heads;
+  size_t BT = (size_t)p->mb * p->T, d = (size_t)b->cfg.dmodel;
   int L = b->cfg.layers, ok = 1;
   *m = *b;
   m->lnf = m->lnf_mean = m->lnf_rstd = m->logits = NULL;
@@ -34,21 +34,8 @@ static int slot_init(const pp_stage *p, gpt_model *m) {
   if (!m->res || !m->acts) return -1;
 #define ALLOC(q, n) ((q) = calloc((n), sizeof(float)), ok &= (q) != NULL)
   for (int l = p->first; l <= p->first + p->nblocks; l++) ALLOC(m->res[l], BT * d);
-  for (int l = p->first; l < p->first + p->nblocks; l++) {
-    gpt_block_acts *a = &m->acts[l];
-    ALLOC(a->ln1, BT * d);
-    ALLOC(a->ln1_mean, BT);
-    ALLOC(a->ln1_rstd, BT);
-    ALLOC(a->qkv, BT * 3 * d);
-    ALLOC(a->probs, (size_t)p->mb * H * T * T);
-    ALLOC(a->atty, BT * d);
-    ALLOC(a->xmid, BT * d);
-    ALLOC(a->ln2, BT * d);
-    ALLOC(a->ln2_mean, BT);
-    ALLOC(a->ln2_rstd, BT);
-    ALLOC(a->fc, BT * 4 * d);
-    ALLOC(a->gelu, BT * 4 * d);
-  }
+  for (int l = p->first; l < p->first + p->nblocks; l++)
+    ok &= gpt_block_acts_alloc(&m->acts[l], &b->cfg, p->mb, p->T) == 0;
   if (is_last(p)) {
     ALLOC(m->lnf, BT * d);
     ALLOC(m->lnf_mean, BT);
@@ -60,12 +47,7 @@ static int slot_init(const pp_stage *p, gpt_model *m) {
 }
 
 static void slot_free(gpt_model *m, int L) {
-  for (int l = 0; m->acts && l < L; l++) {
-    gpt_block_acts *a = &m->acts[l];
-    float *bufs[] = {a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->probs, a->atty,
-                     a->xmid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fc,    a->gelu};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) free(bufs[i]);
-  }
+  for (int l = 0; m->acts && l < L; l++) gpt_block_acts_free(&m->acts[l]);
   for (int l = 0; m->res && l <= L; l++) free(m->res[l]);
   free(m->res);
   free(m->acts);
