@@ -444,17 +444,20 @@ typedef struct {
   int random;        /* run the random-float check instead of the sweep */
 } hier_case;
 
-static int hier_body(harness_rank *r) {
-  const hier_case *hc = r->arg;
+/* Creates r's communicator as a rank of emulated host hosts[rank]; 0, or the failure count. */
+static int init_on_emulated_host(harness_rank *r, const char *hosts) {
   char id[32];
-  snprintf(id, sizeof id, "weft-test-host-%c", hc->hosts[r->rank]);
+  snprintf(id, sizeof id, "weft-test-host-%c", hosts[r->rank]);
   setenv("WEFT_HOSTID", id, 1);
   weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
-  if (st != WEFT_SUCCESS) {
-    r->comm = NULL;
-    return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st),
-                        weft_get_last_error(NULL));
-  }
+  if (st == WEFT_SUCCESS) return 0;
+  r->comm = NULL;
+  return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st), weft_get_last_error(NULL));
+}
+
+static int hier_body(harness_rank *r) {
+  const hier_case *hc = r->arg;
+  if (init_on_emulated_host(r, hc->hosts)) return r->failures;
   return hc->random ? random_float_body(r) : sweep_body(r);
 }
 
@@ -563,14 +566,7 @@ static int rs_sweep_body(harness_rank *r) {
 /* Init on the emulated host of hc->hosts, then the collective's sweep. */
 static int hier_any_body(harness_rank *r) {
   const hier_case *hc = r->arg;
-  char id[32];
-  snprintf(id, sizeof id, "weft-test-host-%c", hc->hosts[r->rank]);
-  setenv("WEFT_HOSTID", id, 1);
-  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
-  if (st != WEFT_SUCCESS) {
-    r->comm = NULL;
-    return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st), weft_get_last_error(NULL));
-  }
+  if (init_on_emulated_host(r, hc->hosts)) return r->failures;
   const char *name = "?";
   static const char *coll_names[] = {[WEFT__COLL_ALL_GATHER] = "all_gather", [WEFT__COLL_BROADCAST] = "broadcast",
                                      [WEFT__COLL_REDUCE_SCATTER] = "reduce_scatter", [WEFT__COLL_ALL_REDUCE] = "all_reduce",
