@@ -18,7 +18,7 @@
 #include "lib/sockutil.h"
 #include "lib/status.h"
 
-static int family_wanted(void) {
+int weft__sock_family_wanted(void) {
   const char *f = weft__env_str("WEFT_SOCKET_FAMILY", NULL);
   if (f == NULL) return AF_UNSPEC;
   if (strcmp(f, "AF_INET") == 0 || strcmp(f, "4") == 0) return AF_INET;
@@ -62,7 +62,7 @@ weft_status_t weft__sockaddr_pick_local(weft__sockaddr *out, char *ifname, size_
   if (getifaddrs(&all) != 0)
     return weft__error(NULL, WEFT_ERR_SYSTEM, "getifaddrs failed: %s", strerror(errno));
   const char *want = weft__env_str("WEFT_SOCKET_IFNAME", NULL);
-  int family = family_wanted();
+  int family = weft__sock_family_wanted();
   const struct ifaddrs *ifa = find(all, want, 0, family);
   if (ifa == NULL && want == NULL) ifa = find(all, NULL, 1, family);
   if (ifa == NULL) {
@@ -135,7 +135,7 @@ weft_status_t weft__sockaddr_parse(const char *host, const char *port, weft__soc
                          "address '%s' is not host:port or [v6addr]:port", host);
   }
   struct addrinfo hints = {0}, *res = NULL;
-  hints.ai_family = family_wanted();
+  hints.ai_family = weft__sock_family_wanted();
   hints.ai_socktype = SOCK_STREAM;
   int rc = getaddrinfo(h, p, &hints, &res);
   if (rc != 0 || res == NULL)

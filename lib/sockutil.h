@@ -40,4 +40,7 @@ int weft__sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_n
 int weft__sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns);
 int weft__sock_set_nonblock(int fd, int on);
 int weft__sock_set_nodelay(int fd);
+/* The address family WEFT_SOCKET_FAMILY asks for: AF_INET ("AF_INET" or "4"), AF_INET6
+ * ("AF_INET6" or "6"), else AF_UNSPEC (either). Reads the environment; thread-safe. */
+int weft__sock_family_wanted(void);
 #endif

@@ -25,6 +25,7 @@
 #include <string.h>
 #include "lib/comm.h"
 #include "lib/env.h"
+#include "lib/sockutil.h"
 #include "lib/log.h"
 #include "lib/status.h"
 #include "topo/topo.h"
@@ -161,20 +162,12 @@ int weft__topo_place_thread(struct weft_comm *comm) {
 }
 
 /* ---- the NIC of the socket transport -------------------------------------------------- */
-static int family_wanted(void) {
-  const char *f = weft__env_str("WEFT_SOCKET_FAMILY", NULL);
-  if (f == NULL) return AF_UNSPEC;
-  if (strcmp(f, "AF_INET") == 0 || strcmp(f, "4") == 0) return AF_INET;
-  if (strcmp(f, "AF_INET6") == 0 || strcmp(f, "6") == 0) return AF_INET6;
-  return AF_UNSPEC;
-}
-
 /* name's address (IPv4 before a non-link-local IPv6), port 0; 0 when it has one and is up. */
 static int nic_addr(const char *name, weft__sockaddr *out) {
   struct ifaddrs *all;
   if (getifaddrs(&all) != 0) return -1;
   const struct ifaddrs *v4 = NULL, *v6 = NULL;
-  int family = family_wanted();
+  int family = weft__sock_family_wanted();
   for (struct ifaddrs *a = all; a != NULL; a = a->ifa_next) {
     if (a->ifa_addr == NULL || !(a->ifa_flags & IFF_UP) || strcmp(a->ifa_name, name) != 0) continue;
     int f = a->ifa_addr->sa_family;

@@ -45,7 +45,7 @@ static void block_sizes(int d, size_t sz[GPT_BLOCK_NTENSORS]) {
   memcpy(sz, s, sizeof(s));
 }
 
-static void add_tensor(gpt_layout *lay, const char *name, size_t *off, size_t size, int unit, int decay) {
+void gpt_layout_add_tensor(gpt_layout *lay, const char *name, size_t *off, size_t size, int unit, int decay) {
   gpt_tensor *t = &lay->tensors[lay->ntensors++];
   snprintf(t->name, sizeof(t->name), "%s", name);
   t->offset = *off;
@@ -68,20 +68,20 @@ static int layout_init(gpt_layout *lay, const gpt_config *c) {
     lay->block_off[i] = lay->block_size;
     lay->block_size += sz[i];
   }
-  add_tensor(lay, "wte", &off, (size_t)c->vocab * d, 0, 1);
-  add_tensor(lay, "wpe", &off, (size_t)c->seq * d, 0, 1);
+  gpt_layout_add_tensor(lay, "wte", &off, (size_t)c->vocab * d, 0, 1);
+  gpt_layout_add_tensor(lay, "wpe", &off, (size_t)c->seq * d, 0, 1);
   for (int l = 0; l < L; l++) {
     lay->unit_offset[1 + l] = off;
     for (int i = 0; i < GPT_BLOCK_NTENSORS; i++) {
       char name[32];
       snprintf(name, sizeof(name), "h%d.%s", l, block_names[i]);
       int decay = i == GPT_QKV_W || i == GPT_PROJ_W || i == GPT_FC_W || i == GPT_FCPROJ_W;
-      add_tensor(lay, name, &off, sz[i], 1 + l, decay);
+      gpt_layout_add_tensor(lay, name, &off, sz[i], 1 + l, decay);
     }
   }
   lay->unit_offset[L + 1] = off;
-  add_tensor(lay, "lnf_w", &off, d, L + 1, 0);
-  add_tensor(lay, "lnf_b", &off, d, L + 1, 0);
+  gpt_layout_add_tensor(lay, "lnf_w", &off, d, L + 1, 0);
+  gpt_layout_add_tensor(lay, "lnf_b", &off, d, L + 1, 0);
   lay->unit_offset[L + 2] = off;
   lay->total = off;
   return 0;

@@ -98,6 +98,11 @@ typedef struct gpt_model {
   double loss;                                             /* of the last forward, before rounding to float */
 } gpt_model;
 
+/* Appends a tensor of size floats at *off to lay (lay->tensors must have room; the caller
+ * sized it) and advances *off by size. unit and decay as in gpt_tensor; name is truncated
+ * to 31 characters. For trainers that build their own layout (MoE) from gpt's pieces. */
+void gpt_layout_add_tensor(gpt_layout *lay, const char *name, size_t *off, size_t size, int unit, int decay);
+
 /* Allocates one block's saved activations for up to batch sequences of T positions (B*T
  * rows; probs is [batch, H, T, T]), zeroed. Returns 0, or -1 out of memory (what was
  * allocated stays in *a for gpt_block_acts_free). Not thread-safe on the same *a. Used by

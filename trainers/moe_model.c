@@ -16,16 +16,6 @@
 
 static const char *const expert_names[MOE_EXPERT_NTENSORS] = {"fc_w", "fc_b", "fcproj_w", "fcproj_b"};
 
-static void add_tensor(gpt_layout *lay, const char *name, size_t *off, size_t size, int unit, int decay) {
-  gpt_tensor *t = &lay->tensors[lay->ntensors++];
-  snprintf(t->name, sizeof(t->name), "%s", name);
-  t->offset = *off;
-  t->size = size;
-  t->unit = unit;
-  t->decay = decay;
-  *off += size;
-}
-
 /* Replicated units 0 .. L+1, reusing the GPT layout's tensors where they are the same. */
 static void layout_replicated(moe_model *m, size_t *off) {
   const gpt_layout *gl = &m->g->lay;
@@ -33,24 +23,24 @@ static void layout_replicated(moe_model *m, size_t *off) {
   size_t d = (size_t)m->mc.dmodel;
   gpt_layout *lay = &m->lay;
   for (int i = 0; i < 2; i++) /* wte, wpe */
-    add_tensor(lay, gl->tensors[i].name, off, gl->tensors[i].size, 0, gl->tensors[i].decay);
+    gpt_layout_add_tensor(lay, gl->tensors[i].name, off, gl->tensors[i].size, 0, gl->tensors[i].decay);
   for (int l = 0; l < L; l++) {
     lay->unit_offset[1 + l] = *off;
     for (int i = 0; i <= GPT_PROJ_B; i++) {
       const gpt_tensor *t = &gl->tensors[2 + l * GPT_BLOCK_NTENSORS + i];
-      add_tensor(lay, t->name, off, t->size, 1 + l, t->decay);
+      gpt_layout_add_tensor(lay, t->name, off, t->size, 1 + l, t->decay);
     }
     char name[32];
     const char *base[3] = {"ln2_w", "ln2_b", "router_w"};
     size_t size[3] = {d, d, d * m->mc.experts};
     for (int i = 0; i < 3; i++) {
       snprintf(name, sizeof(name), "h%d.%s", l, base[i]);
-      add_tensor(lay, name, off, size[i], 1 + l, i == 2);
+      gpt_layout_add_tensor(lay, name, off, size[i], 1 + l, i == 2);
     }
   }
   lay->unit_offset[L + 1] = *off;
-  add_tensor(lay, "lnf_w", off, d, L + 1, 0);
-  add_tensor(lay, "lnf_b", off, d, L + 1, 0);
+  gpt_layout_add_tensor(lay, "lnf_w", off, d, L + 1, 0);
+  gpt_layout_add_tensor(lay, "lnf_b", off, d, L + 1, 0);
   lay->unit_offset[L + 2] = *off;
 }
 
@@ -75,7 +65,7 @@ static int layout_init(moe_model *m) {
         char name[32];
         snprintf(name, sizeof(name), "h%d.e%d.%s", l, m->ex.rank * El + j, expert_names[i]);
         size_t sz = moe_expert_off(&m->mc, i + 1) - moe_expert_off(&m->mc, i);
-        add_tensor(lay, name, &off, sz, L + 2, i == MOE_FC_W || i == MOE_FCPROJ_W);
+        gpt_layout_add_tensor(lay, name, &off, sz, L + 2, i == MOE_FC_W || i == MOE_FCPROJ_W);
       }
   lay->unit_offset[L + 3] = off;
   lay->total = off;
