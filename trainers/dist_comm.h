@@ -36,7 +36,7 @@ int gpt_dist_reduce(const gpt_dist *d, void *v, size_t n, weft_datatype_t type, 
 int gpt_dist_average(const gpt_dist *d, double *v, size_t n, const char *what);
 
 /* given > 0: that peak, marked "given". Otherwise a barrier, gpt_measure_peak on every
- * rank, and the FMA and sgemm figures averaged over ranks. */
+ * rank, and the highest FMA and sgemm figures of any rank (the least disturbed). */
 int gpt_dist_measure_peak(const gpt_dist *d, float given, gpt_peak *p);
 
 #endif
