@@ -6,6 +6,7 @@
  * counters are exact and a progress call costs O(1) when nothing moved. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "algos/ring.h"
 #include "lib/comm.h"
 #include "lib/status.h"
@@ -93,6 +94,12 @@ weft_status_t weft__ring_driver_progress(weft__ring_driver *d, weft__task *t) {
 }
 
 void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
+  if (extra <= sizeof(t->state_inline) && hdr <= sizeof(t->state_inline) - extra) {
+    memset(t->state_inline, 0, hdr + extra);
+    t->state = t->state_inline;
+    *st = WEFT_SUCCESS;
+    return t->state;
+  }
   void *p = extra <= SIZE_MAX - hdr ? calloc(1, hdr + extra) : NULL;
   if (p == NULL) {
     *st = weft__error(t->comm, WEFT_ERR_NO_MEMORY,

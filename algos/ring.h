@@ -157,7 +157,8 @@ weft_status_t weft__ring_driver_progress(weft__ring_driver *d, struct weft__task
 /* ---- Helpers shared by every algorithm ------------------------------------------------ */
 static inline size_t weft__align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* calloc's hdr + extra bytes as t->state (freed with the task); on failure raises
+/* hdr + extra zeroed bytes as t->state: inside the task when they fit in its state_inline
+ * (no allocation), else calloc'd (freed with the task); on failure raises
  * WEFT_ERR_NO_MEMORY naming the rank and operation, stores it in *st and returns NULL. */
 void *weft__algo_state_alloc(struct weft__task *t, size_t hdr, size_t extra, weft_status_t *st);
 #endif

@@ -81,14 +81,16 @@ static weft_status_t null_comm(weft__coll_t coll) {
 }
 
 /* Checks the call and describes it as a new task (not yet launched). */
-static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft__task **out) {
+static weft_status_t check_call(struct weft_comm *comm, const call_args *a) {
   if (comm == NULL) return null_comm(a->coll);
   WEFT_TRY(check_args(comm, a));
   if (atomic_load(&comm->aborted))
     return weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: %s: the communicator was aborted", comm->rank,
                        weft__coll_name(a->coll));
-  weft__task *t = NULL;
-  WEFT_TRY(weft__task_new(comm, a->coll, &t));
+  return WEFT_SUCCESS;
+}
+
+static void fill_task(weft__task *t, const call_args *a) {
   t->sendbuf = a->sendbuf;
   t->recvbuf = a->recvbuf;
   t->count = a->count;
@@ -96,6 +98,13 @@ static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft_
   t->op = is_reduction(a->coll) ? a->op : WEFT_SUM;
   t->root = a->root;
   t->peer = a->peer;
+}
+
+static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft__task **out) {
+  WEFT_TRY(check_call(comm, a));
+  weft__task *t = NULL;
+  WEFT_TRY(weft__task_new(comm, a->coll, &t));
+  fill_task(t, a);
   *out = t;
   return WEFT_SUCCESS;
 }
@@ -106,7 +115,18 @@ static weft_status_t submit(weft__task *t, weft_stream_t stream) {
   return weft__launch_now(t, stream);
 }
 
+/* A blocking call outside a group runs to completion before returning, so its task lives
+ * on this stack frame: with the algorithm's state inline, no heap allocation at all. */
 static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_stream_t stream) {
+  if (stream == NULL && !weft__group_active()) {
+    WEFT_TRY(check_call(comm, a));
+    weft__task t;
+    weft__task_init(&t, comm, a->coll);
+    fill_task(&t, a);
+    weft_status_t st = weft__task_run(&t);
+    weft__task_release(&t);
+    return st;
+  }
   weft__task *t = NULL;
   WEFT_TRY(make_task(comm, a, &t));
   return submit(t, stream);

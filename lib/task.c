@@ -51,22 +51,46 @@ const char *weft__coll_name(weft__coll_t coll) {
   return (unsigned)coll < WEFT__NUM_COLLS ? coll_names[coll] : "unknown operation";
 }
 
-weft_status_t weft__task_new(struct weft_comm *comm, weft__coll_t coll, weft__task **out) {
-  weft__task *t = calloc(1, sizeof(*t));
-  if (t == NULL) return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: %s: out of memory", comm->rank, weft__coll_name(coll));
+void weft__task_init(weft__task *t, struct weft_comm *comm, weft__coll_t coll) {
+  /* Field by field: zeroing the inline state too would cost more than the malloc it saves. */
   t->comm = comm;
   t->coll = coll;
+  t->seq = 0;
+  t->sendbuf = NULL;
+  t->recvbuf = NULL;
+  t->count = 0;
+  t->dtype = WEFT_FLOAT32;
+  t->op = WEFT_SUM;
   t->root = -1;
   t->peer = -1;
+  t->p2p = NULL;
+  t->np2p = 0;
+  t->vcounts = NULL;
+  t->algo = NULL;
+  t->state = NULL;
+  t->next = NULL;
+}
+
+weft_status_t weft__task_new(struct weft_comm *comm, weft__coll_t coll, weft__task **out) {
+  weft__task *t = malloc(sizeof(*t));
+  if (t == NULL) return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: %s: out of memory", comm->rank, weft__coll_name(coll));
+  weft__task_init(t, comm, coll);
   *out = t;
   return WEFT_SUCCESS;
 }
 
-void weft__task_free(weft__task *t) {
-  if (t == NULL) return;
-  free(t->state);
+void weft__task_release(weft__task *t) {
+  if (t->state != (void *)t->state_inline) free(t->state);
   free(t->p2p);
   free(t->vcounts);
+  t->state = NULL;
+  t->p2p = NULL;
+  t->vcounts = NULL;
+}
+
+void weft__task_free(weft__task *t) {
+  if (t == NULL) return;
+  weft__task_release(t);
   free(t);
 }
 
