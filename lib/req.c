@@ -1,6 +1,7 @@
 /* req.c: request queues per connection and the progress pass over a communicator. */
 #include <string.h>
 #include "lib/comm.h"
+#include "lib/copy_stream.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/req.h"
@@ -38,7 +39,8 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
   if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
   char *dst = (char *)r->dst + r->done;
   if (r->acc == NULL) {
-    memcpy(dst, data, nbytes);
+    if (r->bytes >= weft__copy_stream_threshold()) weft__copy_stream(dst, data, nbytes);
+    else memcpy(dst, data, nbytes);
   } else {
     size_t esize = weft__dtype_size(r->dtype);
     weft__reduce(dst, (const char *)r->acc + r->done, data, nbytes / esize, r->dtype, r->op);

@@ -10,6 +10,7 @@
  * Sources: Thakur, Rabenseifner & Gropp, "Optimization of collective communication
  * operations in MPICH" (IJHPCA 2005), ring all-gather; NCCL's ring all-gather. */
 #include <string.h>
+#include "lib/copy_stream.h"
 #include "algos/ring.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -58,7 +59,14 @@ static weft_status_t ag_start(weft__task *t) {
                          st->reqs + nsteps);
   if (t->count == 0) return WEFT_SUCCESS;
   char *own = (char *)t->recvbuf + (size_t)r * t->count * esize;
-  if ((const void *)own != t->sendbuf) memmove(own, t->sendbuf, t->count * esize);
+  size_t bytes = t->count * esize;
+  if ((const void *)own == t->sendbuf) return WEFT_SUCCESS;
+  /* Past the threshold the own block bypasses the cache, as received blocks do
+   * (lib/copy_stream.h); only a copy between disjoint buffers may. */
+  const char *s = t->sendbuf;
+  if (bytes >= weft__copy_stream_threshold() && (s + bytes <= own || own + bytes <= s))
+    weft__copy_stream(own, s, bytes);
+  else memmove(own, s, bytes);
   return WEFT_SUCCESS;
 }
 

@@ -12,6 +12,7 @@
  * Sources: Thakur, Rabenseifner & Gropp 2005 (pairwise exchange for long messages);
  * NCCL's all-to-all as grouped send/recv. */
 #include <string.h>
+#include "lib/copy_stream.h"
 #include "algos/ring.h"
 #include "algos/window.h"
 #include "lib/comm.h"
@@ -59,7 +60,10 @@ static weft_status_t a2a_start(weft__task *t) {
     memcpy((char *)st + hdr, t->sendbuf, (size_t)n * block);
     st->src = (const char *)st + hdr;
   } else {
-    memcpy((char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block);
+    /* The self block, like a received one: past the threshold, bypassing the cache. */
+    if (block >= weft__copy_stream_threshold())
+      weft__copy_stream((char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block);
+    else memcpy((char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block);
   }
   st->nreq = 2 * (n - 1);
   st->window = weft__a2a_window(n - 1);

@@ -13,6 +13,7 @@
  * Sources: NCCL's ring/chain broadcast; the pipelined linear broadcast of Thakur,
  * Rabenseifner & Gropp 2005 (discussed for long messages there). */
 #include <string.h>
+#include "lib/copy_stream.h"
 #include "algos/ring.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -26,6 +27,7 @@ typedef struct {
   weft__conn *prev, *next;
   size_t posted_recv, done_recv, posted_send, done_send;
   size_t copied; /* root, out-of-place: chunks of sendbuf copied to recvbuf */
+  int stream_copy; /* root: copy with weft__copy_stream (a message past its threshold) */
   weft__req recv[BC_WINDOW], send[BC_WINDOW];
 } bc_state;
 
@@ -73,7 +75,10 @@ static void bc_copy(weft__task *t, bc_state *st) {
     if (st->copied == st->nchunks) return;
     size_t k = st->copied++;
     size_t off = k * st->chunk * st->esize;
-    memcpy((char *)t->recvbuf + off, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize);
+    char *dst = (char *)t->recvbuf + off;
+    const char *src = (const char *)t->sendbuf + off;
+    if (st->stream_copy) weft__copy_stream(dst, src, chunk_len(t, st, k) * st->esize);
+    else memcpy(dst, src, chunk_len(t, st, k) * st->esize);
   } while (st->copied < st->posted_send);
 }
 
@@ -105,6 +110,8 @@ static weft_status_t bc_start(weft__task *t) {
   st->next = weft__comm_conn(comm, weft__comm_ring_next(comm, comm->rank));
   int local_copy = st->is_root && t->count > 0 && t->sendbuf != t->recvbuf;
   st->copied = local_copy ? 0 : st->nchunks;
+  /* a large root copy bypasses the cache, as large received messages do (copy_stream.h) */
+  st->stream_copy = t->count * st->esize >= weft__copy_stream_threshold();
   bc_post(t, st);
   return WEFT_SUCCESS;
 }

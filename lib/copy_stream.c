@@ -1,0 +1,44 @@
+/* copy_stream.c: memcpy with non-temporal stores; see copy_stream.h. */
+#include "lib/copy_stream.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "lib/env.h"
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+
+void weft__copy_stream(void *dst, const void *src, size_t n) {
+  char *d = dst;
+  const char *s = src;
+  size_t head = (64 - ((uintptr_t)d & 63)) & 63; /* whole 64-byte lines from here on */
+  if (head > n) head = n;
+  memcpy(d, s, head);
+  d += head, s += head, n -= head;
+  for (; n >= 64; d += 64, s += 64, n -= 64) {
+    __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+    _mm_stream_si128((__m128i *)d, a);
+    _mm_stream_si128((__m128i *)(d + 16), b);
+    _mm_stream_si128((__m128i *)(d + 32), c);
+    _mm_stream_si128((__m128i *)(d + 48), e);
+  }
+  memcpy(d, s, n);
+  _mm_sfence(); /* non-temporal stores are weakly ordered: finish them before publishing */
+}
+#else
+void weft__copy_stream(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+#endif
+
+size_t weft__copy_stream_threshold(void) {
+  static _Atomic size_t cached = SIZE_MAX; /* SIZE_MAX: not read yet */
+  size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v == SIZE_MAX) {
+    v = weft__env_size("WEFT_NT_COPY_BYTES", 16u << 20);
+    if (v == 0 || v == SIZE_MAX) v = SIZE_MAX - 1; /* off */
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}

@@ -1,0 +1,26 @@
+/* copy_stream.h: a copy that bypasses the cache, for large received messages.
+ *
+ * Why: a receiving rank copies each message out of the shared-memory FIFO (cache-hot) into
+ * the caller's buffer. When that buffer is larger than the caches it is not read again soon,
+ * and ordinary stores first read every destination line from DRAM (read for ownership), so
+ * the copy moves 3 bytes of DRAM traffic per byte instead of 2. Non-temporal stores write
+ * whole lines without reading them: perf/membw_floor measured plain stores and memcpy 25-45%
+ * slower than them at 16-256 MiB on the 2-core development VM. Below the threshold ordinary
+ * memcpy wins (the data stays in cache for whoever reads it next). */
+#ifndef WEFT_LIB_COPY_STREAM_H
+#define WEFT_LIB_COPY_STREAM_H
+
+#include <stddef.h>
+
+/* Copies n bytes like memcpy (regions must not overlap), with non-temporal stores on x86-64
+ * and memcpy elsewhere. Ends with a store fence, so the bytes are ordered before any later
+ * store that publishes them to another thread. Thread-safe. */
+void weft__copy_stream(void *dst, const void *src, size_t n);
+
+/* Messages of at least this many bytes are delivered with weft__copy_stream: the
+ * WEFT_NT_COPY_BYTES environment variable read once per process (0 turns it off), default
+ * 16 MiB (half this VM's 32 MiB L3: smaller buffers are likely still cached when read).
+ * Thread-safe. */
+size_t weft__copy_stream_threshold(void);
+
+#endif
