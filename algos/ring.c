@@ -73,6 +73,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     size_t bytes = 0;
     d->ops->send_of(t, d->slice, d->posted_send, &buf, &bytes);
     weft__req_init_send(r, buf, bytes);
+    if (d->ops->send_copy_to) r->copy_to = d->ops->send_copy_to(t, d->slice, d->posted_send);
     d->posted_send++;
     post_or_skip(d->next, r);
     posted = 1;

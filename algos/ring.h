@@ -137,6 +137,9 @@ typedef struct weft__ring_ops {
   int (*recv_ready)(struct weft__task *t, const weft__ring_driver *d, int s);
   /* Called once when every request of slice k completed; NULL: nothing. */
   void (*slice_done)(struct weft__task *t, size_t k);
+  /* Where the send of step s of slice k is also copied as it goes (weft__req.copy_to), or
+   * NULL; the field NULL: never. */
+  void *(*send_copy_to)(struct weft__task *t, size_t k, int s);
 } weft__ring_ops;
 
 struct weft__ring_driver {

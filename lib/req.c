@@ -48,13 +48,23 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
   r->done += nbytes;
 }
 
+/* A send's copy_to gets the bytes [from, r->done) the transport has just read from r->src. */
+static void copy_sent(weft__req *r, size_t from) {
+  char *dst = (char *)r->copy_to + from;
+  const char *src = (const char *)r->src + from;
+  if (r->bytes >= weft__copy_stream_threshold()) weft__copy_stream(dst, src, r->done - from);
+  else memcpy(dst, src, r->done - from);
+}
+
 /* Moves the head requests of one queue while they complete. */
 static weft_status_t progress_queue(struct weft_comm *comm, weft__conn *c, int kind, int *progressed) {
   weft__req **head = kind == WEFT__REQ_SEND ? &c->send_head : &c->recv_head;
   while (*head != NULL) {
     weft__req *r = *head;
+    size_t before = r->done;
     weft_status_t st = kind == WEFT__REQ_SEND ? c->tr->send_progress(comm, c, r, progressed)
                                               : c->tr->recv_progress(comm, c, r, progressed);
+    if (r->copy_to != NULL && r->done > before) copy_sent(r, before);
     if (st != WEFT_SUCCESS) return st;
     if (!r->complete) return WEFT_SUCCESS;
     *head = r->next;

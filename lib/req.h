@@ -27,6 +27,9 @@ typedef struct weft__req {
   size_t bytes;                /* message size; 0 is a real (empty) message */
   size_t done;                 /* bytes moved so far, maintained by the transport */
   int complete;                /* 1 when every byte has moved */
+  /* send: NULL, or where each byte sent is also copied, right after the transport read it
+   * (so from cache): an all-gather's own block, fused with its first send (progress_queue) */
+  void *copy_to;
 } weft__req;
 
 typedef struct weft__conn {

@@ -58,7 +58,7 @@ static void ar_recv_of(weft__task *t, size_t k, int s, void **dst, const void **
   *bytes = len * st->esize;
 }
 
-static const weft__ring_ops ar_ops = {ar_send_of, ar_recv_of, NULL, NULL};
+static const weft__ring_ops ar_ops = {ar_send_of, ar_recv_of, NULL, NULL, NULL};
 
 static weft_status_t ar_start(weft__task *t) {
   int n = t->comm->nranks;

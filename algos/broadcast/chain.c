@@ -2,9 +2,9 @@
  * "+1" being the next rank on the communicator's ring (ring.h: a host's ranks contiguous).
  *
  * The buffer is cut into chunks of at most chunk elements. The root sends every chunk from
- * sendbuf and, unless in-place, copies sendbuf to recvbuf one chunk per progress call, so its
- * own copy overlaps the chain instead of delaying the first send by a whole memcpy (that
- * ordering cost 1.5x at 2 ranks); every other rank receives chunk k
+ * sendbuf and, unless in-place, each send also copies its chunk to recvbuf right after the
+ * transport read it (weft__req.copy_to: from cache, so sendbuf is read from memory once;
+ * copying before the first send cost 1.5x at 2 ranks); every other rank receives chunk k
  * into recvbuf and, unless it is last in the chain, forwards it as soon as it has arrived,
  * so the chain works on up to WINDOW chunks at once and each link carries one stream.
  * Bytes each rank sends: count * size (root and middle ranks), 0 for the last.
@@ -28,6 +28,7 @@ typedef struct {
   size_t posted_recv, done_recv, posted_send, done_send;
   size_t copied; /* root, out-of-place: chunks of sendbuf copied to recvbuf */
   int stream_copy; /* root: copy with weft__copy_stream (a message past its threshold) */
+  int fused_copy;  /* root: each send copies its chunk to recvbuf as it goes (req.copy_to) */
   weft__req recv[BC_WINDOW], send[BC_WINDOW];
 } bc_state;
 
@@ -61,6 +62,7 @@ static void bc_post(weft__task *t, bc_state *st) {
     size_t k = st->posted_send++;
     weft__req *r = &st->send[k % BC_WINDOW];
     weft__req_init_send(r, src + k * st->chunk * st->esize, chunk_len(t, st, k) * st->esize);
+    if (st->fused_copy) r->copy_to = (char *)t->recvbuf + k * st->chunk * st->esize;
     weft__req_post(st->next, r);
   }
 }
@@ -109,7 +111,13 @@ static weft_status_t bc_start(weft__task *t) {
   st->prev = weft__comm_conn(comm, weft__comm_ring_prev(comm, comm->rank));
   st->next = weft__comm_conn(comm, weft__comm_ring_next(comm, comm->rank));
   int local_copy = st->is_root && t->count > 0 && t->sendbuf != t->recvbuf;
-  st->copied = local_copy ? 0 : st->nchunks;
+  /* With a next rank and disjoint buffers, the root's copy rides on its sends: each chunk is
+   * copied right after the transport read it, from cache, so sendbuf is read from memory
+   * once (weft__req.copy_to). Otherwise bc_copy does it beside the sends. */
+  size_t bytes = t->count * st->esize;
+  const char *s = t->sendbuf, *d = t->recvbuf;
+  st->fused_copy = local_copy && st->has_send && (s + bytes <= d || d + bytes <= s);
+  st->copied = local_copy && !st->fused_copy ? 0 : st->nchunks;
   /* a large root copy bypasses the cache, as large received messages do (copy_stream.h) */
   st->stream_copy = t->count * st->esize >= weft__copy_stream_threshold();
   bc_post(t, st);

@@ -65,7 +65,7 @@ static void rs_slice_done(weft__task *t, size_t k) {
   weft__avg_finalize((char *)t->recvbuf + off * st->esize, len, t->dtype, t->comm->nranks);
 }
 
-static const weft__ring_ops rs_ops = {rs_send_of, rs_recv_of, rs_recv_ready, rs_slice_done};
+static const weft__ring_ops rs_ops = {rs_send_of, rs_recv_of, rs_recv_ready, rs_slice_done, NULL};
 
 static weft_status_t rs_start(weft__task *t) {
   int n = t->comm->nranks;
