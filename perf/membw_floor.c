@@ -1,27 +1,71 @@
-/* membw_floor.c: the memory-bandwidth floor of a 2-rank all-reduce on this machine.
+/* membw_floor.c: the memory-bandwidth floor of each 2-rank collective on this machine.
  *
- * Two threads in one address space do only the work any 2-rank all-reduce of S bytes must do,
- * with no communication protocol at all: thread t owns half h_t of the buffer and computes
- * out_t[h_t] = in_0[h_t] + in_1[h_t] (float32 sum), then copies out_t[h_t] to out_{1-t}[h_t].
- * Per rank that is reading 2 x S/2 and writing S/2 for the reduce, reading S/2 and writing S/2
- * for the copy. A barrier separates iterations. The best a real all-reduce over shared memory
- * can do is match it; `make bench` prints weft's busbw as a fraction of this floor.
+ * Two threads in one address space (one per "rank") do only the memory work a 2-rank
+ * collective of S bytes must do, with no communication protocol at all; a barrier separates
+ * iterations. The best a real collective over shared memory can do is match it; `make bench`
+ * prints weft's and Open MPI's busbw as fractions of it, and floor / MPI as the highest ratio
+ * to Open MPI that any implementation could reach.
  *
- * busbw is reported with the all-reduce factor 2(n-1)/n = 1 for n = 2, i.e. busbw = S / time,
- * GB/s = 1e9 B/s, so it compares one to one with all_reduce_perf's busbw column.
+ * S, the buffers and the busbw factors are those of perf/compare (bench_common.h), i.e.
+ * nccl-tests': S is the larger of the send and receive buffer, float32, out-of-place, root 0;
+ * B = S/2 is one rank's block. Bytes read / written per rank, and the factor (n = 2):
+ *   all_reduce      out_t[h_t] = in_0[h_t] + in_1[h_t], then out_t[h_t] -> out_{1-t}[h_t]
+ *                   (h_t: half t): read 2 x B + B, write B + B.       busbw = S/t x 2(n-1)/n = S/t
+ *   all_reduce_fused  the least traffic: out_0[h_t] = out_1[h_t] = in_0[h_t] + in_1[h_t] in one
+ *                   pass with non-temporal stores: read 2 x B, write 2 x B.  busbw = S/t.
+ *                   About twice all_reduce's figure here; it is the floor the ceiling uses.
+ *   all_gather      in_t (B bytes) -> out_0[t] and out_1[t]: read B, write 2 x B = S.
+ *                   busbw = S/t x (n-1)/n. Each source chunk (64 KiB) is read from memory once
+ *                   and written to both outputs from cache; the alternative (copy own block,
+ *                   then read the peer's) reads every input byte twice.
+ *   reduce_scatter  out_t = in_0[block t] + in_1[block t]: read 2 x B = S, write B.
+ *                   busbw = S/t x (n-1)/n
+ *   all_to_all      in_t[t] -> out_t[t], in_t[1-t] -> out_{1-t}[t]: read S, write S.
+ *                   busbw = S/t x (n-1)/n
+ *   broadcast       in_0 (root's S bytes) -> out_0 and out_1, thread t doing half t of both
+ *                   copies, each chunk read once: read B, write S.   busbw = S/t x 1
+ *                   (Open MPI's broadcast is in place, so the root copies nothing: its floor
+ *                   would be one copy; weft's out-of-place one is measured, as compared.)
+ * Copies whose destination is not read again use non-temporal stores where the CPU has them
+ * (x86-64 SSE2), so writes cost no read-for-ownership: the floor is the least DRAM traffic,
+ * not a particular memcpy (plain stores and glibc memcpy measured 25-45% slower here).
+ * all_reduce keeps its original code (plain loop, then memcpy), so its figures compare with
+ * earlier floor.jsonl files and the "0.7 x floor" target; all_reduce_fused is its least-traffic
+ * form, the one comparable with the other collectives.
  *
- * Usage: membw_floor [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
- * Prints one JSON object per size: {"size": S, "time_us": t, "busbw": GB/s}. */
+ * Buffers are first touched by the thread that owns them (in_t, out_t by thread t). Time is
+ * the mean over -n barrier-separated iterations after -w warm-ups, as in perf/compare.
+ * GB/s = 1e9 B/s, so busbw compares one to one with the perf tools' busbw column.
+ *
+ * Usage: membw_floor [-c COLL] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
+ *   COLL: all_reduce (default), all_reduce_fused, all_gather, reduce_scatter, all_to_all,
+ *   broadcast.
+ * Prints one JSON object per size: {"coll": C, "size": S, "time_us": t, "busbw": GB/s}. */
 #include <getopt.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, ALL_REDUCE_FUSED,
+               NUM_COLLS } coll_t;
+
+static const char *const coll_names[NUM_COLLS] = {"all_reduce", "all_gather", "reduce_scatter",
+                                                  "all_to_all", "broadcast", "all_reduce_fused"};
+/* nccl-tests' busbw factor at n = 2 */
+static const double coll_factor[NUM_COLLS] = {1.0, 0.5, 0.5, 0.5, 1.0, 1.0};
+
+#define CHUNK_FLOATS (16384) /* 64 KiB: a source chunk stays in L1/L2 for its second copy */
 
 typedef struct {
+  coll_t coll;
   float *in[2], *out[2];
-  size_t count; /* elements per buffer */
+  size_t count; /* floats in S bytes; even */
   int iters;
   pthread_barrier_t *barrier;
   int id;
@@ -34,14 +78,84 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* One all-reduce's worth of work for this thread's half. */
-static void one_pass(const worker *w) {
+/* dst[0..n) = src[0..n), bypassing the cache when dst is 16-byte aligned: the data is not
+ * read again in this pass, so it need not be fetched first. */
+static void stream_copy(float *dst, const float *src, size_t n) {
+#ifdef __SSE2__
+  if (((uintptr_t)dst & 15) == 0) {
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+    for (; i < n; i++) dst[i] = src[i];
+    return;
+  }
+#endif
+  memcpy(dst, src, n * sizeof(float));
+}
+
+/* dst[i] = a[i] + b[i], with non-temporal stores as stream_copy. */
+static void stream_sum(float *dst, const float *a, const float *b, size_t n) {
+  size_t i = 0;
+#ifdef __SSE2__
+  if (((uintptr_t)dst & 15) == 0)
+    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+#endif
+  for (; i < n; i++) dst[i] = a[i] + b[i];
+}
+
+/* d0[i] = d1[i] = a[i] + b[i]: each sum computed once, stored to both outputs. */
+static void stream_sum2(float *d0, float *d1, const float *a, const float *b, size_t n) {
+  size_t i = 0;
+#ifdef __SSE2__
+  if ((((uintptr_t)d0 | (uintptr_t)d1) & 15) == 0)
+    for (; i + 4 <= n; i += 4) {
+      __m128 v = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
+      _mm_stream_ps(d0 + i, v);
+      _mm_stream_ps(d1 + i, v);
+    }
+#endif
+  for (; i < n; i++) d0[i] = d1[i] = a[i] + b[i];
+}
+
+/* src[0..n) to both d0 and d1, a chunk at a time so that src is read from memory once. */
+static void dual_copy(float *d0, float *d1, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i += CHUNK_FLOATS) {
+    size_t k = n - i < CHUNK_FLOATS ? n - i : CHUNK_FLOATS;
+    stream_copy(d0 + i, src + i, k);
+    stream_copy(d1 + i, src + i, k);
+  }
+}
+
+/* The original all-reduce pass, unchanged: reduce half t, copy it to the peer's output. */
+static void all_reduce_pass(const worker *w) {
   size_t half = w->count / 2;
   size_t lo = w->id == 0 ? 0 : half, hi = w->id == 0 ? half : w->count;
   float *mine = w->out[w->id], *theirs = w->out[1 - w->id];
   const float *a = w->in[0], *b = w->in[1];
   for (size_t i = lo; i < hi; i++) mine[i] = a[i] + b[i];
   memcpy(theirs + lo, mine + lo, (hi - lo) * sizeof(float));
+}
+
+/* One collective's worth of work for thread t (see the top comment for the bytes). */
+static void one_pass(const worker *w) {
+  int t = w->id;
+  size_t blk = w->count / 2, at = (size_t)t * blk, other = (size_t)(1 - t) * blk;
+  switch (w->coll) {
+    case ALL_REDUCE: all_reduce_pass(w); break;
+    case ALL_GATHER: dual_copy(w->out[0] + at, w->out[1] + at, w->in[t], blk); break;
+    case REDUCE_SCATTER: stream_sum(w->out[t], w->in[0] + at, w->in[1] + at, blk); break;
+    case ALL_TO_ALL:
+      stream_copy(w->out[t] + at, w->in[t] + at, blk);
+      stream_copy(w->out[1 - t] + at, w->in[t] + other, blk);
+      break;
+    case BROADCAST: dual_copy(w->out[0] + at, w->out[1] + at, w->in[0] + at, blk); break;
+    case ALL_REDUCE_FUSED:
+      stream_sum2(w->out[0] + at, w->out[1] + at, w->in[0] + at, w->in[1] + at, blk);
+      break;
+    default: break;
+  }
+#ifdef __SSE2__
+  _mm_sfence(); /* non-temporal stores are visible to the peer before the barrier */
+#endif
 }
 
 static void *run(void *arg) {
@@ -66,13 +180,14 @@ static size_t parse_size(const char *s) {
   return (size_t)v;
 }
 
-/* Times iters passes at size bytes (after warmup passes); seconds per pass. */
-static double measure(float **bufs, size_t bytes, int iters, int warmup) {
+/* Times iters passes of coll at size bytes (after warmup passes); seconds per pass. */
+static double measure(coll_t coll, float **bufs, size_t bytes, int iters, int warmup) {
   pthread_barrier_t barrier;
   pthread_barrier_init(&barrier, NULL, 2);
   worker w[2];
   for (int t = 0; t < 2; t++) {
-    w[t] = (worker){{bufs[0], bufs[1]}, {bufs[2], bufs[3]}, bytes / sizeof(float), warmup, &barrier, t, 0};
+    w[t] = (worker){coll, {bufs[0], bufs[1]}, {bufs[2], bufs[3]}, bytes / sizeof(float) / 2 * 2,
+                    warmup, &barrier, t, 0};
   }
   pthread_t th;
   pthread_create(&th, NULL, run, &w[1]);
@@ -86,37 +201,73 @@ static double measure(float **bufs, size_t bytes, int iters, int warmup) {
   return w[0].seconds / iters;
 }
 
+typedef struct {
+  float *bufs[2]; /* in_t and out_t of one thread */
+  size_t count;
+} toucher;
+
+/* First touch by the owning thread, so its pages sit where that thread runs. */
+static void *touch(void *arg) {
+  toucher *k = arg;
+  for (int b = 0; b < 2; b++)
+    for (size_t i = 0; i < k->count; i++) k->bufs[b][i] = (float)(i % 7);
+  return NULL;
+}
+
+static int touch_all(float **bufs, size_t count) {
+  toucher k[2] = {{{bufs[0], bufs[2]}, count}, {{bufs[1], bufs[3]}, count}};
+  pthread_t th;
+  if (pthread_create(&th, NULL, touch, &k[1]) != 0) return -1;
+  touch(&k[0]);
+  return pthread_join(th, NULL);
+}
+
+static int parse_coll(const char *s) {
+  for (int k = 0; k < NUM_COLLS; k++)
+    if (strcmp(s, coll_names[k]) == 0) return k;
+  return strcmp(s, "alltoall") == 0 ? ALL_TO_ALL : -1;
+}
+
 int main(int argc, char **argv) {
   size_t minb = 16u << 20, maxb = 256u << 20;
-  int factor = 2, iters = 10, warmup = 2, c;
-  while ((c = getopt(argc, argv, "b:e:f:n:w:h")) != -1) {
+  int factor = 2, iters = 10, warmup = 2, coll = ALL_REDUCE, c;
+  while ((c = getopt(argc, argv, "b:c:e:f:n:w:h")) != -1) {
     switch (c) {
       case 'b': minb = parse_size(optarg); break;
+      case 'c': coll = parse_coll(optarg); break;
       case 'e': maxb = parse_size(optarg); break;
       case 'f': factor = atoi(optarg); break;
       case 'n': iters = atoi(optarg); break;
       case 'w': warmup = atoi(optarg); break;
       default:
-        fprintf(stderr, "usage: %s [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n", argv[0]);
+        fprintf(stderr, "usage: %s [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
+                        "  COLL: all_reduce (default), all_reduce_fused, all_gather, reduce_scatter,\n"
+                        "        all_to_all, broadcast\n", argv[0]);
         return c == 'h' ? 0 : 2;
     }
   }
-  if (factor < 2 || iters < 1 || minb < 64 || maxb < minb) {
-    fprintf(stderr, "%s: need -f >= 2, -n >= 1, 64 <= -b <= -e\n", argv[0]);
+  if (coll < 0 || factor < 2 || iters < 1 || minb < 64 || maxb < minb) {
+    fprintf(stderr, "%s: need a known -c, -f >= 2, -n >= 1, 64 <= -b <= -e\n", argv[0]);
     return 2;
   }
-  float *bufs[4];
+  float *bufs[4]; /* in_0, in_1, out_0, out_1; each S bytes, more than any collective needs */
   for (int i = 0; i < 4; i++) {
     bufs[i] = aligned_alloc(4096, (maxb + 4095) / 4096 * 4096);
     if (bufs[i] == NULL) {
       fprintf(stderr, "%s: cannot allocate 4 x %zu bytes\n", argv[0], maxb);
       return 1;
     }
-    for (size_t k = 0; k < maxb / sizeof(float); k++) bufs[i][k] = (float)(k % 7);
+  }
+  if (touch_all(bufs, maxb / sizeof(float)) != 0) {
+    fprintf(stderr, "%s: cannot start a thread\n", argv[0]);
+    return 1;
   }
   for (size_t bytes = minb; bytes <= maxb; bytes *= (size_t)factor) {
-    double t = measure(bufs, bytes, iters, warmup);
-    printf("{\"size\": %zu, \"time_us\": %.2f, \"busbw\": %.3f}\n", bytes, t * 1e6, (double)bytes / t / 1e9);
+    size_t s = bytes / 8 * 8; /* two whole float blocks, as bench_common.h rounds */
+    double t = measure((coll_t)coll, bufs, s, iters, warmup);
+    printf("{\"coll\": \"%s\", \"size\": %zu, \"time_us\": %.2f, \"busbw\": %.3f}\n", coll_names[coll], s,
+           t * 1e6, (double)s / t / 1e9 * coll_factor[coll]);
+    fflush(stdout);
   }
   for (int i = 0; i < 4; i++) free(bufs[i]);
   return 0;

@@ -3,7 +3,8 @@
 # size, PASS or MISS per target. Runs from the build dir (make bench does that). Three
 # `make compare` sweeps (np=2 over shm, np=2 all-reduce over TCP, np=4 on 2 cores), each
 # alternating weft / Open MPI / Gloo with medians of COMPARE_ROUNDS rounds, plus the
-# two-thread memory-bandwidth floor. BENCH_QUICK=1 runs small sizes and one round.
+# two-thread memory-bandwidth floor of each collective (perf/membw_floor.c).
+# BENCH_QUICK=1 runs small sizes and one round.
 # Takes ~25 minutes in full on the 2-core VM. Needs Open MPI (perf/compare/install-peers.sh).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,9 +23,17 @@ sweep() { # name, then environment assignments
 sweep shm COMPARE_NP=2
 sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce
 sweep np4 COMPARE_NP=4
-echo "bench: memory-bandwidth floor"
-if [ "$quick" = 1 ]; then ./membw_floor -b 1M -e 4M -n 5 > "$out/floor.jsonl"
-else ./membw_floor -b 16M -e 256M -n 10 > "$out/floor.jsonl"; fi
+# One floor per collective, all rows in floor.jsonl (each row names its "coll"); one
+# membw_floor at a time, so the floors do not share the memory bus with each other.
+echo "bench: memory-bandwidth floors"
+floor_args="-b 16M -e 256M -n 10"
+[ "$quick" = 1 ] && floor_args="-b 1M -e 4M -n 5"
+: > "$out/floor.jsonl"
+for coll in all_reduce all_reduce_fused all_gather reduce_scatter all_to_all broadcast; do
+  # shellcheck disable=SC2086 # floor_args is split into options on purpose
+  ./membw_floor -c "$coll" $floor_args >> "$out/floor.jsonl" || {
+    echo "bench: membw_floor -c $coll failed"; rc=1; }
+done
 py=python3
 "$py" -c 'import json' 2>/dev/null || py=/usr/bin/python3
 "$py" "$here/report.py" "$out" || rc=1

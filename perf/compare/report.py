@@ -7,8 +7,9 @@ so a report can be redrawn from raw/ without running the sweep again:
     python3 perf/compare/report.py --raw compare/raw --out compare
 
 Inputs in raw/, one file per collective, library and round:
-  COLL.weft.rK.json   weft's perf tool `-J` rows (out_of_place figures), when it has -J;
-  COLL.weft.rK.txt    otherwise its nccl-tests table (out-of-place columns);
+  COLL.weft.rK.json   weft's perf tool `-J` rows (out_of_place figures; broadcast: in_place,
+                      see WEFT_COLUMN), when it has -J;
+  COLL.weft.rK.txt    otherwise its nccl-tests table (the same columns);
   COLL.mpi.rK.jsonl, COLL.gloo.rK.jsonl   JSON lines of mpi_bench / gloo_bench;
   skipped.txt         peers or collectives run.sh skipped, and why;
   failed.txt          runs that exited non-zero (their rows up to the failure are kept).
@@ -42,8 +43,15 @@ def row(size, time_us, busbw, wrong, p50=None, p99=None):
             "wrong": wrong, "p50_us": p50, "p99_us": p99}
 
 
-def read_weft_json(path):
-    """weft's -J rows; None when the file has no usable row (older or other format)."""
+# Which of weft's two columns is compared: out-of-place, as the peers run every collective,
+# except broadcast: MPI_Bcast and Gloo's broadcast have one buffer (in place by definition),
+# so weft's in-place column is the same call. (Out of place, weft's root also copies its
+# own buffer: 64 MiB measured 8.9-9.9 ms against 4.2-4.5 ms in place.)
+WEFT_COLUMN = {"broadcast": "in_place"}
+
+
+def read_weft_json(path, column="out_of_place"):
+    """weft's -J rows (figures of the given column); None when the file has no usable row."""
     rows = []
     with open(path) as f:
         for line in f:
@@ -52,7 +60,7 @@ def read_weft_json(path):
                 continue
             try:
                 o = json.loads(line)
-                oop = o["out_of_place"]
+                oop = o[column]
                 rows.append(row(o["size"], oop["time_us"], oop.get("busbw_gbps", oop.get("busbw")),
                                 oop.get("wrong"), o.get("p50_us"), o.get("p99_us")))
             except (ValueError, KeyError, TypeError):
@@ -60,18 +68,20 @@ def read_weft_json(path):
     return rows or None
 
 
-def read_weft_table(path):
-    """The nccl-tests table: size count type redop root time algbw busbw #wrong ..."""
+def read_weft_table(path, column="out_of_place"):
+    """The nccl-tests table: size count type redop root, then time algbw busbw #wrong
+    out of place, then the same in place."""
+    at = 9 if column == "in_place" else 5
     rows = []
     with open(path) as f:
         for line in f:
             fields = line.split()
             if not fields or line.lstrip().startswith("#") or not fields[0].isdigit():
                 continue
-            if len(fields) < 9:
+            if len(fields) < at + 4:
                 continue
-            wrong = None if fields[8] == "N/A" else int(fields[8])
-            rows.append(row(fields[0], fields[5], fields[7], wrong))
+            wrong = None if fields[at + 3] == "N/A" else int(fields[at + 3])
+            rows.append(row(fields[0], fields[at], fields[at + 2], wrong))
     return rows
 
 
@@ -119,9 +129,11 @@ def load(raw):
                 continue
             rows = None
             if os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.json")):
-                rows = read_weft_json(os.path.join(raw, f"{coll}.weft.r{rnd}.json"))
+                rows = read_weft_json(os.path.join(raw, f"{coll}.weft.r{rnd}.json"),
+                                      WEFT_COLUMN.get(coll, "out_of_place"))
             if rows is None and os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.txt")):
-                rows = read_weft_table(os.path.join(raw, f"{coll}.weft.r{rnd}.txt"))
+                rows = read_weft_table(os.path.join(raw, f"{coll}.weft.r{rnd}.txt"),
+                                       WEFT_COLUMN.get(coll, "out_of_place"))
             seen.add((coll, rnd))
             path = os.path.join(raw, f"{coll}.weft.r{rnd}.txt")
         else:
@@ -270,7 +282,8 @@ def main():
              f"median of {a.rounds} round(s)")
 
     md = ["# weft vs Open MPI vs Gloo", "",
-          f"- ranks: {a.np}; float32, sum; out-of-place; {a.iters} timed iterations per size; "
+          f"- ranks: {a.np}; float32, sum; out-of-place (broadcast: in place, as MPI_Bcast and Gloo's "
+          f"broadcast are by definition); {a.iters} timed iterations per size; "
           f"median of {a.rounds} alternating round(s)",
           f"- transport: {transport}",
           "- busbw in GB/s (nccl-tests factors: all_reduce 2(n-1)/n, all_gather, reduce_scatter, "
