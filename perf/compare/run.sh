@@ -19,6 +19,10 @@
 #   COMPARE_MINBYTES [8], COMPARE_MAXBYTES [256M], COMPARE_FACTOR [2]
 #   COMPARE_ROUNDS [3]        alternating rounds; medians per size
 #   COMPARE_ITERS [20], COMPARE_WARMUP [5]
+#   COMPARE_SMALL_MAX [64K], COMPARE_SMALL_ITERS [500]: sizes up to COMPARE_SMALL_MAX run
+#                             COMPARE_SMALL_ITERS timed calls (as OSU's benchmarks run 1000
+#                             below 8 KiB): with 20, one ~30 us futex wake-up among them moves
+#                             a 0.3 us mean by 1.5 us, and a median of 3 such means is noise
 #   COMPARE_COLLS             [all_reduce all_gather reduce_scatter all_to_all broadcast]
 #   COMPARE_LIBS              [weft mpi gloo]
 #   COMPARE_TRANSPORT [auto]  auto: weft picks (shm), Open MPI default BTLs (vader shm);
@@ -59,7 +63,26 @@ TIMEOUT=${COMPARE_TIMEOUT:-1800}
 OUT=${COMPARE_OUT:-$BUILD/compare}
 GLOO_PREFIX=${COMPARE_GLOO_PREFIX:-/usr}
 RAW=$OUT/raw
-SWEEP=(-b "$MINB" -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARMUP")
+SMALL_MAX=${COMPARE_SMALL_MAX:-64K}
+SMALL_ITERS=${COMPARE_SMALL_ITERS:-500}
+
+# 64K -> 65536 (K, M, G suffixes, as the perf tools read them).
+to_bytes() {
+  case $1 in
+    *[kK]) echo $((${1%?} * 1024)) ;;
+    *[mM]) echo $((${1%?} * 1024 * 1024)) ;;
+    *[gG]) echo $((${1%?} * 1024 * 1024 * 1024)) ;;
+    *) echo "$1" ;;
+  esac
+}
+# The sweep's sizes in two ranges, each "min max iters": small sizes get more calls.
+RANGES=()
+lo=$(to_bytes "$MINB"); hi=$(to_bytes "$MAXB"); split=$(to_bytes "$SMALL_MAX")
+s=$lo
+while [ "$s" -le "$split" ] && [ "$s" -le "$hi" ]; do last_small=$s; s=$((s * FACTOR)); done
+if [ -n "${last_small:-}" ]; then RANGES+=("$lo $last_small $SMALL_ITERS"); fi
+if [ "$s" -le "$hi" ]; then RANGES+=("$s $hi $ITERS"); fi
+SWEEP=()
 
 # shellcheck disable=SC2054 # tcp,self is one mpirun argument
 case $TRANSPORT in
@@ -160,20 +183,23 @@ run_weft() {
   "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.json")
   # shellcheck disable=SC2086 # WEFT_FLAGS is a list of flags
   WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" $BIND "$tool" "${SWEEP[@]}" \
-    -d float -o sum -c 1 $WEFT_FLAGS "${json[@]}" >"$base.txt" 2>"$base.err"
+    -d float -o sum -c 1 $WEFT_FLAGS "${json[@]}" >>"$base.txt" 2>>"$base.err"
 }
 
+# The same placement as weft's ranks: bound to a core each when BIND is set, else unbound.
+MPI_BIND=(--bind-to none)
+[ -n "$BIND" ] && MPI_BIND=(--bind-to core)
 run_mpi() {
-  timeout "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" \
+  timeout "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe "${MPI_BIND[@]}" -np "$NP" \
     "${MPI_MCA[@]}" "$OUT/bin/mpi_bench" "$1" "${SWEEP[@]}" -t "$TRANSPORT" \
-    >"$2.jsonl" 2>"$2.err"
+    >>"$2.jsonl" 2>>"$2.err"
 }
 
 run_gloo() {
   local store rc
   store=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare-gloo.XXXXXX")
   COMPARE_GLOO_STORE=$store timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" \
-    "$OUT/bin/gloo_bench" "$1" "${SWEEP[@]}" -t tcp >"$2.jsonl" 2>"$2.err"
+    "$OUT/bin/gloo_bench" "$1" "${SWEEP[@]}" -t tcp >>"$2.jsonl" 2>>"$2.err"
   rc=$?
   rm -rf "$store"
   return "$rc"
@@ -185,9 +211,14 @@ for round in $(seq 1 "$ROUNDS"); do
   for coll in $COLLS; do
     for lib in $ACTIVE; do
       base=$RAW/$coll.$lib.r$round
+      rm -f "$base.txt" "$base.json" "$base.jsonl" "$base.err"
       t0=$SECONDS
-      "run_$lib" "$coll" "$base"
-      rc=$?
+      rc=0
+      for range in "${RANGES[@]}"; do
+        set -- $range
+        SWEEP=(-b "$1" -e "$2" -f "$FACTOR" -n "$3" -w "$WARMUP")
+        "run_$lib" "$coll" "$base" || { rc=$?; break; }
+      done
       secs=$((SECONDS - t0))
       if [ "$rc" = 0 ]; then
         log "round $round/$ROUNDS $coll $lib: ok (${secs} s)"

@@ -14,7 +14,9 @@
 # Knobs: BENCH_ROUNDS (3), BENCH_MODELS ("small large"), BENCH_RANKS ("1 2"),
 # BENCH_OUT (trainers-bench: the logs, one per run), BENCH_QUICK=1 (one round, fewer steps), PYTHON
 # (/usr/bin/python3: Debian's python3-torch lives there, not in a pyenv first on PATH),
-# BENCH_PEAK_GFLOPS (skip the measurement). Without torch it says how to install it
+# BENCH_PEAK_GFLOPS (skip the measurement), BENCH_BIND (core: each rank of both libraries
+# pinned to one core, weft by `weftrun --bind-to core`, torch by taskset, as mpirun places <= 2
+# ranks; none: unpinned). Without torch it says how to install it
 # (trainers/bench/install-torch.sh) and measures weft alone.
 set -eu
 
@@ -56,6 +58,20 @@ model_flags() {
 }
 steps_of() { if [ "$1" = small ]; then echo "$small_steps $small_warm"; else echo "$large_steps $large_warm"; fi; }
 
+bind=${BENCH_BIND:-core}
+ncpu=$(nproc)
+weft_bind=
+case $bind in
+  core) weft_bind="--bind-to core" ;;
+  none) ;;
+  *) echo "bench-trainers: BENCH_BIND is core or none, not '$bind'" >&2; exit 1 ;;
+esac
+torch_pin=$bind
+if [ "$bind" = core ] && ! command -v taskset >/dev/null 2>&1; then
+  echo "bench-trainers: no taskset (util-linux): torch ranks run unpinned"
+  torch_pin=none
+fi
+
 # One thread per rank everywhere: OpenBLAS, OpenMP (torch's intra-op pool), MKL.
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
@@ -69,8 +85,8 @@ measure_peak() {
 run_weft() { # model ranks round peak
   set -- "$1" "$2" "$3" "$4" $(steps_of "$1")
   log="$out/$1-r$2-weft-$3.log"
-  echo "# bench: impl weft model $1 ranks $2 round $3 warmup $6 peak $4" >"$log"
-  "$weftrun" -n "$2" "$ddp" --data "$data" $(model_flags "$1") --steps "$5" --eval-batches 0 \
+  echo "# bench: impl weft model $1 ranks $2 round $3 warmup $6 peak $4 bind $bind" >"$log"
+  "$weftrun" -n "$2" $weft_bind "$ddp" --data "$data" $(model_flags "$1") --steps "$5" --eval-batches 0 \
     --log none --plot none --peak-gflops "$4" >>"$log" 2>&1 || echo "# bench: FAILED (exit $?)" >>"$log"
 }
 
@@ -78,15 +94,17 @@ run_weft() { # model ranks round peak
 run_torch() { # model ranks round peak
   set -- "$1" "$2" "$3" "$4" $(steps_of "$1")
   log="$out/$1-r$2-torch-$3.log"
-  echo "# bench: impl torch model $1 ranks $2 round $3 warmup $6 peak $4" >"$log"
+  echo "# bench: impl torch model $1 ranks $2 round $3 warmup $6 peak $4 bind $bind" >"$log"
   port=$((20000 + $$ % 10000 + $3 * 17 + $2))
   pids=
   r=$(($2 - 1))
   while [ "$r" -ge 0 ]; do
     dest=/dev/null
     [ "$r" = 0 ] && dest=$log.rank0
+    pin=
+    [ "$torch_pin" = core ] && pin="taskset -c $((r % ncpu))"
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=$2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$PYTHON" "$here/torch_gpt.py" --data "$data" $(model_flags "$1") --steps "$5" --warmup "$6" \
+      $pin "$PYTHON" "$here/torch_gpt.py" --data "$data" $(model_flags "$1") --steps "$5" --warmup "$6" \
       --peak-gflops "$4" >"$dest" 2>&1 &
     pids="$pids $!"
     r=$((r - 1))
