@@ -136,6 +136,12 @@ static double rs_hierarchical(const cost_in *c) { return two_level_gather(c, 1);
 static double rs_ring(const cost_in *c) {
   return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * (c->b + c->g);
 }
+static double rs_recursive_doubling(const cost_in *c) {
+  /* The all-reduce's exchange over all n blocks, then this rank's block copied out. */
+  cost_in whole = *c;
+  whole.bytes = c->bytes * c->n;
+  return ar_recursive_doubling(&whole) + c->bytes * c->b;
+}
 static double bc_hierarchical(const cost_in *c) {
   /* Binomial trees over the hosts' leaders, then within the most crowded host. */
   if (c->H < 2 || c->Lmax < 2) return INFINITY;
@@ -196,6 +202,7 @@ static const candidate candidates[] = {
     {WEFT__COLL_REDUCE, &weft__algo_reduce_chain, rd_chain, 0},
     {WEFT__COLL_REDUCE, &weft__algo_reduce_binomial, rd_binomial, 1 << 20},
     {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_ring, rs_ring, 0},
+    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_recursive_doubling, rs_recursive_doubling, 16 << 10},
     {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_hierarchical, rs_hierarchical, 0},
     {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_pairwise, a2a_pairwise, 0},
     {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_bruck, a2a_bruck, 64 << 10},

@@ -110,6 +110,7 @@ void weft__select_comm_free(struct weft_comm *comm);
 /* Algorithms. */
 extern const weft__algo weft__algo_all_reduce_ring;
 extern const weft__algo weft__algo_reduce_scatter_ring;
+extern const weft__algo weft__algo_reduce_scatter_recursive_doubling;
 extern const weft__algo weft__algo_all_gather_ring;
 extern const weft__algo weft__algo_broadcast_chain;
 extern const weft__algo weft__algo_reduce_chain;

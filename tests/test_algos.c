@@ -551,6 +551,20 @@ static int run_reduce_scatter(harness_rank *r, weft_datatype_t dt, weft_redop_t 
   return good;
 }
 
+static int rs_sweep_body(harness_rank *r);
+
+/* WEFT_ALGO=reducescatter:recursive_doubling over the reduce-scatter sweep, folds included. */
+static void reduce_scatter_recursive_doubling_matches_reference_on_1_to_8_ranks(void **state) {
+  (void)state;
+  static const int shm_ranks[] = {1, 2, 3, 4, 5, 7, 8};
+  for (size_t i = 0; i < sizeof shm_ranks / sizeof shm_ranks[0]; i++) {
+    algo_case c = {"reducescatter:recursive_doubling", WEFT__COLL_REDUCE_SCATTER, shm_ranks[i], "shm"};
+    run_case(&c, rs_sweep_body);
+  }
+  algo_case c = {"reducescatter:recursive_doubling", WEFT__COLL_REDUCE_SCATTER, 3, "socket"};
+  run_case(&c, rs_sweep_body);
+}
+
 static int rs_sweep_body(harness_rank *r) {
   static const size_t rs_counts[] = {0, 1, 3, 4097, 70001};
   for (size_t ci = 0; ci < sizeof rs_counts / sizeof rs_counts[0]; ci++)
@@ -669,6 +683,7 @@ int main(void) {
        all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)5},
       {"reduce_binomial_matches_reference_on_1_to_8_ranks",
        all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)6},
+      cmocka_unit_test(reduce_scatter_recursive_doubling_matches_reference_on_1_to_8_ranks),
       cmocka_unit_test(random_floats_reduce_to_identical_bits_on_every_rank),
       cmocka_unit_test(hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts),
       cmocka_unit_test(ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts),

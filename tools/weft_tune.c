@@ -18,8 +18,8 @@
 #include "tools/weft_tune_measure.h"
 
 static const weft__coll_t tuned[] = {WEFT__COLL_ALL_REDUCE, WEFT__COLL_ALL_GATHER,
-                                     WEFT__COLL_BROADCAST, WEFT__COLL_REDUCE,
-                                     WEFT__COLL_ALL_TO_ALL};
+                                     WEFT__COLL_REDUCE_SCATTER, WEFT__COLL_BROADCAST,
+                                     WEFT__COLL_REDUCE, WEFT__COLL_ALL_TO_ALL};
 
 static void print_size(char *buf, size_t len, size_t b) {
   if (b >= (1u << 30) && b % (1u << 30) == 0) snprintf(buf, len, "%zuG", b >> 30);

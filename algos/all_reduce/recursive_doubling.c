@@ -15,6 +15,12 @@
  * Bytes each rank sends: L * count * size (+ count * size for fold ranks). Latency term:
  * L + 2 [rem > 0] steps of alpha, against 2(n-1) for the ring: the tuner picks it for small
  * messages. Scratch: 2 * count * size (a round reads one buffer while it fills the other).
+ * The same exchange serves reduce-scatter for small messages (weft__algo_reduce_scatter_
+ * recursive_doubling): it all-reduces the whole n * count input into a third scratch and
+ * keeps this rank's block, in L + 2 [rem > 0] steps instead of the ring's n - 1. Each step
+ * then moves n * count * size bytes, so the tuner keeps it to small blocks: with 4 ranks on
+ * 2 cores every step is a wait that may cost a context switch, and the ring reduce-scatter
+ * made 4.5x Open MPI's switches (128 B: 14.7 against 6.9 us per call).
  * Sources: Thakur, Rabenseifner & Gropp, "Optimization of collective communication
  * operations in MPICH" (IJHPCA 2005), section 4.1 (recursive doubling and the fold). */
 #include <string.h>
@@ -26,7 +32,9 @@ typedef struct {
   weft__rounds rounds;
   weft__rd_fold fold;
   int steps;        /* L */
-  size_t bytes;
+  size_t bytes;     /* of the whole exchange: count (all-reduce) or n * count (reduce-scatter) */
+  const char *in;   /* t->sendbuf */
+  char *out;        /* the result: t->recvbuf, or for reduce-scatter a scratch of bytes */
   char *b0;         /* the input of step 0 */
   char *scratch[2];
   weft__req req[2];
@@ -35,7 +43,7 @@ typedef struct {
 /* The buffer holding the result of step k-1 (input of step k), k = 0 .. L. */
 static char *buf_at(weft__task *t, rd_state *st, int k) {
   if (k == 0) return st->b0;
-  if (k == st->steps) return t->recvbuf;
+  if (k == st->steps) return st->out;
   return st->scratch[(k - 1) % 2];
 }
 
@@ -49,8 +57,8 @@ static void rd_post(weft__task *t, int i) {
   int L = st->steps;
   if (i == 0) {
     if (st->fold.partner < 0) return;
-    if (st->fold.newrank < 0) weft__round_send(r, t, st->fold.partner, t->sendbuf, st->bytes);
-    else weft__round_recv(r, t, st->fold.partner, st->b0, t->sendbuf, st->bytes);
+    if (st->fold.newrank < 0) weft__round_send(r, t, st->fold.partner, st->in, st->bytes);
+    else weft__round_recv(r, t, st->fold.partner, st->b0, st->in, st->bytes);
   } else if (i <= L) {
     if (st->fold.newrank < 0) return;
     int k = i - 1, peer = real_partner(st, k);
@@ -60,8 +68,8 @@ static void rd_post(weft__task *t, int i) {
     weft__round_recv(r, t, peer, out, lower ? in : NULL, st->bytes);
   } else {
     if (st->fold.partner < 0) return;
-    if (st->fold.newrank < 0) weft__round_recv(r, t, st->fold.partner, t->recvbuf, NULL, st->bytes);
-    else weft__round_send(r, t, st->fold.partner, t->recvbuf, st->bytes);
+    if (st->fold.newrank < 0) weft__round_recv(r, t, st->fold.partner, st->out, NULL, st->bytes);
+    else weft__round_send(r, t, st->fold.partner, st->out, st->bytes);
   }
 }
 
@@ -75,15 +83,17 @@ static void rd_finish(weft__task *t, int i) {
   if (k == st->steps - 1 && t->op == WEFT_AVG) weft__avg_finalize(out, count, t->dtype, t->comm->nranks);
 }
 
-static weft_status_t rd_start(weft__task *t) {
+/* whole: 1 for reduce-scatter (the exchange covers all n blocks, the result goes to a third
+ * scratch and this rank's block to recvbuf when done), 0 for all-reduce. */
+static weft_status_t rd_begin(weft__task *t, int whole) {
   int n = t->comm->nranks;
-  size_t bytes = t->count * weft__dtype_size(t->dtype);
+  size_t bytes = t->count * weft__dtype_size(t->dtype) * (whole ? (size_t)n : 1);
   int single = n == 1 || bytes == 0;
   size_t hdr = weft__align_up(sizeof(rd_state), 64), sbytes = weft__align_up(bytes, 64);
   weft_status_t status;
-  rd_state *st = weft__algo_state_alloc(t, hdr, single ? 0 : 2 * sbytes, &status);
+  rd_state *st = weft__algo_state_alloc(t, hdr, single ? 0 : (whole ? 3 : 2) * sbytes, &status);
   if (st == NULL) return status;
-  if (single) {
+  if (single) { /* n == 1 (so bytes is one block) or nothing to move */
     if (bytes > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, bytes);
     if (bytes > 0 && t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
     weft__rounds_init(&st->rounds, 0, st->req, 2, rd_post, rd_finish);
@@ -94,10 +104,12 @@ static weft_status_t rd_start(weft__task *t) {
   st->bytes = bytes;
   st->scratch[0] = (char *)st + hdr;
   st->scratch[1] = (char *)st + hdr + sbytes;
+  st->in = t->sendbuf;
+  st->out = whole ? (char *)st + hdr + 2 * sbytes : (char *)t->recvbuf;
   /* Step 0 reads b0 and writes buf_at(1); they must differ, and b0 must hold the folded
    * sum on a rank that receives the fold. */
   int fold_in = st->fold.partner >= 0 && st->fold.newrank >= 0;
-  int in_place = t->sendbuf == t->recvbuf;
+  int in_place = st->in == st->out;
   st->b0 = (char *)t->sendbuf;
   if (fold_in || (in_place && st->steps == 1)) {
     st->b0 = st->steps == 1 ? st->scratch[0] : st->scratch[1];
@@ -108,6 +120,8 @@ static weft_status_t rd_start(weft__task *t) {
   return WEFT_SUCCESS;
 }
 
+static weft_status_t rd_start(weft__task *t) { return rd_begin(t, 0); }
+
 static weft_status_t rd_progress(weft__task *t) {
   rd_state *st = t->state;
   return weft__rounds_progress(&st->rounds, t);
@@ -115,3 +129,19 @@ static weft_status_t rd_progress(weft__task *t) {
 
 const weft__algo weft__algo_all_reduce_recursive_doubling = {
     "recursive_doubling", WEFT__COLL_ALL_REDUCE, rd_start, rd_progress};
+
+static weft_status_t rs_start(weft__task *t) { return rd_begin(t, 1); }
+
+/* Done: this rank's block of the whole result (a scratch, so in-place is safe) to recvbuf. */
+static weft_status_t rs_progress(weft__task *t) {
+  rd_state *st = t->state;
+  weft_status_t s = weft__rounds_progress(&st->rounds, t);
+  if (s != WEFT_SUCCESS || st->out == NULL || st->out == (char *)t->recvbuf) return s;
+  size_t block = t->count * weft__dtype_size(t->dtype);
+  memcpy(t->recvbuf, st->out + (size_t)t->comm->rank * block, block);
+  st->out = t->recvbuf; /* copied once */
+  return s;
+}
+
+const weft__algo weft__algo_reduce_scatter_recursive_doubling = {
+    "recursive_doubling", WEFT__COLL_REDUCE_SCATTER, rs_start, rs_progress};
