@@ -94,6 +94,23 @@ weft_status_t weft__ring_driver_progress(weft__ring_driver *d, weft__task *t) {
   return WEFT_SUCCESS;
 }
 
+void *weft__comm_scratch(weft__task *t, size_t bytes, weft_status_t *st) {
+  struct weft_comm *c = t->comm;
+  if (bytes > c->scratch_bytes) {
+    void *p = malloc(bytes);
+    if (p == NULL) {
+      *st = weft__error(c, WEFT_ERR_NO_MEMORY, "rank %d: %s %s: cannot allocate %zu bytes of scratch", c->rank,
+                        weft__coll_name(t->coll), t->algo ? t->algo->name : "algorithm", bytes);
+      return NULL;
+    }
+    free(c->scratch);
+    c->scratch = p;
+    c->scratch_bytes = bytes;
+  }
+  *st = WEFT_SUCCESS;
+  return c->scratch;
+}
+
 void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
   if (extra <= sizeof(t->state_inline) && hdr <= sizeof(t->state_inline) - extra) {
     memset(t->state_inline, 0, hdr + extra);

@@ -164,4 +164,8 @@ static inline size_t weft__align_up(size_t x, size_t a) { return (x + a - 1) / a
  * (no allocation), else calloc'd (freed with the task); on failure raises
  * WEFT_ERR_NO_MEMORY naming the rank and operation, stores it in *st and returns NULL. */
 void *weft__algo_state_alloc(struct weft__task *t, size_t hdr, size_t extra, weft_status_t *st);
+/* The communicator's kept scratch, at least bytes long (grown when needed; its contents are
+ * not kept). Valid until the task ends. On failure raises WEFT_ERR_NO_MEMORY naming the
+ * rank and operation, stores it in *st and returns NULL. */
+void *weft__comm_scratch(struct weft__task *t, size_t bytes, weft_status_t *st);
 #endif

@@ -142,6 +142,7 @@ static void release_transports(struct weft_comm *c) {
 }
 
 static void free_comm(struct weft_comm *c) {
+  free(c->scratch);
   free(c->peers);
   free(c->conns);
   free(c->peer_transports);

@@ -6,7 +6,8 @@
  * each rank sends to one peer and receives from another and no two ranks aim at the same
  * receiver. At most WEFT_A2A_WINDOW steps are in flight (algos/window.h: step s is posted
  * once steps 1 .. s-W completed); each peer gets exactly one message, so per-peer FIFO
- * order is trivially the same on both sides. In-place (sendbuf == recvbuf) stages a copy of sendbuf in the state allocation.
+ * order is trivially the same on both sides. In-place (sendbuf == recvbuf) stages a copy of
+ * sendbuf in the communicator's kept scratch (weft__comm_scratch: no allocation per call).
  * Bytes each rank sends: (n-1) * count * size. Latency term: n-1 steps (overlapped).
  * Scratch: n * count * size in-place, else none. Picked for every all-to-all today.
  * Sources: Thakur, Rabenseifner & Gropp 2005 (pairwise exchange for long messages);
@@ -23,7 +24,7 @@ typedef struct {
   int nreq, done; /* done: a completed prefix of reqs */
   int posted, window; /* steps posted so far; most steps in flight (algos/window.h) */
   const char *src;    /* sendbuf, or its staged copy in-place */
-  weft__req reqs[]; /* send and receive of steps 1..n-1, then the staged copy in-place */
+  weft__req reqs[]; /* send and receive of steps 1..n-1 */
 } a2a_state;
 
 /* Posts step s (1 .. n-1): send block (r+s) to rank r+s, receive block (r-s) from it. */
@@ -52,13 +53,15 @@ static weft_status_t a2a_start(weft__task *t) {
   int in_place = t->sendbuf == t->recvbuf && block > 0;
   size_t hdr = weft__align_up(sizeof(a2a_state) + 2 * (size_t)(n - 1) * sizeof(weft__req), 64);
   weft_status_t status;
-  a2a_state *st = weft__algo_state_alloc(t, hdr, in_place ? (size_t)n * block : 0, &status);
+  a2a_state *st = weft__algo_state_alloc(t, hdr, 0, &status);
   if (st == NULL) return status;
   if (block == 0) return WEFT_SUCCESS; /* nreq = 0: nothing moves on any rank */
   st->src = t->sendbuf;
   if (in_place) {
-    memcpy((char *)st + hdr, t->sendbuf, (size_t)n * block);
-    st->src = (const char *)st + hdr;
+    char *staged = weft__comm_scratch(t, (size_t)n * block, &status);
+    if (staged == NULL) return status;
+    memcpy(staged, t->sendbuf, (size_t)n * block);
+    st->src = staged;
   } else {
     /* The self block, like a received one: past the threshold, bypassing the cache. */
     if (block >= weft__copy_stream_threshold())
