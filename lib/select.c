@@ -148,8 +148,14 @@ static double bc_hierarchical(const cost_in *c) {
   return weft__ceil_log2(c->H) * (c->a_net + c->bytes * c->b_net) +
          weft__ceil_log2(c->Lmax) * (c->a_shm + c->bytes * c->b_shm);
 }
+/* The ring driver's fixed cost per call, in alphas: on 2 ranks, where the ring and Bruck
+ * both take one step, the ring all-gather measured 0.31-0.38 us against Bruck's 0.22-0.35 us
+ * at 8-512 B (bound, 20,000 calls, in and out of place) and tied at 2 KiB; 0.13 alpha puts the
+ * model's crossover there (4 B beta = 0.13 alpha). */
+#define RING_CALL_ALPHAS 0.13
 static double ag_ring(const cost_in *c) {
-  return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * c->b;
+  return RING_CALL_ALPHAS * c->a + ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a +
+         (c->n - 1) * c->bytes * c->b;
 }
 static double ag_bruck(const cost_in *c) {
   /* Plus the copies into and out of the rotated scratch. */

@@ -171,6 +171,7 @@ static void model_picks_log_depth_for_small_and_bandwidth_for_large(void **state
   assert_string_equal(pick("", WEFT__COLL_ALL_REDUCE, 8, 8), "recursive_doubling");
   assert_string_equal(pick("", WEFT__COLL_ALL_REDUCE, 8, 64u << 20), "ring");
   assert_string_equal(pick("", WEFT__COLL_ALL_GATHER, 8, 8), "bruck");
+  assert_string_equal(pick("", WEFT__COLL_ALL_GATHER, 2, 8), "bruck"); /* the ring's fixed cost */
   assert_string_equal(pick("", WEFT__COLL_ALL_GATHER, 8, 64u << 20), "ring");
   assert_string_equal(pick("", WEFT__COLL_BROADCAST, 8, 8), "binomial");
   assert_string_equal(pick("", WEFT__COLL_BROADCAST, 8, 64u << 20), "chain");
