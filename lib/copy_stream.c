@@ -32,6 +32,11 @@ void weft__copy_stream(void *dst, const void *src, size_t n) {
 void weft__copy_stream(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 #endif
 
+void weft__copy_part(void *dst, const void *src, size_t n, size_t message_bytes) {
+  if (message_bytes >= weft__copy_stream_threshold()) weft__copy_stream(dst, src, n);
+  else memcpy(dst, src, n);
+}
+
 size_t weft__copy_stream_threshold(void) {
   static _Atomic size_t cached = SIZE_MAX; /* SIZE_MAX: not read yet */
   size_t v = atomic_load_explicit(&cached, memory_order_relaxed);

@@ -23,4 +23,8 @@ void weft__copy_stream(void *dst, const void *src, size_t n);
  * Thread-safe. */
 size_t weft__copy_stream_threshold(void);
 
+/* Copies n bytes (part of a message of message_bytes): with weft__copy_stream when the
+ * message reaches the threshold, else memcpy. Regions must not overlap. Thread-safe. */
+void weft__copy_part(void *dst, const void *src, size_t n, size_t message_bytes);
+
 #endif

@@ -39,8 +39,7 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
   if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
   char *dst = (char *)r->dst + r->done;
   if (r->acc == NULL) {
-    if (r->bytes >= weft__copy_stream_threshold()) weft__copy_stream(dst, data, nbytes);
-    else memcpy(dst, data, nbytes);
+    weft__copy_part(dst, data, nbytes, r->bytes);
   } else {
     size_t esize = weft__dtype_size(r->dtype);
     weft__reduce(dst, (const char *)r->acc + r->done, data, nbytes / esize, r->dtype, r->op);
@@ -50,10 +49,7 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
 
 /* A send's copy_to gets the bytes [from, r->done) the transport has just read from r->src. */
 static void copy_sent(weft__req *r, size_t from) {
-  char *dst = (char *)r->copy_to + from;
-  const char *src = (const char *)r->src + from;
-  if (r->bytes >= weft__copy_stream_threshold()) weft__copy_stream(dst, src, r->done - from);
-  else memcpy(dst, src, r->done - from);
+  weft__copy_part((char *)r->copy_to + from, (const char *)r->src + from, r->done - from, r->bytes);
 }
 
 /* Moves the head requests of one queue while they complete. */

@@ -123,6 +123,20 @@ SIMD_CLONES static void cpu_layernorm_bwd(float *dx, float *dw, float *db, const
 
 #define GELU_C 0.7978845608028654f /* sqrt(2 / pi) */
 
+/* e^r * 2^k for |r| <= ln2 / 2 and k an integer-valued float in -126 .. 127: e^r by its
+ * degree-7 Taylor polynomial (error below 1e-8 there), 2^k written into the exponent bits.
+ * The common tail of the vectorisable exponentials below (GELU's tanh, softmax's exp), which
+ * differ only in how they clamp and reduce their argument. */
+static inline __attribute__((always_inline)) float exp_reduced(float k, float r) {
+  float p = 1.0f / 720 + r * (1.0f / 5040);
+  p = 1.0f / 24 + r * (1.0f / 120 + r * p);
+  p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * p)));
+  int32_t bits = ((int32_t)k + 127) << 23;
+  float two_k;
+  memcpy(&two_k, &bits, sizeof(two_k));
+  return p * two_k;
+}
+
 /* tanh for GELU, to about 2e-7 absolute: tanh(u) = 1 - 2 / (e^{2u} + 1), with e^y as
  * 2^k * exp(r), k = round(y / ln 2), |r| <= ln2 / 2, and exp(r) by its degree-7 Taylor
  * polynomial (error below 1e-8 there, so the steps between k's stay below float noise).
@@ -133,13 +147,7 @@ static inline float gelu_tanh(float u) {
   float t = 2.0f * u * 1.4426950409f;
   float k = (t + 12582912.0f) - 12582912.0f; /* round to nearest: adding 1.5 * 2^23 */
   float r = (t - k) * 0.6931471806f;
-  float p = 1.0f / 720 + r * (1.0f / 5040);
-  p = 1.0f / 24 + r * (1.0f / 120 + r * p);
-  p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * p)));
-  int32_t bits = ((int32_t)k + 127) << 23;
-  float two_k;
-  memcpy(&two_k, &bits, sizeof(two_k));
-  return 1.0f - 2.0f / (p * two_k + 1.0f);
+  return 1.0f - 2.0f / (exp_reduced(k, r) + 1.0f);
 }
 
 
@@ -393,13 +401,7 @@ ATT_INLINE float att_exp(float x) {
   float t = x * 1.4426950409f;
   float k = (t + 12582912.0f) - 12582912.0f; /* round to nearest: adding 1.5 * 2^23 */
   float r = x - k * 0.693145751953125f - k * 1.428606765330187e-06f; /* ln2 in two parts */
-  float p = 1.0f / 720 + r * (1.0f / 5040);
-  p = 1.0f / 24 + r * (1.0f / 120 + r * p);
-  p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * p)));
-  int32_t bits = ((int32_t)k + 127) << 23;
-  float two_k;
-  memcpy(&two_k, &bits, sizeof(two_k));
-  return p * two_k;
+  return exp_reduced(k, r);
 }
 
 /* One row's causal softmax: p[0..i] = softmax(scale * s[0..i]). Max and sum keep 16

@@ -12,7 +12,6 @@
  * Sources: Thakur, Rabenseifner & Gropp, "Optimization of collective communication
  * operations in MPICH" (IJHPCA 2005), ring all-gather; NCCL's ring all-gather. */
 #include <string.h>
-#include "lib/copy_stream.h"
 #include "algos/ring.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"

@@ -13,10 +13,10 @@
  * Sources: Thakur, Rabenseifner & Gropp 2005 (pairwise exchange for long messages);
  * NCCL's all-to-all as grouped send/recv. */
 #include <string.h>
-#include "lib/copy_stream.h"
 #include "algos/ring.h"
 #include "algos/window.h"
 #include "lib/comm.h"
+#include "lib/copy_stream.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
 
@@ -64,9 +64,7 @@ static weft_status_t a2a_start(weft__task *t) {
     st->src = staged;
   } else {
     /* The self block, like a received one: past the threshold, bypassing the cache. */
-    if (block >= weft__copy_stream_threshold())
-      weft__copy_stream((char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block);
-    else memcpy((char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block);
+    weft__copy_part((char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block, block);
   }
   st->nreq = 2 * (n - 1);
   st->window = weft__a2a_window(n - 1);

@@ -13,9 +13,9 @@
  * Sources: NCCL's ring/chain broadcast; the pipelined linear broadcast of Thakur,
  * Rabenseifner & Gropp 2005 (discussed for long messages there). */
 #include <string.h>
-#include "lib/copy_stream.h"
 #include "algos/ring.h"
 #include "lib/comm.h"
+#include "lib/copy_stream.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
 
@@ -27,7 +27,6 @@ typedef struct {
   weft__conn *prev, *next;
   size_t posted_recv, done_recv, posted_send, done_send;
   size_t copied; /* root, out-of-place: chunks of sendbuf copied to recvbuf */
-  int stream_copy; /* root: copy with weft__copy_stream (a message past its threshold) */
   int fused_copy;  /* root: each send copies its chunk to recvbuf as it goes (req.copy_to) */
   weft__req recv[BC_WINDOW], send[BC_WINDOW];
 } bc_state;
@@ -77,10 +76,9 @@ static void bc_copy(weft__task *t, bc_state *st) {
     if (st->copied == st->nchunks) return;
     size_t k = st->copied++;
     size_t off = k * st->chunk * st->esize;
-    char *dst = (char *)t->recvbuf + off;
-    const char *src = (const char *)t->sendbuf + off;
-    if (st->stream_copy) weft__copy_stream(dst, src, chunk_len(t, st, k) * st->esize);
-    else memcpy(dst, src, chunk_len(t, st, k) * st->esize);
+    /* a large root copy bypasses the cache, as large received messages do (copy_stream.h) */
+    weft__copy_part((char *)t->recvbuf + off, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize,
+                    t->count * st->esize);
   } while (st->copied < st->posted_send);
 }
 
@@ -118,8 +116,6 @@ static weft_status_t bc_start(weft__task *t) {
   const char *s = t->sendbuf, *d = t->recvbuf;
   st->fused_copy = local_copy && st->has_send && (s + bytes <= d || d + bytes <= s);
   st->copied = local_copy && !st->fused_copy ? 0 : st->nchunks;
-  /* a large root copy bypasses the cache, as large received messages do (copy_stream.h) */
-  st->stream_copy = t->count * st->esize >= weft__copy_stream_threshold();
   bc_post(t, st);
   return WEFT_SUCCESS;
 }
