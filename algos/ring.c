@@ -9,6 +9,7 @@
 #include <string.h>
 #include "algos/ring.h"
 #include "lib/comm.h"
+#include "lib/copy_stream.h"
 #include "lib/status.h"
 #include "lib/task.h"
 
@@ -24,7 +25,10 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
   d->prev = weft__comm_conn(comm, weft__comm_ring_prev(comm, comm->rank));
   d->send = send;
   d->recv = recv;
+  d->stream = 0;
 }
+
+int weft__ring_streams(size_t out_bytes) { return out_bytes >= weft__copy_stream_threshold(); }
 
 /* Posts r on c, or completes it at once when empty: the peer skips the same message. */
 static void post_or_skip(weft__conn *c, weft__req *r) {
@@ -62,6 +66,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     size_t bytes = 0;
     d->ops->recv_of(t, d->slice, d->posted_recv, &dst, &acc, &bytes);
     weft__req_init_recv(r, dst, acc, bytes, t->dtype, t->op);
+    r->stream = d->stream && d->posted_recv == d->nsteps - 1;
     d->posted_recv++;
     post_or_skip(d->prev, r);
     posted = 1;
@@ -74,6 +79,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     d->ops->send_of(t, d->slice, d->posted_send, &buf, &bytes);
     weft__req_init_send(r, buf, bytes);
     if (d->ops->send_copy_to) r->copy_to = d->ops->send_copy_to(t, d->slice, d->posted_send);
+    r->stream = d->stream && r->copy_to != NULL;
     d->posted_send++;
     post_or_skip(d->next, r);
     posted = 1;

@@ -150,12 +150,20 @@ struct weft__ring_driver {
   int posted_recv, done_recv;
   weft__conn *next, *prev;
   weft__req *send, *recv; /* [nsteps] each, owned by the algorithm's state */
+  /* 1: the last step's receives and every send's copy_to are written past the cache
+   * (weft__req.stream); the algorithm sets it after init for a large collective whose
+   * output nothing reads again in this call (weft__ring_streams). 0 after init. */
+  int stream;
 };
 
 void weft__ring_driver_init(weft__ring_driver *d, struct weft__task *t, const weft__ring_ops *ops,
                             int nsteps, size_t nslices, weft__req *send, weft__req *recv);
 /* WEFT_IN_PROGRESS until every slice is done, then WEFT_SUCCESS. */
 weft_status_t weft__ring_driver_progress(weft__ring_driver *d, struct weft__task *t);
+
+/* 1 when a collective whose output is out_bytes long should write it past the cache
+ * (weft__copy_stream_threshold, copy_stream.h): it is larger than half the L3. */
+int weft__ring_streams(size_t out_bytes);
 
 /* ---- Helpers shared by every algorithm ------------------------------------------------ */
 static inline size_t weft__align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }

@@ -1,4 +1,5 @@
 /* req.c: request queues per connection and the progress pass over a communicator. */
+#include <stdint.h>
 #include <string.h>
 #include "lib/comm.h"
 #include "lib/copy_stream.h"
@@ -39,7 +40,7 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
   if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
   char *dst = (char *)r->dst + r->done;
   if (r->acc == NULL) {
-    weft__copy_part(dst, data, nbytes, r->bytes);
+    weft__copy_part(dst, data, nbytes, r->stream ? SIZE_MAX : r->bytes);
   } else {
     size_t esize = weft__dtype_size(r->dtype);
     weft__reduce(dst, (const char *)r->acc + r->done, data, nbytes / esize, r->dtype, r->op);
@@ -49,7 +50,8 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
 
 /* A send's copy_to gets the bytes [from, r->done) the transport has just read from r->src. */
 static void copy_sent(weft__req *r, size_t from) {
-  weft__copy_part((char *)r->copy_to + from, (const char *)r->src + from, r->done - from, r->bytes);
+  weft__copy_part((char *)r->copy_to + from, (const char *)r->src + from, r->done - from,
+                  r->stream ? SIZE_MAX : r->bytes);
 }
 
 /* Moves the head requests of one queue while they complete. */

@@ -2,7 +2,8 @@
 # Messages of 16 MiB and more are delivered with non-temporal stores (lib/copy_stream.h),
 # sizes the collective sweep reaches only at its top. CI therefore runs the shm half of the
 # sweep with the threshold at 1 byte, so every received message, all-gather's own block,
-# all-to-all's self block and the broadcast root's copy take that path.
+# all-to-all's self block and the broadcast root's copy take that path, and every
+# out-of-place ring all-reduce keeps its partials in scratch (weft__ring_streams).
 # WEFT_PROTO=Simple keeps the smallest messages off the LL protocol, so they take it too.
 # TAP comes from the cmocka program itself.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1

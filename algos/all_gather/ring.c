@@ -70,6 +70,8 @@ static weft_status_t ag_start(weft__task *t) {
   weft__ring_driver_init(&st->ring, t, &ag_ops, nsteps, weft__ring_nslices(&st->layout), st->reqs,
                          st->reqs + nsteps);
   if (t->count == 0) return WEFT_SUCCESS;
+  /* large: the last step's pieces and the own block go past the cache (nothing reads them) */
+  st->ring.stream = weft__ring_streams((size_t)n * t->count * esize);
   char *own = (char *)t->recvbuf + (size_t)r * t->count * esize;
   size_t bytes = t->count * esize;
   if ((const void *)own == t->sendbuf) return WEFT_SUCCESS;
