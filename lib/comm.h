@@ -54,6 +54,9 @@ struct weft_comm {
    * a time); freed with the communicator (algos/ring.h: weft__comm_scratch). */
   void *scratch;
   size_t scratch_bytes;
+  /* Large uniform collectives so far, and shm placement probes run among them
+   * (transports/shm/shm_placement.h): the same on every rank. */
+  uint64_t placement_calls, placement_probes;
 
   atomic_int init_state;     /* WEFT__INIT_* */
   weft_status_t init_status;

@@ -24,6 +24,7 @@
 #include "lib/env.h"
 #include "lib/status.h"
 #include "lib/task.h"
+#include "transports/shm/shm_placement.h"
 #include "transports/transport.h"
 
 #define SPIN_ITERS 200
@@ -328,7 +329,8 @@ weft_status_t weft__task_run(weft__task *t) {
   weft_status_t st = check_usable(t);
   if (st == WEFT_SUCCESS) {
     t->algo = weft__select_algo(t);
-    st = t->algo->start(t);
+    st = weft__shm_placement_check(t);
+    if (st == WEFT_SUCCESS) st = t->algo->start(t);
     if (st == WEFT_SUCCESS || st == WEFT_IN_PROGRESS) {
       weft__error_quiet(1); /* one warning, with the operation named, instead of two */
       st = drive(t);

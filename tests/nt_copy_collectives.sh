@@ -5,6 +5,8 @@
 # all-to-all's self block and the broadcast root's copy take that path, and every
 # out-of-place ring all-reduce keeps its partials in scratch (weft__ring_streams).
 # WEFT_PROTO=Simple keeps the smallest messages off the LL protocol, so they take it too.
+# WEFT_SHM_STREAM=1 makes senders write FIFO payloads of 64 KiB messages and up past the
+# cache too, as they do when the placement probe finds two L3s (shm_placement.h).
 # TAP comes from the cmocka program itself.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1
-WEFT_PROTO=Simple WEFT_NT_COPY_BYTES=1 WEFT_TEST_FILTER='*over_shm*' exec ./tests/test_collectives
+WEFT_PROTO=Simple WEFT_NT_COPY_BYTES=1 WEFT_SHM_STREAM=1 WEFT_TEST_FILTER='*over_shm*' exec ./tests/test_collectives

@@ -8,6 +8,11 @@ all_reduce, from older files). Prints one table per target with the ratio at eac
 PASS / MISS, then a summary line per target. A missing sweep or peer is reported as
 "not measured", never as a pass.
 
+The np=2 shm tables also give the ratio over the rounds in which the two CPUs shared an
+L3 and over those in which they did not (perf/l3_probe, run around every sweep): on the
+development VM that placement changes by itself and moves large-message figures 2-5x,
+for both libraries. The PASS / MISS verdict uses the medians over all rounds.
+
 The busbw tables against Open MPI also show weft/floor, MPI/floor and the ceiling =
 floor / MPI: the highest ratio to Open MPI any implementation could reach on this machine.
 A missed row whose ceiling is below the target is marked "MISS (above floor)"; it is still
@@ -21,7 +26,11 @@ import sys
 MIB = 1 << 20
 
 
-def load(path):
+PLACEMENTS = ("shared", "split")
+
+
+def load(path, l3=None):
+    """Medians over all rounds (l3 None), or over the rounds of one L3 placement only."""
     rows = {}
     if not os.path.exists(path):
         return rows
@@ -30,8 +39,15 @@ def load(path):
         if not line:
             continue
         r = json.loads(line)
-        rows[(r.get("coll"), r.get("lib"), r["size"])] = r
+        if r.get("l3") == l3:
+            rows[(r.get("coll"), r.get("lib"), r["size"])] = r
     return rows
+
+
+def placement_ratios(path, coll, peer, lo, hi, key, higher_better=True):
+    """{placement: {size: ratio}} over the rounds where both libraries ran in it."""
+    return {w: {size: q for size, _, _, q in ratio_rows(load(path, w), coll, peer, lo, hi, key,
+                                                        higher_better)} for w in PLACEMENTS}
 
 
 def fmt_size(s):
@@ -75,15 +91,19 @@ def floor_of(floors, coll, size):
     return max(found) if found else None
 
 
-def table(title, rows, need, unit, floor=None):
-    """floor: size -> floor busbw (or None) adds weft/floor, MPI/floor and ceiling columns."""
+def table(title, rows, need, unit, floor=None, by_l3=None):
+    """floor: size -> floor busbw (or None) adds weft/floor, MPI/floor and ceiling columns;
+    by_l3: {placement: {size: ratio}} adds the ratio over each placement's rounds."""
     print(f"\n## {title}")
     if not rows:
         print("not measured (sweep or peer missing)")
         return None
     extra = " weft/floor | MPI/floor | ceiling |" if floor else ""
+    if by_l3:
+        extra += " shared L3 | split L3 |"
     print(f"| size | weft {unit} | peer {unit} | ratio | target |{extra} |")
-    print("|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if floor else "") + "---|")
+    print("|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if floor else "") +
+          ("---:|---:|" if by_l3 else "") + "---|")
     ok = True
     above = misses = beaten = floored = 0
     for size, w, q, ratio in rows:
@@ -102,6 +122,9 @@ def table(title, rows, need, unit, floor=None):
                 if ceiling is not None and ceiling < need:
                     above += 1
                     verdict = "MISS (above floor)"
+        for where in PLACEMENTS if by_l3 else ():
+            r = by_l3.get(where, {}).get(size)
+            cols += f" {r:.2f}x |" if r else " - |"
         print(f"| {fmt_size(size)} | {w:.3g} | {q:.3g} | {ratio:.2f}x | {need}x |{cols} {verdict} |")
     worst = min(r[3] for r in rows)
     print(f"- {'PASS' if ok else 'MISS'}: worst ratio {worst:.2f}x (target {need}x)")
@@ -117,7 +140,8 @@ def table(title, rows, need, unit, floor=None):
 
 
 def main(d):
-    shm = load(os.path.join(d, "shm", "compare.jsonl"))
+    shm_path = os.path.join(d, "shm", "compare.jsonl")
+    shm = load(shm_path)
     sock = load(os.path.join(d, "socket", "compare.jsonl"))
     np4 = load(os.path.join(d, "np4", "compare.jsonl"))
     floors = load_floors(os.path.join(d, "floor.jsonl"))
@@ -129,7 +153,8 @@ def main(d):
     results["all-reduce busbw >= 3x Open MPI, 16-256 MiB (np=2)"] = table(
         "all-reduce busbw vs Open MPI, 16-256 MiB, np=2, shm",
         ratio_rows(shm, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"), 3.0, "GB/s",
-        lambda size: floor_of(floors, "all_reduce", size))
+        lambda size: floor_of(floors, "all_reduce", size),
+        placement_ratios(shm_path, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"))
     frows = []
     for (c, lib, size), r in sorted(shm.items(), key=lambda kv: kv[0][2]):
         if c == "all_reduce" and lib == "weft" and size in floor and 16 * MIB <= size <= 256 * MIB:
@@ -140,7 +165,8 @@ def main(d):
     measured = False
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         ok = table(f"{coll}: latency vs Open MPI at every size, np=2 (ratio = MPI time / weft time)",
-                   ratio_rows(shm, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us")
+                   ratio_rows(shm, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
+                   by_l3=placement_ratios(shm_path, coll, "mpi", 0, 1 << 40, "time_us", False))
         if ok is not None:
             measured = True
             every &= ok
@@ -150,7 +176,8 @@ def main(d):
     for coll in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         ok = table(f"{coll}: busbw vs Open MPI at >= 16 MiB, np=2",
                    ratio_rows(shm, coll, "mpi", 16 * MIB, 1 << 40, "busbw"), 1.5, "GB/s",
-                   lambda size, coll=coll: floor_of(floors, coll, size))
+                   lambda size, coll=coll: floor_of(floors, coll, size),
+                   placement_ratios(shm_path, coll, "mpi", 16 * MIB, 1 << 40, "busbw"))
         if ok is not None:
             measured = True
             big &= ok

@@ -11,12 +11,18 @@ Inputs in raw/, one file per collective, library and round:
                       see WEFT_COLUMN), when it has -J;
   COLL.weft.rK.txt    otherwise its nccl-tests table (the same columns);
   COLL.mpi.rK.jsonl, COLL.gloo.rK.jsonl   JSON lines of mpi_bench / gloo_bench;
+  COLL.LIB.rK.l3      perf/l3_probe's verdict before and after that sweep (shared / split L3);
   skipped.txt         peers or collectives run.sh skipped, and why;
   failed.txt          runs that exited non-zero (their rows up to the failure are kept).
 Per collective, library and size it takes the median over rounds of the time per call
 and of busbw; the weft/peer ratio is peer time / weft time (= weft busbw / peer busbw:
 same bytes), so above 1 means weft is faster. Any wrong element in any round is shown
 as WRONG and makes the exit status 1.
+
+L3 placement: a round whose probes before and after both said "shared" (or "split") is
+labelled so, else "mixed". Besides the medians over all rounds, compare.md gives weft/MPI
+over the rounds of one placement only (both libraries measured in it), and compare.jsonl
+adds rows with "l3": "shared" / "split" for those medians.
 """
 import argparse
 import json
@@ -114,8 +120,28 @@ def header_lines(path):
     return None
 
 
+PLACEMENTS = ("shared", "split")
+
+
+def placement(path):
+    """'shared' or 'split' when every probe of a sweep agreed, 'mixed' when not, None: no probe."""
+    if not os.path.exists(path):
+        return None
+    seen = set()
+    with open(path) as f:
+        for line in f:
+            try:
+                seen.add(json.loads(line).get("l3"))
+            except ValueError:
+                continue
+    seen.discard(None)
+    if not seen:
+        return None
+    return seen.pop() if len(seen) == 1 else "mixed"
+
+
 def load(raw):
-    """{(coll, lib): {size: [row per round]}}, {lib: banner}"""
+    """{(coll, lib): {size: [row per round]}}, {lib: banner}; each row has its round's "l3"."""
     data, banners, seen = {}, {}, set()
     names = sorted(os.listdir(raw))
     for name in names:
@@ -140,8 +166,10 @@ def load(raw):
             rows = read_jsonl(path)
         banners.setdefault(lib, header_lines(path))
         per_size = data.setdefault((coll, lib), {})
+        l3 = placement(os.path.join(raw, f"{coll}.{lib}.r{rnd}.l3"))
         for r in rows or []:
             if r["size"] > 0:
+                r["l3"] = l3
                 per_size.setdefault(r["size"], []).append(r)
     return data, banners
 
@@ -182,15 +210,19 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
-def coll_table(coll, med):
-    """Markdown lines for one collective; med: {lib: {size: summary}}."""
+def coll_table(coll, med, by_l3=None, rounds_l3=""):
+    """Markdown lines for one collective; med: {lib: {size: summary}}; by_l3: {placement:
+    the same, over that placement's rounds only}."""
+    by_l3 = by_l3 or {}
     sizes = sorted(set().union(*[set(v) for v in med.values()]) if med else [])
     out = [f"## {coll}", ""]
     if not sizes:
         return out + ["No results.", ""]
+    if rounds_l3:
+        out += [f"L3 placement per round: {rounds_l3}", ""]
     out.append("| size | busbw weft | busbw MPI | busbw Gloo | lat weft (us) | lat MPI (us) "
-               "| lat Gloo (us) | weft/MPI | weft/Gloo |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| lat Gloo (us) | weft/MPI | weft/Gloo | weft/MPI shared L3 | weft/MPI split L3 |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     ratios = {"mpi": [], "gloo": []}
     for size in sizes:
         s = {lib: med.get(lib, {}).get(size) for lib, _ in LIBS}
@@ -200,6 +232,10 @@ def coll_table(coll, med):
             r = ratio(s["weft"], s[peer])
             cells.append(f"{r:.2f}x" if r else "–")
             ratios[peer].append((size, r))
+        for where in PLACEMENTS:
+            m = by_l3.get(where, {})
+            r = ratio(m.get("weft", {}).get(size), m.get("mpi", {}).get(size))
+            cells.append(f"{r:.2f}x" if r else "–")
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     notes = []
@@ -214,6 +250,20 @@ def coll_table(coll, med):
                 parts.append(f"{large:.2f}x at >= 1M")
             notes.append(f"weft/{label} (geometric mean): " + ", ".join(parts))
     return out + ([("- " + n) for n in notes] + [""] if notes else [])
+
+
+def rounds_placement(data, coll, libs):
+    """'weft: shared, split, ...; mpi: ...' from the first row of each round, or ''."""
+    parts = []
+    for lib in libs:
+        per = data.get((coll, lib), {})
+        if not per:
+            continue
+        first = per[min(per)]
+        labels = [r.get("l3") or "?" for r in first]
+        if any(l != "?" for l in labels):
+            parts.append(f"{lib} " + ", ".join(labels))
+    return "; ".join(parts)
 
 
 def plot(path, colls, med_all, title):
@@ -274,8 +324,13 @@ def main():
 
     data, banners = load(a.raw)
     colls = a.colls.split()
+    libs = [lib for lib, _ in LIBS if lib in a.libs.split()]
     med_all = {coll: {lib: {sz: summarize(rs) for sz, rs in data.get((coll, lib), {}).items()}
-                      for lib, _ in LIBS if lib in a.libs.split()} for coll in colls}
+                      for lib in libs} for coll in colls}
+    # the same medians over the rounds of one L3 placement only
+    med_l3 = {where: {coll: {lib: {sz: summarize(sel) for sz, rs in data.get((coll, lib), {}).items()
+                                   if (sel := [r for r in rs if r.get("l3") == where])}
+                             for lib in libs} for coll in colls} for where in PLACEMENTS}
     transport = {"auto": "weft auto (shm), Open MPI default BTLs (vader shm), Gloo TCP",
                  "socket": "weft socket, Open MPI --mca btl tcp,self, Gloo TCP"}.get(a.transport, a.transport)
     title = (f"busbw, {a.np} ranks, float32 sum, {a.transport} transport, "
@@ -300,7 +355,8 @@ def main():
                 md += [f"- {what}: {line.strip()}" for line in f if line.strip()]
     md.append("")
     for coll in colls:
-        md += coll_table(coll, med_all[coll])
+        md += coll_table(coll, med_all[coll], {w: med_l3[w][coll] for w in PLACEMENTS},
+                         rounds_placement(data, coll, libs))
 
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "compare.md"), "w") as f:
@@ -310,6 +366,10 @@ def main():
             for lib, per in med_all[coll].items():
                 for sz, s in sorted(per.items()):
                     f.write(json.dumps({"coll": coll, "lib": lib, "size": sz, **s}) + "\n")
+            for where in PLACEMENTS:
+                for lib, per in med_l3[where][coll].items():
+                    for sz, s in sorted(per.items()):
+                        f.write(json.dumps({"coll": coll, "lib": lib, "size": sz, "l3": where, **s}) + "\n")
     print(f"compare: wrote {os.path.join(a.out, 'compare.md')}")
     if not a.no_plot:
         plot(os.path.join(a.out, "compare.png"), colls, med_all, title)

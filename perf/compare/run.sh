@@ -205,20 +205,30 @@ run_gloo() {
   return "$rc"
 }
 
+# Whether the two CPUs share an L3 before and after each sweep (perf/l3_probe.c): on the
+# development VM that flips every few seconds to minutes and moves every large-message
+# figure 2-5x, so report.py gives medians per placement beside the overall ones.
+probe_l3() {
+  [ -x "$BUILD/l3_probe" ] && "$BUILD/l3_probe" >>"$1.l3" 2>/dev/null
+  return 0
+}
+
 log "$NP ranks, sizes $MINB..$MAXB x$FACTOR, $ROUNDS round(s) of $ITERS iters," \
   "transport $TRANSPORT, libraries:$ACTIVE; output in $OUT"
 for round in $(seq 1 "$ROUNDS"); do
   for coll in $COLLS; do
     for lib in $ACTIVE; do
       base=$RAW/$coll.$lib.r$round
-      rm -f "$base.txt" "$base.json" "$base.jsonl" "$base.err"
+      rm -f "$base.txt" "$base.json" "$base.jsonl" "$base.err" "$base.l3"
       t0=$SECONDS
       rc=0
+      probe_l3 "$base"
       for range in "${RANGES[@]}"; do
         set -- $range
         SWEEP=(-b "$1" -e "$2" -f "$FACTOR" -n "$3" -w "$WARMUP")
         "run_$lib" "$coll" "$base" || { rc=$?; break; }
       done
+      probe_l3 "$base"
       secs=$((SECONDS - t0))
       if [ "$rc" = 0 ]; then
         log "round $round/$ROUNDS $coll $lib: ok (${secs} s)"

@@ -19,7 +19,7 @@
  * the receiver returns their credit in the ll_done line.
  *
  * Layout of one FIFO (all offsets multiples of 64; the payload starts page-aligned):
- *   [ctrl: tail line | head line | ll_done line][nslots slot headers, one line each][pad]
+ *   [ctrl: tail | head | ll_done | probe line][nslots slot headers, one line each][pad]
  *   [nslots payloads][LL: WEFT__SHM_LL_BUFS buffers of WEFT__SHM_LL_LINES lines]
  * A rank's segment is one page holding its doorbell (shm_doorbell.h), then nfifos such
  * FIFOs back to back, one per shm peer sending to it. */
@@ -36,6 +36,8 @@ typedef struct {
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t tail; /* written by the sender only */
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t head; /* written by the receiver only */
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t ll_done; /* receiver: last LL chunk consumed */
+  /* written by both: the sender's placement probe bounces it off the receiver (shm_placement.c) */
+  _Alignas(WEFT__SHM_LINE) _Atomic uint64_t probe;
 } weft__shm_fifo_ctrl;
 
 /* Messages of up to this many bytes travel inside their slot header: one cache line moves
@@ -62,7 +64,7 @@ typedef struct {
   };
 } weft__shm_slot_hdr;
 
-_Static_assert(sizeof(weft__shm_fifo_ctrl) == 3 * WEFT__SHM_LINE, "one line per counter");
+_Static_assert(sizeof(weft__shm_fifo_ctrl) == 4 * WEFT__SHM_LINE, "one line per counter");
 _Static_assert(sizeof(weft__shm_slot_hdr) == WEFT__SHM_LINE, "one line per slot header");
 
 static inline size_t weft__shm_round_up(size_t x, size_t to) {

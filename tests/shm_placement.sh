@@ -1,0 +1,31 @@
+#!/bin/sh
+# The shm placement probe (transports/shm/shm_placement.h) runs at the first large
+# collective and every 16th after it, on every rank alike, completes (no hang: the test
+# harness's timeout and the comm's deadline bound it), and leaves results exact whatever
+# it decides; it does not run when ranks outnumber cores. TAP output.
+cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1
+echo "1..3"
+ncpu=$(nproc)
+if [ "$ncpu" -lt 2 ]; then
+  for i in 1 2 3; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
+  exit 0
+fi
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+# 3 sizes, warm-up, 20 timed and checked calls, in and out of place: over a hundred calls
+# of >= 256 KiB, so several probes per rank (calls 1, 17, 33, ...).
+WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 256K -e 1M -f 2 -n 20 -w 1 -c 1 >"$log" 2>&1
+rc=$?
+wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
+if [ "$rc" = 0 ] && [ "$wrong" = 0 ]; then echo "ok 1 - 2-rank all-reduce with probes: exit 0, 0 wrong"
+else echo "not ok 1 - 2-rank all-reduce with probes: exit $rc, $wrong wrong"; tail -n 5 "$log" | sed 's/^/# /'; fi
+p0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
+p1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
+if [ "$p0" -ge 2 ] && [ "$p0" = "$p1" ]; then echo "ok 2 - both ranks ran the same probes ($p0 each)"
+else echo "not ok 2 - probes per rank: rank 0 ran $p0, rank 1 ran $p1 (want equal, >= 2)"; fi
+over=$((ncpu + 1))
+if [ "$over" -gt 9 ]; then echo "ok 3 # SKIP $ncpu cores: $over ranks would take too long here"; exit 0; fi
+WEFT_DEBUG=TRACE ./weftrun -n "$over" ./all_reduce_perf -b 256K -e 256K -n 5 -w 1 -c 1 >"$log" 2>&1
+rc=$?
+n=$(grep -c "placement probe" "$log")
+if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 3 - $over ranks on $ncpu cores: no probe"
+else echo "not ok 3 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi

@@ -1,0 +1,158 @@
+/* shm_placement.c: the placement probe and the stream decision; see shm_placement.h.
+ *
+ * The probe line holds (generation << 32) | step. The initiator writes odd steps, the
+ * responder answers each with the next even one, so each side only ever waits for one
+ * value and a late partner, or the last value of the previous probe, is never mistaken for
+ * an answer. The generation is the communicator's count of probes, the same on every rank.
+ * Ideas: the cache-line ping-pong of core-to-core latency benchmarks; no code taken. */
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include "lib/clock.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/env.h"
+#include "lib/log.h"
+#include "lib/status.h"
+#include "lib/task.h"
+#include "transports/shm/shm_conn.h"
+#include "transports/shm/shm_placement.h"
+#include "transports/transport.h"
+
+int weft__shm_stream_mode(void) {
+  const char *v = weft__env_str("WEFT_SHM_STREAM", "auto");
+  if (strcmp(v, "auto") == 0) return WEFT__SHM_STREAM_AUTO;
+  if (strcmp(v, "1") == 0) return WEFT__SHM_STREAM_ALWAYS;
+  if (strcmp(v, "0") == 0) return WEFT__SHM_STREAM_NEVER;
+  WEFT_WARN("WEFT_SHM_STREAM=%s is not auto, 0 or 1; using auto", v);
+  return WEFT__SHM_STREAM_AUTO;
+}
+
+/* One side of a probe: which line, which step it waits for next, and its timings. */
+typedef struct {
+  _Atomic uint64_t *line;
+  uint64_t gen;
+  int step;           /* initiator: round trips done; responder: answers given */
+  int done;
+  uint64_t batch_at;  /* initiator: when the current batch of round trips began */
+  uint32_t batch_ns[WEFT__SHM_PROBE_BATCHES]; /* initiator: mean round trip of each batch */
+} probe_side;
+
+/* The first round trip absorbs the partners' skew; then BATCHES batches of BATCH_TRIPS,
+ * each timed as a whole (one clock read per batch: a read costs about 25 ns here, a
+ * sizeable part of a 60-100 ns round trip, and the clock ticks in 10 ns steps). */
+enum { TRIPS_TOTAL = 1 + WEFT__SHM_PROBE_BATCHES * WEFT__SHM_PROBE_BATCH_TRIPS };
+
+static uint64_t word(uint64_t gen, uint64_t step) { return gen << 32 | step; }
+
+/* Advances the initiator as far as it can; returns 1 when it moved. */
+static int initiate(probe_side *p) {
+  if (p->done) return 0;
+  if (atomic_load_explicit(p->line, memory_order_acquire) != word(p->gen, 2 * (uint64_t)p->step + 2))
+    return 0;
+  int timed = ++p->step - 1; /* timed round trips completed */
+  if (timed % WEFT__SHM_PROBE_BATCH_TRIPS == 0) {
+    uint64_t now = weft__now_ns();
+    if (timed > 0)
+      p->batch_ns[timed / WEFT__SHM_PROBE_BATCH_TRIPS - 1] =
+          (uint32_t)((now - p->batch_at) / WEFT__SHM_PROBE_BATCH_TRIPS);
+    p->batch_at = now;
+  }
+  if (p->step == TRIPS_TOTAL) {
+    p->done = 1;
+    return 1;
+  }
+  atomic_store_explicit(p->line, word(p->gen, 2 * (uint64_t)p->step + 1), memory_order_release);
+  return 1;
+}
+
+/* Answers the initiator's pending step, if it came; returns 1 when it did. */
+static int respond(probe_side *p) {
+  if (p->done) return 0;
+  if (atomic_load_explicit(p->line, memory_order_acquire) != word(p->gen, 2 * (uint64_t)p->step + 1))
+    return 0;
+  atomic_store_explicit(p->line, word(p->gen, 2 * (uint64_t)p->step + 2), memory_order_release);
+  if (++p->step == TRIPS_TOTAL) p->done = 1;
+  return 1;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+static weft__shm_conn *shm_peer(struct weft_comm *comm, int peer) {
+  if (peer == comm->rank) return NULL;
+  weft__conn *c = weft__comm_conn(comm, peer);
+  return c->tr == &weft__transport_shm ? c->priv : NULL;
+}
+
+/* The ranks before and after this one on the communicator's ring (algos/ring.h's order). */
+static void ring_neighbours(const struct weft_comm *comm, int *next, int *prev) {
+  int n = comm->nranks, pos = comm->ring_pos != NULL ? comm->ring_pos[comm->rank] : comm->rank;
+  int pn = (pos + 1) % n, pp = (pos + n - 1) % n;
+  *next = comm->ring != NULL ? comm->ring[pn] : pn;
+  *prev = comm->ring != NULL ? comm->ring[pp] : pp;
+}
+
+/* Both sides until done or the deadline; the initiator's line starts with step 1. */
+static weft_status_t run_probe(struct weft_comm *comm, probe_side *out, probe_side *in, int next,
+                               int prev) {
+  uint64_t deadline = weft__deadline_after_ms(comm->timeout_ms);
+  if (!out->done) atomic_store_explicit(out->line, word(out->gen, 1), memory_order_release);
+  for (unsigned polls = 1; !out->done || !in->done; polls++) {
+    if (initiate(out) | respond(in)) continue;
+    if (polls % 1024 != 0) continue;
+    sched_yield(); /* a partner still in its previous call: let it run if it shares our core */
+    if (weft__now_ns() > deadline)
+      return weft__error(comm, WEFT_ERR_TIMEOUT,
+                         "rank %d: shm placement probe: no answer within %d ms from %s %d",
+                         comm->rank, comm->timeout_ms, out->done ? "peer" : "successor",
+                         out->done ? prev : next);
+  }
+  return WEFT_SUCCESS;
+}
+
+static int probes_due(const weft__task *t) {
+  switch (t->coll) {
+  case WEFT__COLL_ALL_REDUCE: case WEFT__COLL_BROADCAST: case WEFT__COLL_REDUCE:
+  case WEFT__COLL_ALL_GATHER: case WEFT__COLL_REDUCE_SCATTER: case WEFT__COLL_ALL_TO_ALL:
+  case WEFT__COLL_GATHER: case WEFT__COLL_SCATTER:
+    break;
+  default:
+    return 0; /* sizes may differ between ranks (all-to-all-v), or not every rank takes part */
+  }
+  return t->count * weft__dtype_size(t->dtype) >= WEFT__SHM_PROBE_MIN;
+}
+
+weft_status_t weft__shm_placement_check(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  if (comm->nranks < 2 || comm->oversubscribed || !probes_due(t)) return WEFT_SUCCESS;
+  if (comm->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
+  int next, prev;
+  ring_neighbours(comm, &next, &prev);
+  weft__shm_conn *to = shm_peer(comm, next), *from = shm_peer(comm, prev);
+  /* Both ends of a link read the same setting only if the user set it the same: each side
+   * takes part whenever it may be asked, and only its own mode decides its writes. */
+  uint64_t gen = ++comm->placement_probes;
+  probe_side out = {.gen = gen, .done = to == NULL}, in = {.gen = gen, .done = from == NULL};
+  if (to != NULL) out.line = &to->out.ctrl->probe;
+  if (from != NULL) in.line = &from->in.ctrl->probe;
+  if (out.done && in.done) return WEFT_SUCCESS;
+  WEFT_TRY(run_probe(comm, &out, &in, next, prev));
+  if (to == NULL) return WEFT_SUCCESS;
+  qsort(out.batch_ns, WEFT__SHM_PROBE_BATCHES, sizeof(uint32_t), cmp_u32);
+  uint32_t median = out.batch_ns[WEFT__SHM_PROBE_BATCHES / 2];
+  int split = median > WEFT__SHM_SPLIT_NS;
+  if (to->stream_mode == WEFT__SHM_STREAM_AUTO && to->stream_out != split) {
+    WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, %s; large payloads %s",
+              comm->rank, next, median, split ? "two L3s" : "one L3",
+              split ? "bypass the cache" : "go through the cache");
+    to->stream_out = split;
+  }
+  to->probe_ns = median;
+  WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %u ns per round trip",
+             (unsigned long long)gen, comm->rank, next, median);
+  return WEFT_SUCCESS;
+}

@@ -1,0 +1,58 @@
+/* shm_placement.h: whether this rank and a shm peer share a last-level cache, measured, and
+ * how the bulk FIFO writes large payloads because of it.
+ *
+ * Why: a FIFO payload written with ordinary stores stays in the writer's cache, and the
+ * reader pulls it from there. Within one L3 that is the fastest path there is. Across two
+ * L3s (two sockets, or two CCDs of one EPYC) every line crosses the interconnect as a
+ * dirty-line transfer, which measured 4-5x slower than reading memory. On the 2-core
+ * development VM the two vCPUs move between both placements every few seconds or minutes,
+ * and the guest cannot see it (hwloc shows one 32 MiB L3). 2-rank all-reduce 256 KiB-16 MiB,
+ * busbw in GB/s, median launch (the same build, launches interleaved, perf/l3_probe before
+ * and after each):
+ *                           ordinary stores   non-temporal stores
+ *   shared L3 (60-100 ns)   10-17             5.6-7.6
+ *   split L3s (320-380 ns)  1.6-2.3           7.0-11.9
+ * So the writer measures the placement and, across L3s, writes payloads past its cache
+ * (weft__copy_stream): the lines go to memory and the reader reads them from there.
+ *
+ * The measurement: a ping-pong on the FIFO's probe line (a round trip is two cache-line
+ * transfers between the two cores): one untimed round trip, then 3 batches of 8, each timed
+ * as a whole; the median batch's mean round trip above WEFT__SHM_SPLIT_NS says two L3s
+ * (the VM measured 75-110 ns with one L3 and 300-370 with two; perf/l3_probe agrees).
+ * The probe needs both ranks at once, so it runs at points all ranks reach in the same
+ * order: at the start of the first large collective (uniform sizes, >= WEFT__SHM_PROBE_MIN
+ * bytes per rank) and every WEFT__SHM_PROBE_EVERY-th after it. Each rank initiates toward
+ * its ring successor (whose FIFO it writes most) and answers its ring predecessor, both in
+ * one loop. Not when ranks outnumber cores (a partner that is not running makes every round
+ * trip a context switch, and says nothing about caches).
+ *
+ * WEFT_SHM_STREAM: auto (default, the probe decides), 1 (always stream payloads of at
+ * least WEFT__SHM_STREAM_MIN bytes), 0 (never). Read at setup. Each rank decides only how it
+ * writes, so ranks may differ; every rank takes part in the probes whatever its setting,
+ * because its partners cannot know it. */
+#ifndef WEFT_SHM_PLACEMENT_H
+#define WEFT_SHM_PLACEMENT_H
+#include <stddef.h>
+#include "weft.h"
+
+struct weft__task;
+
+enum { WEFT__SHM_STREAM_NEVER = 0, WEFT__SHM_STREAM_ALWAYS = 1, WEFT__SHM_STREAM_AUTO = 2 };
+
+#define WEFT__SHM_STREAM_MIN (64u * 1024u)   /* a message streams from this size (bytes) */
+#define WEFT__SHM_PROBE_MIN (256u * 1024u)   /* collectives of this many bytes per rank probe */
+#define WEFT__SHM_PROBE_EVERY 16             /* ... the first of them and every 16th after */
+#define WEFT__SHM_PROBE_BATCHES 3            /* timed batches of round trips per probe ... */
+#define WEFT__SHM_PROBE_BATCH_TRIPS 8        /* ... of this many each */
+#define WEFT__SHM_SPLIT_NS 200               /* a median batch mean above this: two L3s */
+
+/* WEFT_SHM_STREAM as a WEFT__SHM_STREAM_* mode (unknown values: auto, with a warning). */
+int weft__shm_stream_mode(void);
+
+/* Called by every rank before each collective starts (lib/task.c). When the schedule above
+ * says so, runs the probe with the ring successor and predecessor over shm and sets
+ * stream_out of the successor's connection; otherwise returns at once. Blocks until the
+ * partners join, at most the communicator's timeout: WEFT_ERR_TIMEOUT naming the rank and
+ * peer. Caller holds comm->lock. Not thread-safe per communicator. */
+weft_status_t weft__shm_placement_check(struct weft__task *t);
+#endif
