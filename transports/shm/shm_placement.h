@@ -16,14 +16,14 @@
  * (weft__copy_stream): the lines go to memory and the reader reads them from there.
  *
  * The measurement: a ping-pong on the FIFO's probe line (a round trip is two cache-line
- * transfers between the two cores): one untimed round trip, then 3 batches of 8, each timed
- * as a whole; the median batch's mean round trip above WEFT__SHM_SPLIT_NS says two L3s
- * (the VM measured 75-110 ns with one L3 and 300-370 with two; perf/l3_probe agrees).
+ * transfers between the two cores): one untimed round trip, then 5 batches of 8, each timed
+ * as a whole; the fastest batch's mean round trip above WEFT__SHM_SPLIT_NS says two L3s
+ * (the VM measured 55-70 ns with one L3 and 270-380 with two; perf/l3_probe agrees).
  * The probe needs both ranks at once, so it runs at points all ranks reach in the same
  * order: at the start of the first large collective (uniform sizes, >= WEFT__SHM_PROBE_MIN
  * bytes per rank) and every WEFT__SHM_PROBE_EVERY-th after it. Each rank initiates toward
- * its ring successor (whose FIFO it writes most) and answers its ring predecessor, both in
- * one loop. Not when ranks outnumber cores (a partner that is not running makes every round
+ * its ring successor (whose FIFO it writes most) and answers its ring predecessor, in two
+ * or three phases so that no rank does both at once. Not when ranks outnumber cores (a partner that is not running makes every round
  * trip a context switch, and says nothing about caches).
  *
  * WEFT_SHM_STREAM: auto (default, the probe decides), 1 (always stream payloads of at
@@ -42,9 +42,9 @@ enum { WEFT__SHM_STREAM_NEVER = 0, WEFT__SHM_STREAM_ALWAYS = 1, WEFT__SHM_STREAM
 #define WEFT__SHM_STREAM_MIN (64u * 1024u)   /* a message streams from this size (bytes) */
 #define WEFT__SHM_PROBE_MIN (256u * 1024u)   /* collectives of this many bytes per rank probe */
 #define WEFT__SHM_PROBE_EVERY 16             /* ... the first of them and every 16th after */
-#define WEFT__SHM_PROBE_BATCHES 3            /* timed batches of round trips per probe ... */
+#define WEFT__SHM_PROBE_BATCHES 5            /* timed batches of round trips per probe ... */
 #define WEFT__SHM_PROBE_BATCH_TRIPS 8        /* ... of this many each */
-#define WEFT__SHM_SPLIT_NS 200               /* a median batch mean above this: two L3s */
+#define WEFT__SHM_SPLIT_NS 180               /* the fastest batch's mean above this: two L3s */
 
 /* WEFT_SHM_STREAM as a WEFT__SHM_STREAM_* mode (unknown values: auto, with a warning). */
 int weft__shm_stream_mode(void);
