@@ -170,11 +170,17 @@ static double a2a_bruck(const cost_in *c) {
   double moved = c->L * (c->n / 2) * c->bytes;
   return c->L * c->a + moved * c->b * 2 + 2 * c->n * c->bytes * c->b;
 }
+/* The chain driver's fixed cost per call, in alphas, as the ring's: on 2 ranks, where the
+ * chain and the binomial tree both take one step and the model tied (the table's first row,
+ * chain, won), the chain broadcast measured 0.23 us against the binomial's 0.17-0.18 us at
+ * 8 B and 0.26-0.41 against 0.21-0.23 at 512 B, and no faster up to 1 MiB (bound, 2,000
+ * calls, in place, 3 launches); reduce alike (0.21-0.24 against 0.18-0.21 us at 8-512 B). */
+#define CHAIN_CALL_ALPHAS 0.13
 static double chain(const cost_in *c, double per_byte) {
   /* Filling the pipeline takes n-2 chunk steps, then the chunks stream. */
   double piece = c->bytes < c->chunk ? c->bytes : c->chunk;
-  return (c->n - 2 + ceil_div(c->bytes, c->chunk)) * c->a + (c->n - 2) * piece * per_byte +
-         c->bytes * per_byte;
+  return CHAIN_CALL_ALPHAS * c->a + (c->n - 2 + ceil_div(c->bytes, c->chunk)) * c->a +
+         (c->n - 2) * piece * per_byte + c->bytes * per_byte;
 }
 static double bc_chain(const cost_in *c) { return chain(c, c->b); }
 static double bc_binomial(const cost_in *c) { return c->L * (c->a + c->bytes * c->b); }

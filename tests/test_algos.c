@@ -177,6 +177,12 @@ static void model_picks_log_depth_for_small_and_bandwidth_for_large(void **state
   assert_string_equal(pick("", WEFT__COLL_BROADCAST, 8, 64u << 20), "chain");
   assert_string_equal(pick("", WEFT__COLL_REDUCE, 8, 8), "binomial");
   assert_string_equal(pick("", WEFT__COLL_REDUCE, 8, 64u << 20), "chain");
+  /* 2 and 3 ranks: one and two steps either way; the chain's fixed cost decides */
+  assert_string_equal(pick("", WEFT__COLL_BROADCAST, 2, 8), "binomial");
+  assert_string_equal(pick("", WEFT__COLL_BROADCAST, 2, 64u << 10), "binomial");
+  assert_string_equal(pick("", WEFT__COLL_BROADCAST, 3, 64), "binomial");
+  assert_string_equal(pick("", WEFT__COLL_REDUCE, 2, 8), "binomial");
+  assert_string_equal(pick("", WEFT__COLL_BROADCAST, 2, 64u << 20), "chain"); /* past the tree's cap */
 }
 
 static void model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks(void **state) {
