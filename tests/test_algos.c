@@ -185,6 +185,15 @@ static void model_picks_log_depth_for_small_and_bandwidth_for_large(void **state
   assert_string_equal(pick("", WEFT__COLL_BROADCAST, 2, 64u << 20), "chain"); /* past the tree's cap */
 }
 
+/* More ranks than cores: Bruck's dependent steps each wait for a rank to be scheduled. */
+static void oversubscribed_small_all_to_all_takes_pairwise(void **state) {
+  (void)state;
+  weft__select_input in = {WEFT__COLL_ALL_TO_ALL, 4, 64, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0};
+  assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "bruck");
+  in.oversubscribed = 1;
+  assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "pairwise");
+}
+
 static void model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks(void **state) {
   (void)state;
   static const size_t large[] = {1u << 20, 4u << 20, 64u << 20};
@@ -673,6 +682,7 @@ int main(void) {
       cmocka_unit_test(bruck_steps_move_n_minus_one_blocks),
       cmocka_unit_test(weft_algo_parses_ncclalgo_grammar),
       cmocka_unit_test(model_picks_log_depth_for_small_and_bandwidth_for_large),
+      cmocka_unit_test(oversubscribed_small_all_to_all_takes_pairwise),
       cmocka_unit_test(model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks),
       cmocka_unit_test(hier_grouping_orders_hosts_by_lowest_rank),
       cmocka_unit_test(hierarchical_all_reduce_matches_reference_on_emulated_hosts),
