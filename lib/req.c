@@ -36,11 +36,14 @@ void weft__req_post(weft__conn *conn, weft__req *r) {
   *tail = r;
 }
 
+/* The message size weft__copy_part decides by: any size streams when r->stream is set. */
+static size_t copy_bytes(const weft__req *r) { return r->stream ? SIZE_MAX : r->bytes; }
+
 void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
   if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
   char *dst = (char *)r->dst + r->done;
   if (r->acc == NULL) {
-    weft__copy_part(dst, data, nbytes, r->stream ? SIZE_MAX : r->bytes);
+    weft__copy_part(dst, data, nbytes, copy_bytes(r));
   } else {
     size_t esize = weft__dtype_size(r->dtype);
     weft__reduce(dst, (const char *)r->acc + r->done, data, nbytes / esize, r->dtype, r->op);
@@ -50,8 +53,7 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
 
 /* A send's copy_to gets the bytes [from, r->done) the transport has just read from r->src. */
 static void copy_sent(weft__req *r, size_t from) {
-  weft__copy_part((char *)r->copy_to + from, (const char *)r->src + from, r->done - from,
-                  r->stream ? SIZE_MAX : r->bytes);
+  weft__copy_part((char *)r->copy_to + from, (const char *)r->src + from, r->done - from, copy_bytes(r));
 }
 
 /* Moves the head requests of one queue while they complete. */

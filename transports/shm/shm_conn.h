@@ -33,10 +33,9 @@ typedef struct {
                                          other protocol's buffer for a size mismatch */
   /* Placement (shm_placement.h): payloads of messages of >= WEFT__SHM_STREAM_MIN bytes that
    * we write into the peer's FIFO bypass our cache (stream_out), as set by WEFT_SHM_STREAM
-   * or, in auto mode, by the last probe, which measured probe_ns per round trip. */
+   * or, in auto mode, by the last probe. */
   int stream_mode;                    /* WEFT__SHM_STREAM_{NEVER, ALWAYS, AUTO} */
   int stream_out;
-  uint32_t probe_ns;
 } weft__shm_conn;
 
 static inline int weft__shm_ll_send_eligible(const weft__shm_conn *sc, const weft__req *r) {

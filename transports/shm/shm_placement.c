@@ -7,7 +7,7 @@
  * Ideas: the cache-line ping-pong of core-to-core latency benchmarks; no code taken. */
 #include <sched.h>
 #include <stdatomic.h>
-#include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include "lib/clock.h"
 #include "lib/comm.h"
@@ -36,7 +36,7 @@ typedef struct {
   int step;           /* initiator: round trips done; responder: answers given */
   int done;
   uint64_t batch_at;  /* initiator: when the current batch of round trips began */
-  uint32_t batch_ns[WEFT__SHM_PROBE_BATCHES]; /* initiator: mean round trip of each batch */
+  uint64_t best_ns;   /* initiator: the fastest batch's mean round trip so far */
 } probe_side;
 
 /* The first round trip absorbs the partners' skew; then BATCHES batches of BATCH_TRIPS,
@@ -54,9 +54,8 @@ static int initiate(probe_side *p) {
   int timed = ++p->step - 1; /* timed round trips completed */
   if (timed % WEFT__SHM_PROBE_BATCH_TRIPS == 0) {
     uint64_t now = weft__now_ns();
-    if (timed > 0)
-      p->batch_ns[timed / WEFT__SHM_PROBE_BATCH_TRIPS - 1] =
-          (uint32_t)((now - p->batch_at) / WEFT__SHM_PROBE_BATCH_TRIPS);
+    uint64_t mean = (now - p->batch_at) / WEFT__SHM_PROBE_BATCH_TRIPS;
+    if (timed > 0 && mean < p->best_ns) p->best_ns = mean;
     p->batch_at = now;
   }
   if (p->step == TRIPS_TOTAL) {
@@ -75,11 +74,6 @@ static int respond(probe_side *p) {
   atomic_store_explicit(p->line, word(p->gen, 2 * (uint64_t)p->step + 2), memory_order_release);
   if (++p->step == TRIPS_TOTAL) p->done = 1;
   return 1;
-}
-
-static int cmp_u32(const void *a, const void *b) {
-  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  return (x > y) - (x < y);
 }
 
 static weft__shm_conn *shm_peer(struct weft_comm *comm, int peer) {
@@ -140,7 +134,7 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
   weft__shm_conn *to = shm_peer(comm, next), *from = shm_peer(comm, prev);
   /* Every rank takes part whatever its WEFT_SHM_STREAM: its partners cannot know it. */
   uint64_t gen = ++comm->placement_probes;
-  probe_side out = {.gen = gen}, in = {.gen = gen};
+  probe_side out = {.gen = gen, .best_ns = UINT64_MAX}, in = {.gen = gen};
   for (int phase = 0; phase < 3; phase++) {
     if (to != NULL && phase_of(pos, n) == phase) {
       out.line = &to->out.ctrl->probe;
@@ -155,8 +149,7 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
   /* The fastest batch: a disturbance (an interrupt, the partner descheduled) only ever
    * makes a batch slower, and two L3s never make one fast. One probe in the 2-rank
    * all-reduce runs measured a median batch of 2109 ns with one L3. */
-  qsort(out.batch_ns, WEFT__SHM_PROBE_BATCHES, sizeof(uint32_t), cmp_u32);
-  uint32_t best = out.batch_ns[0];
+  unsigned best = out.best_ns > UINT32_MAX ? UINT32_MAX : (unsigned)out.best_ns;
   int split = best > WEFT__SHM_SPLIT_NS;
   if (to->stream_mode == WEFT__SHM_STREAM_AUTO && to->stream_out != split) {
     WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, %s; large payloads %s",
@@ -164,7 +157,6 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
               split ? "bypass the cache" : "go through the cache");
     to->stream_out = split;
   }
-  to->probe_ns = best;
   WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %u ns per round trip",
              (unsigned long long)gen, comm->rank, next, best);
   return WEFT_SUCCESS;
