@@ -285,6 +285,62 @@ WEFT_API weft_status_t weft_get_algorithm(weft_comm_t comm, const char *collecti
                                           weft_datatype_t datatype, const char **name);
 
 /* ------------------------------------------------------------------------------------
+ * Memory peers can map, and windows: single-copy collectives over shared memory.
+ * As NCCL's ncclMemAlloc + ncclCommWindowRegister: buffers from weft_mem_alloc that
+ * every rank registers as a window let a collective read and write its peers' buffers
+ * directly (one pass over memory, no copy through a FIFO) when all ranks share a host.
+ * ------------------------------------------------------------------------------------ */
+
+/*
+ * weft_mem_alloc: *ptr = size bytes of zeroed, page-aligned memory that other processes
+ * of this host may map (an anonymous memfd, mapped shared; it never appears in /dev/shm).
+ * Use it for buffers that will be registered with weft_comm_window_register.
+ * size: bytes, > 0 (rounded up to whole pages internally).
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (ptr NULL, size 0), WEFT_ERR_SYSTEM (memfd_create,
+ * ftruncate or mmap failed; the message says which), WEFT_ERR_NO_MEMORY. Thread-safe.
+ */
+WEFT_API weft_status_t weft_mem_alloc(void **ptr, size_t size);
+
+/*
+ * weft_mem_free: releases memory from weft_mem_alloc (ptr: the pointer it returned; NULL
+ * is a no-op). Deregister every window in it first; a peer that mapped it keeps its
+ * mapping (and the memory) until the window is deregistered or the communicator destroyed.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (ptr not from weft_mem_alloc). Thread-safe.
+ */
+WEFT_API weft_status_t weft_mem_free(void *ptr);
+
+typedef struct weft_window *weft_window_t;
+
+/*
+ * weft_comm_window_register: registers buff (size bytes, inside one weft_mem_alloc block)
+ * as a window of comm. Collective: every rank calls it, in the same order relative to
+ * comm's other collectives, each with its own buffer (sizes may differ). Every rank maps
+ * every peer's buffer; a collective whose send and receive buffers lie in windows on every
+ * rank, with at least WEFT_DIRECT_MIN_BYTES bytes, then runs the "direct" algorithm
+ * (algos/direct.c): each rank reduces or copies its share straight between the mapped
+ * buffers. Each rank's buffers are checked at each call, so a call with any buffer outside
+ * a window runs the tuner's usual algorithm (on every rank alike). Windows are usable
+ * for direct collectives only when all ranks share one host and may open each other's
+ * memfds (/proc/PID/fd: same user, ptrace read access); otherwise registration still
+ * succeeds and one info line says why collectives take the usual path. flags: 0.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL comm, buff or win; size 0; nonzero flags;
+ * buff..buff+size not inside one weft_mem_alloc block: on any rank, named, and every rank
+ * returns the error), WEFT_ERR_NO_MEMORY, WEFT_ERR_SYSTEM (mmap of a peer's buffer), and
+ * the errors of a collective (it exchanges descriptors with one all-gather).
+ * Thread safety: as a collective on comm.
+ */
+WEFT_API weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t size,
+                                                 weft_window_t *win, int flags);
+
+/*
+ * weft_comm_window_deregister: removes win from comm and unmaps the peers' buffers.
+ * Collective (every rank, same order), so no peer still writes into the buffer when it
+ * returns. NULL win is a no-op. Errors: WEFT_ERR_INVALID_ARGUMENT (win not of comm), and
+ * the errors of a collective (a barrier). Thread safety: as a collective on comm.
+ */
+WEFT_API weft_status_t weft_comm_window_deregister(weft_comm_t comm, weft_window_t win);
+
+/* ------------------------------------------------------------------------------------
  * Streams: ordered queues of operations, run by the library's progress thread.
  * ------------------------------------------------------------------------------------ */
 

@@ -14,6 +14,7 @@
 #include "lib/bootstrap.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
+#include "lib/window.h"
 #include "lib/select.h"
 #include "lib/env.h"
 #include "lib/log.h"
@@ -142,6 +143,7 @@ static void release_transports(struct weft_comm *c) {
 }
 
 static void free_comm(struct weft_comm *c) {
+  weft__window_free_all(c);
   free(c->scratch);
   free(c->peers);
   free(c->conns);

@@ -57,6 +57,14 @@ struct weft_comm {
   /* Large uniform collectives so far, and shm placement probes run among them
    * (transports/shm/shm_placement.h): the same on every rank. */
   uint64_t placement_calls, placement_probes;
+  /* Registered windows (lib/window.h), under lock: the list, the last id handed out, and
+   * how many are usable for direct collectives. All three are the same on every rank,
+   * since registration and deregistration are collective. */
+  struct weft_window *windows;
+  uint64_t window_serial;
+  int direct_windows;
+  size_t direct_min_bytes; /* WEFT_DIRECT_MIN_BYTES, the largest of all ranks' (agreed) */
+  uint64_t direct_calls, direct_fallbacks; /* calls that ran direct / fell back (tests) */
 
   atomic_int init_state;     /* WEFT__INIT_* */
   weft_status_t init_status;

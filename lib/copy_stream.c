@@ -10,7 +10,7 @@
 #if defined(__x86_64__)
 #include <emmintrin.h>
 
-void weft__copy_stream(void *dst, const void *src, size_t n) {
+void weft__copy_stream_unfenced(void *dst, const void *src, size_t n) {
   char *d = dst;
   const char *s = src;
   size_t head = (64 - ((uintptr_t)d & 63)) & 63; /* whole 64-byte lines from here on */
@@ -26,11 +26,18 @@ void weft__copy_stream(void *dst, const void *src, size_t n) {
     _mm_stream_si128((__m128i *)(d + 48), e);
   }
   memcpy(d, s, n);
-  _mm_sfence(); /* non-temporal stores are weakly ordered: finish them before publishing */
 }
+
+void weft__store_fence(void) { _mm_sfence(); }
 #else
-void weft__copy_stream(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+void weft__copy_stream_unfenced(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+void weft__store_fence(void) { atomic_thread_fence(memory_order_release); }
 #endif
+
+void weft__copy_stream(void *dst, const void *src, size_t n) {
+  weft__copy_stream_unfenced(dst, src, n);
+  weft__store_fence(); /* non-temporal stores are weakly ordered: finish them before publishing */
+}
 
 void weft__copy_part(void *dst, const void *src, size_t n, size_t message_bytes) {
   if (message_bytes >= weft__copy_stream_threshold()) weft__copy_stream(dst, src, n);

@@ -17,6 +17,13 @@
  * store that publishes them to another thread. Thread-safe. */
 void weft__copy_stream(void *dst, const void *src, size_t n);
 
+/* weft__copy_stream without its fence, for a caller that streams many pieces and then
+ * calls weft__store_fence once before publishing them: a fence per piece stalls until
+ * the write-combining buffers drain. Thread-safe. */
+void weft__copy_stream_unfenced(void *dst, const void *src, size_t n);
+/* Orders every earlier store, non-temporal ones included, before later stores. */
+void weft__store_fence(void);
+
 /* Messages of at least this many bytes are delivered with weft__copy_stream: the
  * WEFT_NT_COPY_BYTES environment variable read once per process (0 turns it off), default
  * 16 MiB (half this VM's 32 MiB L3: smaller buffers are likely still cached when read).

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "algos/algos.h"
+#include "algos/direct.h"
 #include "algos/hier.h"
 #include "algos/patterns.h"
 #include "lib/comm.h"
@@ -587,6 +588,11 @@ static const weft__algo *resolve_cached(struct weft__tuner_cache *c, weft__selec
 }
 
 const weft__algo *weft__select_algo(const weft__task *t) {
+  if ((unsigned)t->coll < WEFT__NUM_COLLS && weft__direct_wanted(t)) return weft__direct_algo(t->coll);
+  return weft__select_modelled(t);
+}
+
+const weft__algo *weft__select_modelled(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
   struct weft_comm *comm = t->comm;
   struct weft__tuner_cache *cache = trace_on() ? NULL : tuner_cache(comm);
@@ -646,7 +652,7 @@ weft_status_t weft_get_algorithm(weft_comm_t comm, const char *collective, size_
   t.count = count;
   t.dtype = datatype;
   t.root = t.peer = -1;
-  const weft__algo *a = weft__select_algo(&t);
+  const weft__algo *a = weft__select_modelled(&t); /* direct depends on the buffers */
   *name = a != NULL ? a->name : "none";
   return WEFT_SUCCESS;
 }

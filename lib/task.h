@@ -102,8 +102,11 @@ weft_status_t weft__task_run(weft__task *t);
 /* A short description for error messages: "all_reduce #42 (1024 x float32 sum)". */
 const char *weft__task_describe(const weft__task *t, char *buf, size_t len);
 
-/* Picks the algorithm for t (today: one per collective; the tuner comes later). */
+/* Picks the algorithm for t: the direct one when its buffers may be in registered windows
+ * (algos/direct.h), else the tuner's choice. */
 const weft__algo *weft__select_algo(const weft__task *t);
+/* The tuner's choice for t (the cost model, or what WEFT_ALGO forces), direct aside. */
+const weft__algo *weft__select_modelled(const weft__task *t);
 /* Frees the tuner's per-communicator cache (comm.c, at destroy). */
 void weft__select_comm_free(struct weft_comm *comm);
 

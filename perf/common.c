@@ -43,6 +43,7 @@
 typedef struct {
   size_t minbytes, maxbytes, stepbytes, stepfactor;
   int iters, warmup, agg, check, blocking, average, cputime, timeout_s;
+  int local_register; /* -R: 0 plain buffers; 1, 2: weft_mem_alloc + registered windows */
   int type; /* -1: all */
   int op;   /* -1: all */
   int root; /* -1: all, for rooted collectives */
@@ -516,8 +517,9 @@ static void json_config(perf_ctx_t *c) {
   fputc(',', f);
   json_field(f, "algorithm", algorithm_name());
   fprintf(f, ",\"iters\":%d,\"warmup_iters\":%d,\"agg_iters\":%d,\"check\":%d,"
-             "\"blocking\":%d,\"average\":%d,\"report_cputime\":%d}",
-          o->iters, o->warmup, o->agg, o->check, o->blocking, o->average, o->cputime);
+             "\"blocking\":%d,\"average\":%d,\"report_cputime\":%d,\"local_register\":%d}",
+          o->iters, o->warmup, o->agg, o->check, o->blocking, o->average, o->cputime,
+          o->local_register);
 }
 
 static void json_row(perf_ctx_t *c, const perf_call_t *call, size_t bytes,
@@ -758,6 +760,9 @@ static void usage(FILE *f, const char *prog) {
           "[-T,--timeout <time in seconds>] (weft's deadline for every wait)\n\t"
           "[-C,--report_cputime <0/1>]\n\t"
           "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>]\n\t"
+          "[-R,--local_register <0/1/2>] (1 or 2: buffers from weft_mem_alloc, registered as\n\t"
+          "    windows with weft_comm_window_register, as nccl-tests' -R with ncclMemAlloc:\n\t"
+          "    collectives from WEFT_DIRECT_MIN_BYTES run direct; default 0)\n\t"
           "[-J,--json <file>] (rank 0 appends one JSON object per result row: every figure,\n\t"
           "    and the configuration: version, ranks, hosts, transport, algorithm)\n\t"
           "[-h,--help]\n"
@@ -794,6 +799,7 @@ static const char *parse_option(perf_opts_t *o, int ch, const char *arg) {
     o->root = strcmp(arg, "all") == 0 ? -1 : (int)v;
     return o->root < -1 ? "-r must be a rank, -1 or all" : NULL;
   case 'J': o->json_path = arg; return NULL;
+  case 'R': o->local_register = (int)v; return v < 0 || v > 2 ? "-R must be 0, 1 or 2" : NULL;
   case 'o':
     o->op = parse_name(arg, op_names, WEFT_NUM_OPS);
     return o->op == -2 ? "invalid op (sum/prod/min/max/avg/all)" : NULL;
@@ -817,12 +823,12 @@ static int parse_args(int argc, char **argv, perf_ctx_t *c) {
       {"blocking", required_argument, 0, 'z'},   {"stream_null", required_argument, 0, 'y'},
       {"timeout", required_argument, 0, 'T'},    {"cudagraph", required_argument, 0, 'G'},
       {"report_cputime", required_argument, 0, 'C'}, {"average", required_argument, 0, 'a'},
-      {"json", required_argument, 0, 'J'},
+      {"json", required_argument, 0, 'J'},       {"local_register", required_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
   perf_opts_t *o = &c->o;
   int quiet = env_rank() > 0, ch;
   opterr = !quiet;
-  while ((ch = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:J:h", longopts,
+  while ((ch = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:J:R:h", longopts,
                            NULL)) != -1) {
     if (ch == 'h' || ch == '?' || ch == ':') {
       if (!quiet)
@@ -849,10 +855,19 @@ static int parse_args(int argc, char **argv, perf_ctx_t *c) {
  * Setup and main
  * ------------------------------------------------------------------------------------ */
 
-/* Page-aligned and touched, so the first timed call does not pay the page faults. */
-static char *alloc_buffer(perf_ctx_t *c, size_t bytes) {
+/* Page-aligned and touched, so the first timed call does not pay the page faults. With
+ * -R, from weft_mem_alloc and registered as a window of the communicator. */
+static char *alloc_buffer(perf_ctx_t *c, size_t bytes, int reg) {
   if (bytes == 0)
     bytes = 1;
+  if (reg) {
+    void *m;
+    weft_window_t w;
+    PERF_CHECK(c, weft_mem_alloc(&m, bytes));
+    memset(m, 0, bytes);
+    PERF_CHECK(c, weft_comm_window_register(c->comm, m, bytes, &w, 0));
+    return m;
+  }
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     die(c, "mmap of the benchmark buffers", WEFT_ERR_NO_MEMORY);
@@ -881,9 +896,9 @@ static void setup(perf_ctx_t *c) {
   c->recvbytes = max.recvcount;
   c->bufbytes = max.sendcount > max.recvcount ? max.sendcount : max.recvcount;
   /* both as large as the larger side, as nccl-tests: in-place runs send from recvbuf */
-  c->sendbuf = alloc_buffer(c, c->bufbytes);
-  c->recvbuf = alloc_buffer(c, c->bufbytes);
-  c->expected = alloc_buffer(c, c->recvbytes);
+  c->sendbuf = alloc_buffer(c, c->bufbytes, c->o.local_register);
+  c->recvbuf = alloc_buffer(c, c->bufbytes, c->o.local_register);
+  c->expected = alloc_buffer(c, c->recvbytes, 0);
   c->lat = calloc((size_t)c->o.iters, sizeof(double));
   if (!c->lat)
     die(c, "calloc of the latency samples", WEFT_ERR_NO_MEMORY);
@@ -916,8 +931,13 @@ static void teardown(perf_ctx_t *c) {
     PERF_CHECK(c, weft_stream_destroy(c->stream));
   PERF_CHECK(c, weft_comm_destroy(c->comm));
   c->comm = NULL;
-  munmap(c->sendbuf, c->bufbytes ? c->bufbytes : 1);
-  munmap(c->recvbuf, c->bufbytes ? c->bufbytes : 1);
+  if (c->o.local_register) { /* the windows went with the communicator */
+    PERF_CHECK(c, weft_mem_free(c->sendbuf));
+    PERF_CHECK(c, weft_mem_free(c->recvbuf));
+  } else {
+    munmap(c->sendbuf, c->bufbytes ? c->bufbytes : 1);
+    munmap(c->recvbuf, c->bufbytes ? c->bufbytes : 1);
+  }
   munmap(c->expected, c->recvbytes ? c->recvbytes : 1);
   free(c->lat);
   if (c->json && fclose(c->json) != 0)

@@ -425,6 +425,42 @@ static void unique_id_reused_for_a_second_communicator_is_refused_at_once(void *
   harness_run_simple(2, "shm", reuse_id_body, NULL);
 }
 
+/* Window registration with memory not from weft_mem_alloc fails on every rank, naming
+ * the rank that passed it; the communicator still works, and a proper window registers.
+ * weft_mem_free refuses a pointer it did not hand out. */
+static int bad_window_body(harness_rank *r) {
+  static float plain[1024];
+  void *mem = NULL;
+  weft_window_t w = NULL;
+  harness_expect_status(r, weft_mem_alloc(&mem, 0), WEFT_ERR_INVALID_ARGUMENT, "weft_mem_alloc of 0 bytes");
+  harness_expect_status(r, weft_mem_free(plain), WEFT_ERR_INVALID_ARGUMENT, "weft_mem_free of static memory");
+  if (!harness_expect_status(r, weft_mem_alloc(&mem, 1 << 16), WEFT_SUCCESS, "weft_mem_alloc"))
+    return r->failures;
+  void *buf = r->rank == 1 ? (void *)plain : mem;
+  weft_status_t st = weft_comm_window_register(r->comm, buf, sizeof plain, &w, 0);
+  harness_expect_status(r, st, WEFT_ERR_INVALID_ARGUMENT, "window register with rank 1's static buffer");
+  const char *msg = weft_get_last_error(r->comm);
+  const char *want = r->rank == 1 ? "not inside one weft_mem_alloc block" : "peer 1";
+  if (strstr(msg, want) == NULL) harness_fail(r, "window register error \"%s\" lacks \"%s\"", msg, want);
+  if (w != NULL) harness_fail(r, "a failed registration returned a window");
+  still_works(r, "a refused window registration");
+  st = weft_comm_window_register(r->comm, mem, 1 << 16, &w, 0);
+  if (harness_expect_status(r, st, WEFT_SUCCESS, "window register of weft_mem_alloc memory")) {
+    float *v = mem;
+    for (int i = 0; i < 4096; i++) v[i] = (float)(r->rank + 1);
+    st = weft_all_reduce(v, v + 4096, 4096, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    if (harness_expect_status(r, st, WEFT_SUCCESS, "all_reduce in a window") && v[4096 + 4095] != 3.0f)
+      harness_fail(r, "all_reduce in a window: got %g, expected 3", v[4096 + 4095]);
+    harness_expect_status(r, weft_comm_window_deregister(r->comm, w), WEFT_SUCCESS, "window deregister");
+  }
+  harness_expect_status(r, weft_mem_free(mem), WEFT_SUCCESS, "weft_mem_free");
+  return r->failures;
+}
+
+static void window_of_foreign_memory_is_refused_on_every_rank(void **state) {
+  harness_run_simple(2, "shm", bad_window_body, NULL);
+}
+
 int main(void) {
   static const char *shm = "shm", *sock = "socket";
   const struct CMUnitTest tests[] = {
@@ -440,6 +476,7 @@ int main(void) {
       cmocka_unit_test(rank_number_claimed_twice_is_rejected),
       cmocka_unit_test(ranks_disagreeing_on_nranks_are_rejected),
       cmocka_unit_test(unique_id_reused_for_a_second_communicator_is_refused_at_once),
+      cmocka_unit_test(window_of_foreign_memory_is_refused_on_every_rank),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -35,6 +35,7 @@
 
 #include <cmocka.h>
 
+#include "lib/comm.h"
 #include "lib/dtype.h"
 #include "tests/harness.h"
 
@@ -52,6 +53,10 @@ typedef struct {
   const char *transport;
   size_t chunk_bytes; /* 0: the library's default */
   size_t big_bytes;   /* the large count is big_bytes / element size + 3 */
+  int windows;        /* 1: buffers come from a registered window (weft_mem_alloc), so
+                         collectives run direct (algos/direct.h) from 1 byte on; 2: the
+                         same, but the last rank takes every 3rd buffer from malloc, so
+                         calls with it fall back to the usual algorithm on every rank */
 } sweep_params;
 
 /* One rank's sweep state. */
@@ -150,11 +155,27 @@ static void verify(sweep *s, const char *desc, const char *what, const uint8_t *
   }
 }
 
+/* With windows, buffers are carved from one registered block of this rank (a process per
+ * rank, so the arena is per rank): a bump allocator that restarts when no buffer is live. */
+#define ARENA_BYTES ((size_t)8 << 20)
+static struct {
+  uint8_t *base;
+  size_t used;
+  int live;
+  int plain_every; /* every plain_every-th buffer from malloc instead; 0: never */
+  long allocs;
+} arena;
+
+static int in_arena(const uint8_t *p) {
+  return arena.base != NULL && p >= arena.base && p < arena.base + ARENA_BYTES;
+}
+
 /* Checks the guard bytes before and after buf (bytes long), then frees it. */
 static void release(sweep *s, const char *desc, uint8_t *buf, size_t bytes) {
   if (buf == NULL) return;
   harness_guarded_check(s->r, buf, bytes, desc);
-  harness_guarded_free(buf);
+  if (!in_arena(buf)) harness_guarded_free(buf);
+  else if (--arena.live == 0) arena.used = 0;
 }
 
 /* Results every rank must hold identically (all_reduce, broadcast, all_gather) are chained
@@ -172,7 +193,19 @@ static int call_ok(sweep *s, weft_status_t st, const char *desc) {
 }
 
 /* A buffer of bytes filled with FILL_BYTE, with guard bytes before and after it. */
-static uint8_t *alloc_buf(size_t bytes) { return harness_guarded_alloc(bytes, FILL_BYTE); }
+static uint8_t *alloc_buf(size_t bytes) {
+  size_t need = (bytes + 2 * HARNESS_GUARD + 63) / 64 * 64;
+  int plain = arena.plain_every > 0 && ++arena.allocs % arena.plain_every == 0;
+  if (arena.base == NULL || plain || need > ARENA_BYTES - arena.used)
+    return harness_guarded_alloc(bytes, FILL_BYTE);
+  uint8_t *b = arena.base + arena.used;
+  arena.used += need;
+  arena.live++;
+  memset(b, HARNESS_GUARD_BYTE, HARNESS_GUARD);
+  memset(b + HARNESS_GUARD, FILL_BYTE, bytes);
+  memset(b + HARNESS_GUARD + bytes, HARNESS_GUARD_BYTE, HARNESS_GUARD);
+  return b + HARNESS_GUARD;
+}
 
 static void describe(char *desc, size_t len, int coll, weft_datatype_t dt, int op, size_t count,
                      int inplace, int root) {
@@ -372,11 +405,43 @@ static void sweep_one(sweep *s, weft_datatype_t dt, size_t count, size_t block, 
   sweep_reductions(s, dt, count, block, big, inplace, ci);
 }
 
+/* Windows mode: the arena, registered (collective). 0 on success. */
+static int open_window(harness_rank *r, const sweep_params *prm, weft_window_t *win) {
+  setenv("WEFT_DIRECT_MIN_BYTES", "1", 1); /* read at registration: every size goes direct */
+  void *m;
+  weft_status_t st = weft_mem_alloc(&m, ARENA_BYTES);
+  if (st != WEFT_SUCCESS) return harness_fail(r, "weft_mem_alloc: %s", harness_status_name(st)) + 1;
+  arena.base = m;
+  arena.plain_every = prm->windows == 2 && r->rank == r->nranks - 1 ? 3 : 0;
+  st = weft_comm_window_register(r->comm, m, ARENA_BYTES, win, 0);
+  if (st != WEFT_SUCCESS)
+    return harness_fail(r, "weft_comm_window_register: %s: \"%s\"", harness_status_name(st),
+                        weft_get_last_error(r->comm)) + 1;
+  return 0;
+}
+
+/* Windows mode: did calls really run direct (and fall back, in mode 2)? Over shm with
+ * two ranks or more they must have; elsewhere the window is unusable and none may. */
+static void check_direct_ran(harness_rank *r, const sweep_params *prm) {
+  uint64_t ran = r->comm->direct_calls, fell = r->comm->direct_fallbacks;
+  int usable = r->nranks > 1 && strcmp(prm->transport, "shm") == 0;
+  if (usable && ran == 0) harness_fail(r, "no call ran direct, though all buffers were in windows");
+  if (!usable && ran + fell > 0)
+    harness_fail(r, "%llu calls ran direct on an unusable window", (unsigned long long)ran);
+  if (usable && prm->windows == 2 && fell == 0)
+    harness_fail(r, "no call fell back, though rank %d used malloc'd buffers", r->nranks - 1);
+  if (r->rank == 0)
+    harness_note(r, "windows: %llu calls ran direct, %llu fell back", (unsigned long long)ran,
+                 (unsigned long long)fell);
+}
+
 static int sweep_body(harness_rank *r) {
   const sweep_params *prm = r->arg;
   sweep *s = calloc(1, sizeof *s);
   if (!s) abort();
   s->r = r;
+  weft_window_t win = NULL;
+  if (prm->windows && open_window(r, prm, &win) != 0) s->fatal = 1;
   double t0 = harness_now_ms();
   /* The counts: 0, 1, 2, 3, 5, 7, 2^k - 1, 2^k + 1, then one above a chunk. */
   static const size_t small[] = {0, 1, 2, 3, 5, 7, 4095, 4097};
@@ -398,6 +463,13 @@ static int sweep_body(harness_rank *r) {
     char what[64];
     snprintf(what, sizeof what, "count class %d: all_reduce, broadcast, all_gather", ci);
     if (!s->fatal && !harness_same_on_all_ranks(r, s->replicated, what)) s->fatal = 1;
+  }
+  if (prm->windows && !s->fatal) {
+    check_direct_ran(r, prm);
+    weft_status_t st = weft_comm_window_deregister(r->comm, win);
+    if (st != WEFT_SUCCESS) s->fatal = harness_fail(r, "window deregister: %s", harness_status_name(st)) + 1;
+    else if (weft_mem_free(arena.base) != WEFT_SUCCESS) harness_fail(r, "weft_mem_free failed");
+    arena.base = NULL;
   }
   if (s->fatal && r->comm) {
     weft_comm_abort(r->comm); /* the others then fail fast instead of waiting for us */
@@ -428,13 +500,20 @@ static void run_sweep(void **state) {
 #define MIB1 ((size_t)1 << 20)
 #define SWEEP(n, tr)                                                                   \
   {"all_collectives_match_reference_on_" #n "_ranks_over_" #tr, run_sweep, NULL, NULL, \
-   &(sweep_params){n, #tr, 0, MIB1}}
+   &(sweep_params){n, #tr, 0, MIB1, 0}}
 #define SWEEP_CHUNKED(n, tr)                                                           \
   {"all_collectives_match_reference_with_4096_byte_chunks_on_" #n "_ranks_over_" #tr,  \
-   run_sweep, NULL, NULL, &(sweep_params){n, #tr, 4096, (size_t)256 << 10}}
+   run_sweep, NULL, NULL, &(sweep_params){n, #tr, 4096, (size_t)256 << 10, 0}}
+
+#define SWEEP_WINDOWS(n, tr, mode)                                                      \
+  {"all_collectives_match_reference_" #mode "_on_" #n "_ranks_over_" #tr, run_sweep, NULL, \
+   NULL, &(sweep_params){n, #tr, 0, MIB1, mode == in_windows ? 1 : 2}}
+enum { in_windows, in_windows_with_fallbacks };
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      SWEEP_WINDOWS(2, shm, in_windows), SWEEP_WINDOWS(3, shm, in_windows_with_fallbacks),
+      SWEEP_WINDOWS(4, shm, in_windows), SWEEP_WINDOWS(2, socket, in_windows),
       SWEEP(1, shm), SWEEP(2, shm), SWEEP(3, shm), SWEEP(4, shm), SWEEP(5, shm),
       SWEEP(7, shm), SWEEP(8, shm),
       SWEEP(1, socket), SWEEP(2, socket), SWEEP(3, socket), SWEEP(4, socket),

@@ -1,0 +1,37 @@
+/* all_reduce/direct.c: all-reduce on buffers in registered windows (driver and phases in
+ * algos/direct.h).
+ *
+ * Rank r owns block r of the n near-equal blocks. Piece by piece (WEFT__DIRECT_PIECE
+ * bytes) it reduces block r of every rank's send buffer, in rank order, into a scratch
+ * that stays in cache, and writes the result into block r of every rank's receive buffer.
+ * Every rank's output is the same bytes, computed once. In place is safe: only rank r
+ * reads or writes block r, and a piece is read completely before it is written.
+ * Steps: 2 handshakes (direct.h), no message carries data. Bytes per rank: reads
+ * (count / n) x n x size from memory, writes the same; the least any all-reduce moves, as
+ * the memory-bandwidth floor counts it (perf/membw_floor.c, all_reduce_fused).
+ * Source: the reduce-scatter + all-gather decomposition (Rabenseifner 2004) with both
+ * halves fused into one pass over shared memory, as NCCL's symmetric-memory kernels do. */
+#include "algos/direct.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+
+static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *recv_bytes) {
+  *send_bytes = *recv_bytes = t->count * weft__dtype_size(t->dtype);
+  return 1;
+}
+
+static void work(const weft__task *t, const weft__direct_bufs *b) {
+  int n = t->comm->nranks;
+  size_t es = weft__dtype_size(t->dtype), piece = WEFT__DIRECT_PIECE / es, lo, hi;
+  size_t out_bytes = t->count * es;
+  weft__direct_block(t->count, n, t->comm->rank, &lo, &hi);
+  for (size_t at = lo; at < hi; at += piece) {
+    size_t k = hi - at < piece ? hi - at : piece, off = at * es;
+    weft__reduce(b->tmp, b->in[0] + off, b->in[1] + off, k, t->dtype, t->op);
+    for (int j = 2; j < n; j++) weft__reduce(b->tmp, b->tmp, b->in[j] + off, k, t->dtype, t->op);
+    if (t->op == WEFT_AVG) weft__avg_finalize(b->tmp, k, t->dtype, n);
+    for (int j = 0; j < n; j++) weft__direct_copy(b->out[j] + off, b->tmp, k * es, out_bytes);
+  }
+}
+
+const weft__direct_ops weft__direct_all_reduce = {extents, work};

@@ -1,0 +1,215 @@
+/* direct.c: the driver of the direct algorithms (phases and costs in algos/direct.h). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "algos/direct.h"
+#include "algos/ring.h"
+#include "lib/comm.h"
+#include "lib/copy_stream.h"
+#include "lib/dtype.h"
+#include "lib/status.h"
+#include "lib/window.h"
+
+#define DESC_MAGIC 0x57444952u /* "WDIR" */
+#define NOT_NEEDED UINT64_MAX  /* window id of a buffer this rank does not use */
+
+/* Phase 1's message: where this rank's buffers are, and which call it is in (a peer in a
+ * different call gets an error naming both, not a wrong result). */
+typedef struct {
+  uint32_t magic;
+  uint32_t coll;
+  uint64_t count;
+  uint64_t send_win, send_off; /* window id (0: in no window; NOT_NEEDED) and offset */
+  uint64_t recv_win, recv_off;
+} direct_desc;
+
+enum { PHASE_EXCHANGE, PHASE_DONE };
+
+typedef struct {
+  const weft__direct_ops *ops;
+  int phase;
+  direct_desc mine;
+  direct_desc *descs;  /* [nranks] */
+  weft__req *reqs;     /* [4 * nranks]: descriptor send, descriptor recv, done send, done recv */
+  char **in, **out;    /* [nranks] */
+} direct_state;
+
+static const weft__direct_ops *ops_of(weft__coll_t coll) {
+  switch (coll) {
+    case WEFT__COLL_ALL_REDUCE: return &weft__direct_all_reduce;
+    case WEFT__COLL_ALL_GATHER: return &weft__direct_all_gather;
+    case WEFT__COLL_REDUCE_SCATTER: return &weft__direct_reduce_scatter;
+    case WEFT__COLL_ALL_TO_ALL: return &weft__direct_all_to_all;
+    case WEFT__COLL_BROADCAST: return &weft__direct_broadcast;
+    default: return NULL;
+  }
+}
+
+int weft__direct_wanted(const weft__task *t) {
+  const struct weft_comm *comm = t->comm;
+  if (comm->direct_windows == 0 || ops_of(t->coll) == NULL) return 0;
+  size_t bytes = t->count * weft__dtype_size(t->dtype);
+  return bytes >= comm->direct_min_bytes && bytes > 0;
+}
+
+void weft__direct_copy(void *dst, const void *src, size_t n, size_t out_bytes) {
+  if (dst == src || n == 0) return;
+  if (out_bytes >= weft__copy_stream_threshold()) weft__copy_stream_unfenced(dst, src, n);
+  else memcpy(dst, src, n);
+}
+
+/* Where this rank's buffer [p, p + bytes) is: its window id and offset, or window 0. */
+static void locate(struct weft_comm *comm, const void *p, size_t bytes, uint64_t *win, uint64_t *off) {
+  const struct weft_window *w = bytes > 0 ? weft__window_find(comm, p, bytes) : NULL;
+  *win = w != NULL ? w->id : 0;
+  *off = w != NULL ? (uint64_t)((const char *)p - w->base) : 0;
+}
+
+static weft_status_t direct_start(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  int n = comm->nranks;
+  size_t per = sizeof(direct_desc) + 4 * sizeof(weft__req) + 2 * sizeof(char *);
+  weft_status_t status;
+  direct_state *st = weft__algo_state_alloc(t, sizeof(direct_state), (size_t)n * per, &status);
+  if (st == NULL) return status;
+  st->reqs = (weft__req *)(st + 1);
+  st->descs = (direct_desc *)(st->reqs + 4 * (size_t)n);
+  st->in = (char **)(st->descs + n);
+  st->out = st->in + n;
+  st->ops = ops_of(t->coll);
+  st->phase = PHASE_EXCHANGE;
+  direct_desc *m = &st->mine;
+  m->magic = DESC_MAGIC;
+  m->coll = (uint32_t)t->coll;
+  m->count = t->count;
+  size_t send_bytes, recv_bytes;
+  if (st->ops == NULL || !st->ops->extents(t, comm->rank, &send_bytes, &recv_bytes)) {
+    m->send_win = m->recv_win = 0; /* every rank falls back */
+  } else {
+    locate(comm, t->recvbuf, recv_bytes, &m->recv_win, &m->recv_off);
+    if (send_bytes == 0) m->send_win = NOT_NEEDED;
+    else locate(comm, t->sendbuf, send_bytes, &m->send_win, &m->send_off);
+  }
+  for (int j = 0; j < n; j++) {
+    if (j == comm->rank) continue;
+    weft__req_init_recv(&st->reqs[n + j], &st->descs[j], NULL, sizeof(direct_desc), WEFT_UINT8, WEFT_SUM);
+    weft__req_post(weft__comm_conn(comm, j), &st->reqs[n + j]);
+    weft__req_init_send(&st->reqs[j], m, sizeof *m);
+    weft__req_post(weft__comm_conn(comm, j), &st->reqs[j]);
+  }
+  st->descs[comm->rank] = *m;
+  return WEFT_SUCCESS;
+}
+
+/* All of reqs[from * n ..] (two groups of n, self skipped) complete? */
+static int phase_complete(const weft__task *t, const direct_state *st, int first_group) {
+  int n = t->comm->nranks;
+  for (int j = 0; j < n; j++) {
+    if (j == t->comm->rank) continue;
+    if (!st->reqs[first_group * n + j].complete || !st->reqs[(first_group + 1) * n + j].complete) return 0;
+  }
+  return 1;
+}
+
+/* Rank j's buffer of bytes at (win, off), as mapped here; NULL with an error raised in
+ * *status when the descriptor names something it did not register. */
+static char *resolve(weft__task *t, int j, uint64_t win, uint64_t off, size_t bytes, const char *what,
+                     weft_status_t *status) {
+  struct weft_comm *comm = t->comm;
+  struct weft_window *w = weft__window_by_id(comm, win);
+  if (w != NULL && w->usable && w->peer_base[j] != NULL && off <= w->peer_bytes[j] &&
+      bytes <= w->peer_bytes[j] - off)
+    return w->peer_base[j] + off;
+  char desc[160];
+  *status = weft__error(comm, WEFT_ERR_INTERNAL,
+                        "rank %d: %s direct: peer %d's %s buffer (window %llu, offset %llu, %zu "
+                        "bytes) is not inside what it registered", comm->rank,
+                        weft__task_describe(t, desc, sizeof desc), j, what,
+                        (unsigned long long)win, (unsigned long long)off, bytes);
+  return NULL;
+}
+
+/* Hands the task over to the tuner's usual algorithm (every rank does, having seen the
+ * same descriptors). */
+static weft_status_t fall_back(weft__task *t) {
+  t->comm->direct_fallbacks++;
+  if (t->state != (void *)t->state_inline) free(t->state);
+  t->state = NULL;
+  t->algo = weft__select_modelled(t);
+  weft_status_t st = t->algo->start(t);
+  return st == WEFT_SUCCESS ? WEFT_IN_PROGRESS : st;
+}
+
+/* Phase 2: checks the descriptors, maps every rank's buffers, does this rank's share. */
+static weft_status_t run_work(weft__task *t, direct_state *st) {
+  struct weft_comm *comm = t->comm;
+  int n = comm->nranks, any_missing = 0;
+  char desc[160];
+  for (int j = 0; j < n; j++) {
+    const direct_desc *d = &st->descs[j];
+    if (d->magic != DESC_MAGIC || d->coll != (uint32_t)t->coll || d->count != t->count)
+      return weft__error(comm, WEFT_ERR_INVALID_USAGE,
+                         "rank %d: %s direct: peer %d is in another call (%s, count %llu)",
+                         comm->rank, weft__task_describe(t, desc, sizeof desc), j,
+                         d->magic == DESC_MAGIC ? weft__coll_name((weft__coll_t)d->coll) : "not a direct one",
+                         (unsigned long long)d->count);
+    any_missing |= d->send_win == 0 || d->recv_win == 0;
+  }
+  if (any_missing) return fall_back(t);
+  weft_status_t status = WEFT_SUCCESS;
+  for (int j = 0; j < n; j++) {
+    const direct_desc *d = &st->descs[j];
+    size_t send_bytes, recv_bytes;
+    if (j == comm->rank) {
+      st->in[j] = (char *)t->sendbuf;
+      st->out[j] = t->recvbuf;
+      continue;
+    }
+    st->ops->extents(t, j, &send_bytes, &recv_bytes);
+    st->in[j] = d->send_win == NOT_NEEDED ? NULL
+                : resolve(t, j, d->send_win, d->send_off, send_bytes, "send", &status);
+    if (status != WEFT_SUCCESS) return status;
+    st->out[j] = resolve(t, j, d->recv_win, d->recv_off, recv_bytes, "receive", &status);
+    if (status != WEFT_SUCCESS) return status;
+  }
+  weft__direct_bufs b = {st->in, st->out, weft__comm_scratch(t, WEFT__DIRECT_PIECE, &status)};
+  if (b.tmp == NULL) return status;
+  st->ops->work(t, &b);
+  comm->direct_calls++;
+  weft__store_fence(); /* the non-temporal stores land before "done" tells peers to read */
+  for (int j = 0; j < n; j++) {
+    if (j == comm->rank) continue;
+    weft__req_init_recv(&st->reqs[3 * n + j], NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
+    weft__req_post(weft__comm_conn(comm, j), &st->reqs[3 * n + j]);
+    weft__req_init_send(&st->reqs[2 * n + j], NULL, 0);
+    weft__req_post(weft__comm_conn(comm, j), &st->reqs[2 * n + j]);
+  }
+  st->phase = PHASE_DONE;
+  return WEFT_IN_PROGRESS;
+}
+
+static weft_status_t direct_progress(weft__task *t) {
+  direct_state *st = t->state;
+  if (st->phase == PHASE_EXCHANGE) {
+    if (!phase_complete(t, st, 0)) return WEFT_IN_PROGRESS;
+    const weft__algo *direct = t->algo;
+    weft_status_t s = run_work(t, st);
+    if (s != WEFT_IN_PROGRESS || t->algo != direct) return s; /* error, or fell back */
+  }
+  return phase_complete(t, st, 2) ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
+}
+
+static const weft__algo direct_algos[] = {
+    {"direct", WEFT__COLL_ALL_REDUCE, direct_start, direct_progress},
+    {"direct", WEFT__COLL_ALL_GATHER, direct_start, direct_progress},
+    {"direct", WEFT__COLL_REDUCE_SCATTER, direct_start, direct_progress},
+    {"direct", WEFT__COLL_ALL_TO_ALL, direct_start, direct_progress},
+    {"direct", WEFT__COLL_BROADCAST, direct_start, direct_progress},
+};
+
+const weft__algo *weft__direct_algo(weft__coll_t coll) {
+  for (size_t i = 0; i < sizeof direct_algos / sizeof *direct_algos; i++)
+    if (direct_algos[i].coll == coll) return &direct_algos[i];
+  return NULL;
+}
+

@@ -1,0 +1,34 @@
+/* reduce_scatter/direct.c: reduce-scatter on buffers in registered windows (driver and
+ * phases in algos/direct.h).
+ *
+ * Rank r reduces block r of every rank's send buffer, in rank order, piece by piece into
+ * a scratch that stays in cache, and writes it to its own receive buffer. In place
+ * (recvbuf == sendbuf + r * count) is safe: only rank r touches block r of any buffer.
+ * Steps: 2 handshakes (direct.h). Bytes per rank: reads n x count x size, writes
+ * count x size: the floor's reduce-scatter (perf/membw_floor.c).
+ * Source: direct reduction from shared memory, as Open MPI's XPMEM path and NCCL's
+ * symmetric-memory kernels. */
+#include "algos/direct.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+
+static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *recv_bytes) {
+  *recv_bytes = t->count * weft__dtype_size(t->dtype);
+  *send_bytes = *recv_bytes * (size_t)t->comm->nranks;
+  return 1;
+}
+
+static void work(const weft__task *t, const weft__direct_bufs *b) {
+  int n = t->comm->nranks, me = t->comm->rank;
+  size_t es = weft__dtype_size(t->dtype), piece = WEFT__DIRECT_PIECE / es;
+  size_t block = t->count * es, base = (size_t)me * block;
+  for (size_t at = 0; at < t->count; at += piece) {
+    size_t k = t->count - at < piece ? t->count - at : piece, off = at * es;
+    weft__reduce(b->tmp, b->in[0] + base + off, b->in[1] + base + off, k, t->dtype, t->op);
+    for (int j = 2; j < n; j++) weft__reduce(b->tmp, b->tmp, b->in[j] + base + off, k, t->dtype, t->op);
+    if (t->op == WEFT_AVG) weft__avg_finalize(b->tmp, k, t->dtype, n);
+    weft__direct_copy(b->out[me] + off, b->tmp, k * es, block);
+  }
+}
+
+const weft__direct_ops weft__direct_reduce_scatter = {extents, work};

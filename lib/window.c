@@ -1,0 +1,251 @@
+/* window.c: weft_comm_window_register / weft_comm_window_deregister.
+ *
+ * Registration is collective. Every rank all-gathers a descriptor of its buffer (its pid,
+ * the memfd behind it from weft_mem_alloc, the offset and length) and maps each peer's
+ * buffer by opening /proc/<pid>/fd/<fd>: the kernel allows that to a process of the same
+ * user with ptrace read access, the same rule as Linux's cross-memory attach. A second
+ * all-gather agrees on the outcome, so a window is usable for direct collectives on every
+ * rank or on none; an unusable window stays registered, and one info line says why.
+ * Windows get ids in registration order, the same on every rank, so a call can name a
+ * peer's buffer as (window id, offset). Like NCCL's ncclCommWindowRegister (symmetric
+ * memory); no code taken.
+ * Environment (read at registration, agreed by taking every rank's into account):
+ *   WEFT_DIRECT=0 makes windows unusable for direct collectives (default 1);
+ *   WEFT_DIRECT_MIN_BYTES (default 2K): smaller collectives take the usual path. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "lib/comm.h"
+#include "lib/env.h"
+#include "lib/log.h"
+#include "lib/mem.h"
+#include "lib/status.h"
+#include "lib/window.h"
+
+#define DIRECT_MIN_BYTES_DEFAULT (2u << 10) /* 2-rank all-reduce: direct 0.39-0.52 us at 2 KiB, the ring 0.53-0.56; equal at 1 KiB */
+
+/* What each rank all-gathers at registration. */
+typedef struct {
+  int32_t reason;    /* 0: arguments valid, buffer inside one weft_mem_alloc block; else
+                        an index into reasons[] */
+  int32_t pid;
+  int32_t fd;
+  int32_t direct;    /* WEFT_DIRECT on this rank */
+  uint64_t offset;   /* of the buffer in the memfd */
+  uint64_t bytes;
+  uint64_t min_bytes; /* WEFT_DIRECT_MIN_BYTES on this rank */
+} window_desc;
+
+static const char *const reasons[] = {
+    "ok", "buff is NULL", "win is NULL", "size is 0", "flags must be 0",
+    "the buffer is not inside one weft_mem_alloc block"};
+
+struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  for (struct weft_window *w = comm->windows; w != NULL; w = w->next) {
+    uintptr_t lo = (uintptr_t)w->base;
+    if (w->usable && p != NULL && a >= lo && bytes <= w->bytes && a - lo <= w->bytes - bytes) return w;
+  }
+  return NULL;
+}
+
+struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id) {
+  for (struct weft_window *w = comm->windows; w != NULL; w = w->next)
+    if (w->id == id) return w;
+  return NULL;
+}
+
+static void unmap_peers(struct weft_window *w, int nranks) {
+  for (int j = 0; w->map_addr != NULL && j < nranks; j++) {
+    if (w->map_addr[j] != NULL) munmap(w->map_addr[j], w->map_len[j]);
+    w->map_addr[j] = NULL;
+    if (w->peer_base != NULL && j != w->comm->rank) w->peer_base[j] = NULL;
+  }
+}
+
+static void window_free(struct weft_window *w) {
+  if (w == NULL) return;
+  unmap_peers(w, w->comm->nranks);
+  free(w->peer_base);
+  free(w->peer_bytes);
+  free(w->map_addr);
+  free(w->map_len);
+  free(w);
+}
+
+void weft__window_free_all(struct weft_comm *comm) {
+  while (comm->windows != NULL) {
+    struct weft_window *w = comm->windows;
+    comm->windows = w->next;
+    window_free(w);
+  }
+  comm->direct_windows = 0;
+}
+
+/* Maps rank j's buffer described by d into w; 0 or an errno. */
+static int map_peer(struct weft_window *w, int j, const window_desc *d) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return errno;
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t start = (size_t)d->offset / page * page, lead = (size_t)d->offset - start;
+  size_t len = lead + (size_t)d->bytes;
+  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+  int err = m == MAP_FAILED ? errno : 0;
+  close(fd);
+  if (err != 0) return err;
+  w->map_addr[j] = m;
+  w->map_len[j] = len;
+  w->peer_base[j] = (char *)m + lead;
+  w->peer_bytes[j] = (size_t)d->bytes;
+  return 0;
+}
+
+static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t size) {
+  struct weft_window *w = calloc(1, sizeof *w);
+  size_t n = (size_t)comm->nranks;
+  if (w == NULL) return NULL;
+  w->comm = comm;
+  w->base = buff;
+  w->bytes = size;
+  w->peer_base = calloc(n, sizeof *w->peer_base);
+  w->peer_bytes = calloc(n, sizeof *w->peer_bytes);
+  w->map_addr = calloc(n, sizeof *w->map_addr);
+  w->map_len = calloc(n, sizeof *w->map_len);
+  if (!w->peer_base || !w->peer_bytes || !w->map_addr || !w->map_len) {
+    window_free(w);
+    return NULL;
+  }
+  w->peer_base[comm->rank] = buff;
+  w->peer_bytes[comm->rank] = size;
+  return w;
+}
+
+/* Whether all ranks share this host and reach each other through shm. */
+static int all_shm(const struct weft_comm *comm) {
+  for (int p = 0; p < comm->nranks; p++)
+    if (p != comm->rank && comm->peer_transports[p] != WEFT__TRANSPORT_SHM) return 0;
+  return 1;
+}
+
+/* Maps every peer's buffer; returns 1 when all worked, else 0 with *bad_peer, *err set. */
+static int map_all(struct weft_window *w, const window_desc *all, int *bad_peer, int *err) {
+  struct weft_comm *comm = w->comm;
+  for (int j = 0; j < comm->nranks; j++) {
+    if (j == comm->rank) continue;
+    if ((*err = map_peer(w, j, &all[j])) != 0) {
+      *bad_peer = j;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t size,
+                                        weft_window_t *win, int flags) {
+  if (comm == NULL)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_window_register: comm is NULL");
+  if (win != NULL) *win = NULL;
+  WEFT_TRY(weft__comm_wait_ready(comm));
+  /* A rank with bad arguments still joins the exchange, so every rank fails at once with
+   * the same message instead of its peers waiting for a deadline. */
+  int fd = -1, reason = 0;
+  size_t offset = 0;
+  if (buff == NULL) reason = 1;
+  else if (win == NULL) reason = 2;
+  else if (size == 0) reason = 3;
+  else if (flags != 0) reason = 4;
+  else if (!weft__mem_lookup(buff, size, &fd, &offset)) reason = 5;
+  window_desc mine = {.reason = reason, .pid = (int32_t)getpid(), .fd = fd,
+                      .direct = weft__env_long("WEFT_DIRECT", 1) != 0, .offset = offset,
+                      .bytes = size,
+                      .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES_DEFAULT)};
+  int n = comm->nranks;
+  window_desc *all = calloc((size_t)n, sizeof *all);
+  if (all == NULL)
+    return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: out of memory", comm->rank);
+  weft_status_t st = weft_all_gather(&mine, all, sizeof mine, WEFT_UINT8, comm, NULL);
+  for (int j = 0; st == WEFT_SUCCESS && j < n; j++) {
+    int r = all[j].reason;
+    if (r == 0) continue;
+    const char *text = r > 0 && r < (int)(sizeof reasons / sizeof *reasons) ? reasons[r] : "?";
+    st = j == comm->rank
+             ? weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "rank %d: window register: %s", comm->rank, text)
+             : weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
+                           "rank %d: window register: peer %d's arguments were rejected: %s",
+                           comm->rank, j, text);
+  }
+  if (st != WEFT_SUCCESS) {
+    free(all);
+    return st;
+  }
+  struct weft_window *w = window_new(comm, buff, size);
+  int want = w != NULL && all_shm(comm) && n > 1, bad_peer = -1, err = 0;
+  for (int j = 0; j < n; j++) want = want && all[j].direct;
+  int mapped = want && map_all(w, all, &bad_peer, &err);
+  size_t min_bytes = 0;
+  for (int j = 0; j < n; j++)
+    if (all[j].min_bytes > min_bytes) min_bytes = (size_t)all[j].min_bytes;
+  int32_t ok = w != NULL && (mapped || !want), *oks = calloc((size_t)n, sizeof *oks);
+  int32_t usable = mapped;
+  st = oks == NULL ? weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: out of memory", comm->rank)
+                   : weft_all_gather(&usable, oks, sizeof usable, WEFT_UINT8, comm, NULL);
+  for (int j = 0; st == WEFT_SUCCESS && j < n; j++) usable = usable && oks[j];
+  free(oks);
+  free(all);
+  if (st == WEFT_SUCCESS && !ok)
+    st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: out of memory", comm->rank);
+  if (st != WEFT_SUCCESS) {
+    window_free(w);
+    return st;
+  }
+  if (!usable) unmap_peers(w, n);
+  if (want && !mapped)
+    WEFT_INFO("window: rank %d cannot map the buffer of peer %d (%s%s); collectives on this "
+              "window take the usual path", comm->rank, bad_peer, strerror(err),
+              err == EACCES || err == EPERM ? ": other user, or no ptrace read access?" : "");
+  else if (!usable)
+    WEFT_INFO("window: not usable for direct collectives on rank %d (%s)", comm->rank,
+              n < 2 ? "one rank" : !all_shm(comm) ? "ranks on several hosts or not over shm"
+              : mapped ? "a peer could not map a buffer" : "WEFT_DIRECT=0 on some rank");
+  w->usable = usable;
+  pthread_mutex_lock(&comm->lock);
+  w->id = ++comm->window_serial;
+  w->next = comm->windows;
+  comm->windows = w;
+  comm->direct_windows += usable;
+  comm->direct_min_bytes = min_bytes;
+  pthread_mutex_unlock(&comm->lock);
+  *win = w;
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft_comm_window_deregister(weft_comm_t comm, weft_window_t win) {
+  if (comm == NULL)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_window_deregister: comm is NULL");
+  if (win == NULL) return WEFT_SUCCESS;
+  pthread_mutex_lock(&comm->lock);
+  struct weft_window **at = &comm->windows;
+  while (*at != NULL && *at != win) at = &(*at)->next;
+  int found = *at != NULL;
+  pthread_mutex_unlock(&comm->lock);
+  if (!found)
+    return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
+                       "rank %d: window deregister: the window is not registered on this communicator",
+                       comm->rank);
+  /* Collective: no rank may still name this window in a call when it goes. */
+  WEFT_TRY(weft_barrier(comm, NULL));
+  pthread_mutex_lock(&comm->lock);
+  for (at = &comm->windows; *at != NULL && *at != win; at = &(*at)->next) {
+  }
+  if (*at != NULL) *at = win->next;
+  comm->direct_windows -= win->usable;
+  pthread_mutex_unlock(&comm->lock);
+  window_free(win);
+  return WEFT_SUCCESS;
+}

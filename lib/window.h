@@ -1,0 +1,32 @@
+/* window.h: registered windows (weft_comm_window_register): a rank's buffer in memory from
+ * weft_mem_alloc, with every peer's buffer of the same registration mapped here, so the
+ * direct algorithms (algos/direct.h) read and write peers' buffers in place. */
+#ifndef WEFT_LIB_WINDOW_H
+#define WEFT_LIB_WINDOW_H
+#include <stddef.h>
+#include <stdint.h>
+#include "weft.h"
+
+struct weft_comm;
+
+struct weft_window {
+  struct weft_comm *comm;
+  uint64_t id;       /* registration number on comm, from 1: the same on every rank */
+  char *base;        /* this rank's buffer */
+  size_t bytes;
+  int usable;        /* every rank mapped every peer's buffer (agreed at registration) */
+  char **peer_base;  /* [nranks]: rank j's buffer as mapped here (ours: base); NULL if not */
+  size_t *peer_bytes;  /* [nranks] */
+  void **map_addr;   /* [nranks]: what to munmap (page-aligned), NULL for ours */
+  size_t *map_len;   /* [nranks] */
+  struct weft_window *next;
+};
+
+/* The window of comm holding [p, p + bytes) on this rank, usable for direct collectives,
+ * or NULL. Caller holds comm->lock. */
+struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, size_t bytes);
+/* The window of comm registered with id, or NULL. Caller holds comm->lock. */
+struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id);
+/* Unmaps and frees every window of comm (at destroy; peers are gone or going). */
+void weft__window_free_all(struct weft_comm *comm);
+#endif
