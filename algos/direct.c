@@ -7,6 +7,8 @@
 #include "lib/comm.h"
 #include "lib/copy_stream.h"
 #include "lib/dtype.h"
+#include "lib/env.h"
+#include "lib/log.h"
 #include "lib/status.h"
 #include "lib/window.h"
 
@@ -48,8 +50,18 @@ static const weft__direct_ops *ops_of(weft__coll_t coll) {
 int weft__direct_wanted(const weft__task *t) {
   const struct weft_comm *comm = t->comm;
   if (comm->direct_windows == 0 || ops_of(t->coll) == NULL) return 0;
+  /* The larger buffer (nccl-tests' size): all-gather, reduce-scatter and all-to-all move
+   * n blocks of count elements, all-reduce and broadcast count elements. */
   size_t bytes = t->count * weft__dtype_size(t->dtype);
-  return bytes >= comm->direct_min_bytes && bytes > 0;
+  if (t->coll == WEFT__COLL_ALL_GATHER || t->coll == WEFT__COLL_REDUCE_SCATTER ||
+      t->coll == WEFT__COLL_ALL_TO_ALL)
+    bytes *= (size_t)comm->nranks;
+  /* With more ranks than cores each handshake waits for descheduled ranks: 4 ranks on 2
+   * cores measured ~6 us per direct call at any small size, so the usual algorithms win up
+   * to 4-64 KiB (all-reduce 6.5 / 5.0-8.2 us at 4 KiB, broadcast 8.2-11.3 / 8.5-10.1 at
+   * 64 KiB, all-to-all 8.7 / 10.2-16.7 at 64 KiB). */
+  size_t min = comm->oversubscribed ? comm->direct_min_bytes * 16 : comm->direct_min_bytes;
+  return bytes >= min && bytes > 0;
 }
 
 void weft__direct_copy(void *dst, const void *src, size_t n, size_t out_bytes) {
@@ -129,6 +141,17 @@ static char *resolve(weft__task *t, int j, uint64_t win, uint64_t off, size_t by
   return NULL;
 }
 
+/* WEFT_TUNER_TRACE=1 also logs each direct call's outcome (read once). */
+static int trace_on(void) {
+  static int on = -1;
+  int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+  if (v < 0) {
+    v = weft__env_long("WEFT_TUNER_TRACE", 0) != 0;
+    __atomic_store_n(&on, v, __ATOMIC_RELAXED);
+  }
+  return v;
+}
+
 /* Hands the task over to the tuner's usual algorithm (every rank does, having seen the
  * same descriptors). */
 static weft_status_t fall_back(weft__task *t) {
@@ -136,6 +159,12 @@ static weft_status_t fall_back(weft__task *t) {
   if (t->state != (void *)t->state_inline) free(t->state);
   t->state = NULL;
   t->algo = weft__select_modelled(t);
+  if (trace_on()) {
+    char what[160];
+    weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct: a buffer on some rank is in no window "
+                    "(or all-to-all in place): every rank runs %s", weft__task_describe(t, what, sizeof what),
+                    t->algo->name);
+  }
   weft_status_t st = t->algo->start(t);
   return st == WEFT_SUCCESS ? WEFT_IN_PROGRESS : st;
 }
@@ -174,6 +203,9 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
   }
   weft__direct_bufs b = {st->in, st->out, weft__comm_scratch(t, WEFT__DIRECT_PIECE, &status)};
   if (b.tmp == NULL) return status;
+  if (trace_on())
+    weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct (every rank's buffers in windows)",
+                    weft__task_describe(t, desc, sizeof desc));
   st->ops->work(t, &b);
   comm->direct_calls++;
   weft__store_fence(); /* the non-temporal stores land before "done" tells peers to read */

@@ -49,7 +49,7 @@ extern const weft__direct_ops weft__direct_all_reduce, weft__direct_all_gather,
 const weft__algo *weft__direct_algo(weft__coll_t coll);
 
 /* 1 when t should try its direct algorithm: comm has usable windows, t's collective has
- * one and moves at least comm->direct_min_bytes. Depends only on values equal on every
+ * one and its larger buffer holds at least comm->direct_min_bytes. Depends only on values equal on every
  * rank. Caller holds comm->lock. */
 int weft__direct_wanted(const weft__task *t);
 

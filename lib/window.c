@@ -11,7 +11,8 @@
  * memory); no code taken.
  * Environment (read at registration, agreed by taking every rank's into account):
  *   WEFT_DIRECT=0 makes windows unusable for direct collectives (default 1);
- *   WEFT_DIRECT_MIN_BYTES (default 2K): smaller collectives take the usual path. */
+ *   WEFT_DIRECT_MIN_BYTES (default 4K): collectives whose larger buffer is smaller take
+ *   the usual path (16 times that with more ranks than cores: algos/direct.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -26,7 +27,12 @@
 #include "lib/status.h"
 #include "lib/window.h"
 
-#define DIRECT_MIN_BYTES_DEFAULT (2u << 10) /* 2-rank all-reduce: direct 0.39-0.52 us at 2 KiB, the ring 0.53-0.56; equal at 1 KiB */
+/* Where the direct algorithms start to win on 2 ranks (buffer bytes, us per call, direct
+ * against the usual algorithm): broadcast 0.44-0.66 / 0.31-0.45 at 2 KiB, 0.54-0.61 /
+ * 1.15-1.43 at 8 KiB; all-to-all 0.36-0.39 / 0.31-0.33 at 2 KiB, 0.45-0.49 / 0.82-1.19 at
+ * 8 KiB; all-reduce 0.39-0.52 / 0.53-0.56 at 2 KiB; all-gather and reduce-scatter even at
+ * 2 KiB. */
+#define DIRECT_MIN_BYTES_DEFAULT (4u << 10)
 
 /* What each rank all-gathers at registration. */
 typedef struct {
@@ -191,15 +197,21 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   size_t min_bytes = 0;
   for (int j = 0; j < n; j++)
     if (all[j].min_bytes > min_bytes) min_bytes = (size_t)all[j].min_bytes;
-  int32_t ok = w != NULL && (mapped || !want), *oks = calloc((size_t)n, sizeof *oks);
-  int32_t usable = mapped;
+  /* Second exchange: bit 0 "registered here" (else out of memory: every rank fails, so
+   * window ids stay equal everywhere), bit 1 "mapped every peer". */
+  int32_t *oks = calloc((size_t)n, sizeof *oks);
+  int32_t mine2 = (w != NULL ? 1 : 0) | (mapped ? 2 : 0), usable = mapped, failed = -1;
   st = oks == NULL ? weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: out of memory", comm->rank)
-                   : weft_all_gather(&usable, oks, sizeof usable, WEFT_UINT8, comm, NULL);
-  for (int j = 0; st == WEFT_SUCCESS && j < n; j++) usable = usable && oks[j];
+                   : weft_all_gather(&mine2, oks, sizeof mine2, WEFT_UINT8, comm, NULL);
+  for (int j = 0; st == WEFT_SUCCESS && j < n; j++) {
+    usable = usable && (oks[j] & 2);
+    if (!(oks[j] & 1) && failed < 0) failed = j;
+  }
   free(oks);
   free(all);
-  if (st == WEFT_SUCCESS && !ok)
-    st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: out of memory", comm->rank);
+  if (st == WEFT_SUCCESS && failed >= 0)
+    st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: %s ran out of memory",
+                     comm->rank, failed == comm->rank ? "this rank" : "a peer");
   if (st != WEFT_SUCCESS) {
     window_free(w);
     return st;

@@ -25,6 +25,7 @@
 
 #include <time.h>
 #include "lib/bootstrap.h"
+#include "lib/comm.h"
 #include "tests/harness.h"
 
 #define BAD_DT ((weft_datatype_t)WEFT_NUM_DATATYPES)
@@ -461,6 +462,33 @@ static void window_of_foreign_memory_is_refused_on_every_rank(void **state) {
   harness_run_simple(2, "shm", bad_window_body, NULL);
 }
 
+/* WEFT_DIRECT=0 on one rank: registration succeeds everywhere, no call runs direct (the
+ * window is unusable on every rank alike), and results stay right. */
+static int direct_off_body(harness_rank *r) {
+  void *mem = NULL;
+  weft_window_t w = NULL;
+  if (r->rank == 1) setenv("WEFT_DIRECT", "0", 1);
+  if (!harness_expect_status(r, weft_mem_alloc(&mem, 1 << 16), WEFT_SUCCESS, "weft_mem_alloc"))
+    return r->failures;
+  weft_status_t st = weft_comm_window_register(r->comm, mem, 1 << 16, &w, 0);
+  if (harness_expect_status(r, st, WEFT_SUCCESS, "window register with WEFT_DIRECT=0 on rank 1")) {
+    float *v = mem;
+    for (int i = 0; i < 4096; i++) v[i] = (float)(r->rank + 1);
+    st = weft_all_reduce(v, v + 4096, 4096, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    if (harness_expect_status(r, st, WEFT_SUCCESS, "all_reduce in an unusable window") && v[4096] != 3.0f)
+      harness_fail(r, "all_reduce in an unusable window: got %g, expected 3", v[4096]);
+    if (r->comm->direct_calls + r->comm->direct_fallbacks != 0)
+      harness_fail(r, "a call tried the direct path on a window WEFT_DIRECT=0 made unusable");
+    harness_expect_status(r, weft_comm_window_deregister(r->comm, w), WEFT_SUCCESS, "window deregister");
+  }
+  harness_expect_status(r, weft_mem_free(mem), WEFT_SUCCESS, "weft_mem_free");
+  return r->failures;
+}
+
+static void window_with_direct_off_on_one_rank_takes_the_usual_path(void **state) {
+  harness_run_simple(2, "shm", direct_off_body, NULL);
+}
+
 int main(void) {
   static const char *shm = "shm", *sock = "socket";
   const struct CMUnitTest tests[] = {
@@ -477,6 +505,7 @@ int main(void) {
       cmocka_unit_test(ranks_disagreeing_on_nranks_are_rejected),
       cmocka_unit_test(unique_id_reused_for_a_second_communicator_is_refused_at_once),
       cmocka_unit_test(window_of_foreign_memory_is_refused_on_every_rank),
+      cmocka_unit_test(window_with_direct_off_on_one_rank_takes_the_usual_path),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "lib/dtype.h"
+#include "lib/reduce_stream.h"
 
 static const size_t counts[] = {0, 1, 7, 33, 4097};
 
@@ -664,6 +665,72 @@ static const struct {
      level_conversions_match_generic_for_every_pattern},
 };
 
+/* weft__reduce_stream (the direct all-reduce's fused pass) gives the bits of weft__reduce
+ * in rank order plus weft__avg_finalize, for every supported type and op, 2-4 inputs,
+ * 1-3 outputs, any element alignment and count; writes nothing outside the outputs; and
+ * declines what it does not handle (other ops and types, outputs of mixed alignment).
+ * Values have full mantissas, so a different summation order would change the bits. */
+static void fill_rounding(void *buf, size_t n, weft_datatype_t dt) {
+  for (size_t i = 0; i < n; i++) {
+    uint64_t r = rng_next();
+    double v = ((double)(r & 0xffffffffffull) / 1099511627776.0 - 0.5) * (double)(1u << ((r >> 40) & 7));
+    if (dt == WEFT_FLOAT32) ((float *)buf)[i] = (float)v;
+    else ((double *)buf)[i] = v;
+  }
+}
+
+static void reduce_stream_matches_reduce_then_finalize(void **state) {
+  enum { MAXC = 4099, PAD = 8 };
+  static const size_t stream_counts[] = {0, 1, 5, 17, 1000, MAXC};
+  static const weft_redop_t ops[] = {WEFT_SUM, WEFT_PROD, WEFT_AVG};
+  static const weft_datatype_t dts[] = {WEFT_FLOAT32, WEFT_FLOAT64};
+  for (int di = 0; di < 2; di++) {
+    weft_datatype_t dt = dts[di];
+    size_t es = weft__dtype_size(dt), bytes = (MAXC + 2 * PAD) * es;
+    char *in_mem[4], *out_mem[3], *ref = aligned_alloc(64, bytes);
+    for (int k = 0; k < 4; k++) in_mem[k] = aligned_alloc(64, bytes);
+    for (int j = 0; j < 3; j++) out_mem[j] = aligned_alloc(64, bytes);
+    for (int oi = 0; oi < 3; oi++)
+      for (int nin = 2; nin <= 4; nin++)
+        for (int nout = 1; nout <= 3; nout++)
+          for (size_t ci = 0; ci < sizeof stream_counts / sizeof *stream_counts; ci++)
+            for (size_t shift = 0; shift < 3; shift++) {
+              size_t count = stream_counts[ci];
+              char *in[4], *out[3];
+              for (int k = 0; k < nin; k++) {
+                fill_rounding(in_mem[k], MAXC + 2 * PAD, dt);
+                in[k] = in_mem[k] + (PAD + (size_t)k) * es; /* inputs need no alignment */
+              }
+              for (int j = 0; j < nout; j++) {
+                memset(out_mem[j], 0x5a, bytes);
+                out[j] = out_mem[j] + (PAD + shift) * es;
+              }
+              memcpy(ref, in[0], count * es);
+              for (int k = 1; k < nin; k++) weft__reduce(ref, ref, in[k], count, dt, ops[oi]);
+              if (ops[oi] == WEFT_AVG) weft__avg_finalize(ref, count, dt, nin);
+              assert_int_equal(weft__reduce_stream(out, nout, in, nin, count, dt, ops[oi]), 1);
+              for (int j = 0; j < nout; j++) {
+                if (memcmp(out[j], ref, count * es) != 0)
+                  fail_msg("%s op %d, %d inputs, output %d of %d, count %zu, shift %zu: bits differ",
+                           weft__dtype_name(dt), (int)ops[oi], nin, j, nout, count, shift);
+                for (size_t b = 0; b < bytes; b++) {
+                  size_t at = (size_t)(out[j] - out_mem[j]);
+                  if ((b < at || b >= at + count * es) && (unsigned char)out_mem[j][b] != 0x5a)
+                    fail_msg("%s: byte %zu outside output %d was written", weft__dtype_name(dt), b, j);
+                }
+              }
+            }
+    char *in2[2] = {in_mem[0], in_mem[1]}, *mixed[2] = {out_mem[0], out_mem[1] + es};
+    assert_int_equal(weft__reduce_stream(mixed, 2, in2, 2, 100, dt, WEFT_SUM), 0);
+    assert_int_equal(weft__reduce_stream(mixed, 1, in2, 2, 100, dt, WEFT_MAX), 0);
+    free(ref);
+    for (int k = 0; k < 4; k++) free(in_mem[k]);
+    for (int j = 0; j < 3; j++) free(out_mem[j]);
+  }
+  char *in2[2] = {NULL, NULL}, *out1[1] = {NULL};
+  assert_int_equal(weft__reduce_stream(out1, 1, in2, 2, 0, WEFT_INT32, WEFT_SUM), 0);
+}
+
 int main(void) {
   static const struct CMUnitTest once[] = {
       cmocka_unit_test(sizes_and_names_follow_nccl_tests),
@@ -674,6 +741,7 @@ int main(void) {
       cmocka_unit_test(bf16_rounds_to_nearest_even),
       cmocka_unit_test(avg_finalize_truncates_integers_toward_zero),
       cmocka_unit_test(avg_finalize_divides_floats_in_their_precision),
+      cmocka_unit_test(reduce_stream_matches_reduce_then_finalize),
   };
   enum { n_once = sizeof once / sizeof once[0], n_per = sizeof per_level / sizeof per_level[0] };
   static weft__simd_t levels[WEFT__SIMD_NUM_LEVELS];

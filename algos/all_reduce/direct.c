@@ -13,11 +13,31 @@
  * halves fused into one pass over shared memory, as NCCL's symmetric-memory kernels do. */
 #include "algos/direct.h"
 #include "lib/comm.h"
+#include "lib/copy_stream.h"
 #include "lib/dtype.h"
+#include "lib/reduce_stream.h"
+
+#define WEFT__DIRECT_FUSED_MAX 64 /* ranks the fused pass takes (pointer arrays on the stack) */
 
 static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *recv_bytes) {
   *send_bytes = *recv_bytes = t->count * weft__dtype_size(t->dtype);
   return 1;
+}
+
+/* Past the cache, float32 / float64 sums, products and averages take one fused pass
+ * (lib/reduce_stream.h): 2 ranks, 64 MiB, 6 interleaved launches each, 9.6-12.5 GB/s busbw
+ * against 8.1-9.4 for reducing 8 KiB pieces into a scratch and streaming that out; the
+ * fused two-thread floor read 11.9-12.3 then. */
+static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
+  int n = t->comm->nranks;
+  size_t es = weft__dtype_size(t->dtype);
+  if (t->count * es < weft__copy_stream_threshold() || n > WEFT__DIRECT_FUSED_MAX) return 0;
+  char *out[WEFT__DIRECT_FUSED_MAX], *in[WEFT__DIRECT_FUSED_MAX];
+  for (int j = 0; j < n; j++) {
+    out[j] = b->out[j] + lo * es;
+    in[j] = b->in[j] + lo * es;
+  }
+  return weft__reduce_stream(out, n, in, n, hi - lo, t->dtype, t->op);
 }
 
 static void work(const weft__task *t, const weft__direct_bufs *b) {
@@ -25,6 +45,7 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   size_t es = weft__dtype_size(t->dtype), piece = WEFT__DIRECT_PIECE / es, lo, hi;
   size_t out_bytes = t->count * es;
   weft__direct_block(t->count, n, t->comm->rank, &lo, &hi);
+  if (fused(t, b, lo, hi)) return;
   for (size_t at = lo; at < hi; at += piece) {
     size_t k = hi - at < piece ? hi - at : piece, off = at * es;
     weft__reduce(b->tmp, b->in[0] + off, b->in[1] + off, k, t->dtype, t->op);

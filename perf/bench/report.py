@@ -6,7 +6,9 @@ collective, library and size with busbw in GB/s and time_us, medians over rounds
 DIR/floor.jsonl (perf/membw_floor: one row per collective and size; rows without "coll" are
 all_reduce, from older files). Prints one table per target with the ratio at each size and
 PASS / MISS, then a summary line per target. A missing sweep or peer is reported as
-"not measured", never as a pass.
+"not measured", never as a pass. When DIR/shm_registered and DIR/np4_registered exist
+(weft's buffers registered as windows, -R 2), the np=2 and 4-rank targets are reported a
+second time for them, with their own summary.
 
 The np=2 shm tables also give the ratio over the rounds in which the two CPUs shared an
 L3 and over those in which they did not (perf/l3_probe, run around every sweep): on the
@@ -139,19 +141,12 @@ def table(title, rows, need, unit, floor=None, by_l3=None):
     return ok
 
 
-def main(d):
-    shm_path = os.path.join(d, "shm", "compare.jsonl")
+def np2_targets(d, shm_name, floors, floor, tag, results):
+    """The np=2 shm targets on sweep DIR/shm_name, into results (names suffixed by tag)."""
+    shm_path = os.path.join(d, shm_name, "compare.jsonl")
     shm = load(shm_path)
-    sock = load(os.path.join(d, "socket", "compare.jsonl"))
-    np4 = load(os.path.join(d, "np4", "compare.jsonl"))
-    floors = load_floors(os.path.join(d, "floor.jsonl"))
-    # The 0.7 x floor target uses the stricter (higher) of the two all-reduce floors: the
-    # fused, non-temporal form is the least work an all-reduce needs, which is what issue 4 asks.
-    floor = {size: floor_of(floors, "all_reduce", size) for (c, size) in floors if c.startswith("all_reduce")}
-    results = {}
-    print("# weft against the issue-4 speed targets (ratios are weft / Open MPI unless said)")
-    results["all-reduce busbw >= 3x Open MPI, 16-256 MiB (np=2)"] = table(
-        "all-reduce busbw vs Open MPI, 16-256 MiB, np=2, shm",
+    results["all-reduce busbw >= 3x Open MPI, 16-256 MiB (np=2)" + tag] = table(
+        "all-reduce busbw vs Open MPI, 16-256 MiB, np=2, shm" + tag,
         ratio_rows(shm, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"), 3.0, "GB/s",
         lambda size: floor_of(floors, "all_reduce", size),
         placement_ratios(shm_path, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"))
@@ -159,46 +154,71 @@ def main(d):
     for (c, lib, size), r in sorted(shm.items(), key=lambda kv: kv[0][2]):
         if c == "all_reduce" and lib == "weft" and size in floor and 16 * MIB <= size <= 256 * MIB:
             frows.append((size, r["busbw"], floor[size], r["busbw"] / floor[size]))
-    results["all-reduce busbw >= 0.7 x memory-bandwidth floor"] = table(
-        "all-reduce busbw vs the two-thread memory-bandwidth floor (perf/membw_floor)", frows, 0.7, "GB/s")
+    results["all-reduce busbw >= 0.7 x memory-bandwidth floor" + tag] = table(
+        "all-reduce busbw vs the two-thread memory-bandwidth floor (perf/membw_floor)" + tag,
+        frows, 0.7, "GB/s")
     every = True
     measured = False
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        ok = table(f"{coll}: latency vs Open MPI at every size, np=2 (ratio = MPI time / weft time)",
+        ok = table(f"{coll}: latency vs Open MPI at every size, np=2 (ratio = MPI time / weft time)" + tag,
                    ratio_rows(shm, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
                    by_l3=placement_ratios(shm_path, coll, "mpi", 0, 1 << 40, "time_us", False))
         if ok is not None:
             measured = True
             every &= ok
-    results["every collective >= 1.0x Open MPI at every size (np=2)"] = every if measured else None
+    results["every collective >= 1.0x Open MPI at every size (np=2)" + tag] = every if measured else None
     big = True
     measured = False
     for coll in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        ok = table(f"{coll}: busbw vs Open MPI at >= 16 MiB, np=2",
+        ok = table(f"{coll}: busbw vs Open MPI at >= 16 MiB, np=2" + tag,
                    ratio_rows(shm, coll, "mpi", 16 * MIB, 1 << 40, "busbw"), 1.5, "GB/s",
                    lambda size, coll=coll: floor_of(floors, coll, size),
                    placement_ratios(shm_path, coll, "mpi", 16 * MIB, 1 << 40, "busbw"))
         if ok is not None:
             measured = True
             big &= ok
-    results["all-gather, reduce-scatter, all-to-all, broadcast >= 1.5x at >= 16 MiB"] = big if measured else None
+    results["all-gather, reduce-scatter, all-to-all, broadcast >= 1.5x at >= 16 MiB" + tag] = \
+        big if measured else None
+
+
+def np4_targets(d, np4_name, tag, results):
+    np4 = load(os.path.join(d, np4_name, "compare.jsonl"))
+    four = True
+    measured = False
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
+        ok = table(f"4 ranks on 2 cores: {coll} vs Open MPI at every size (ratio = MPI time / weft time)" + tag,
+                   ratio_rows(np4, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us")
+        if ok is not None:
+            measured = True
+            four &= ok
+    results["4 ranks on 2 cores: >= Open MPI at every size" + tag] = four if measured else None
+
+
+def main(d):
+    sock = load(os.path.join(d, "socket", "compare.jsonl"))
+    floors = load_floors(os.path.join(d, "floor.jsonl"))
+    # The 0.7 x floor target uses the stricter (higher) of the two all-reduce floors: the
+    # fused, non-temporal form is the least work an all-reduce needs, which is what issue 4 asks.
+    floor = {size: floor_of(floors, "all_reduce", size) for (c, size) in floors if c.startswith("all_reduce")}
+    results = {}
+    print("# weft against the issue-4 speed targets (ratios are weft / Open MPI unless said)")
+    np2_targets(d, "shm", floors, floor, "", results)
     results["socket: all-reduce busbw >= 2x Open MPI TCP at >= 16 MiB"] = table(
         "socket only: all-reduce busbw vs Open MPI's TCP BTL at >= 16 MiB",
         ratio_rows(sock, "all_reduce", "mpi", 16 * MIB, 1 << 40, "busbw"), 2.0, "GB/s")
     results["socket: 8-byte all-reduce latency <= Open MPI TCP's"] = table(
         "socket only: 8-byte all-reduce latency (ratio = MPI time / weft time)",
         ratio_rows(sock, "all_reduce", "mpi", 8, 8, "time_us", higher_better=False), 1.0, "us")
-    four = True
-    measured = False
-    for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        ok = table(f"4 ranks on 2 cores: {coll} vs Open MPI at every size (ratio = MPI time / weft time)",
-                   ratio_rows(np4, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us")
-        if ok is not None:
-            measured = True
-            four &= ok
-    results["4 ranks on 2 cores: >= Open MPI at every size"] = four if measured else None
+    np4_targets(d, "np4", "", results)
+    reg = {}
+    tag = " [registered buffers, -R 2]"
+    if os.path.isdir(os.path.join(d, "shm_registered")):
+        print("\n# The same targets with weft's buffers registered as windows (-R 2: direct collectives)")
+        np2_targets(d, "shm_registered", floors, floor, tag, reg)
+    if os.path.isdir(os.path.join(d, "np4_registered")):
+        np4_targets(d, "np4_registered", tag, reg)
     print("\n# Summary")
-    for name, ok in results.items():
+    for name, ok in list(results.items()) + list(reg.items()):
         print(f"- {'not measured' if ok is None else ('PASS' if ok else 'MISS')}: {name}")
     return 0
 

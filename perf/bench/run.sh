@@ -3,8 +3,12 @@
 # size, PASS or MISS per target. Runs from the build dir (make bench does that). Three
 # `make compare` sweeps (np=2 over shm, np=2 all-reduce over TCP, np=4 on 2 cores), each
 # alternating weft / Open MPI / Gloo with medians of COMPARE_ROUNDS rounds, plus the
-# two-thread memory-bandwidth floor of each collective (perf/membw_floor.c).
-# BENCH_QUICK=1 runs small sizes and one round.
+# two-thread memory-bandwidth floor of each collective (perf/membw_floor.c). Two more
+# sweeps run weft and Open MPI with weft's buffers from weft_mem_alloc, registered as
+# windows (the perf tools' -R 2, as nccl-tests' -R with ncclMemAlloc), so its collectives
+# run direct (algos/direct.h): np=2 over shm and 4 ranks on 2 cores.
+# BENCH_QUICK=1 runs small sizes and one round. BENCH_SWEEPS picks sweeps (default: shm
+# socket np4 shm_registered np4_registered; the floors always run).
 # Takes ~25 minutes in full on the 2-core VM. Needs Open MPI (perf/compare/install-peers.sh).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,9 +24,16 @@ sweep() { # name, then environment assignments
   env "$@" COMPARE_OUT="$out/$name" bash "$here/../compare/run.sh" > "$out/$name.log" 2>&1 || {
     echo "bench: sweep $name failed (see $out/$name.log)"; rc=1; }
 }
-sweep shm COMPARE_NP=2
-sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce
-sweep np4 COMPARE_NP=4
+for name in ${BENCH_SWEEPS:-shm socket np4 shm_registered np4_registered}; do
+  case $name in
+    shm) sweep shm COMPARE_NP=2 ;;
+    socket) sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce ;;
+    np4) sweep np4 COMPARE_NP=4 ;;
+    shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 1 -R 2" ;;
+    np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 1 -R 2" ;;
+    *) echo "bench: unknown sweep '$name' in BENCH_SWEEPS"; rc=1 ;;
+  esac
+done
 # One floor per collective, all rows in floor.jsonl (each row names its "coll"); one
 # membw_floor at a time, so the floors do not share the memory bus with each other.
 echo "bench: memory-bandwidth floors"
