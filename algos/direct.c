@@ -7,7 +7,7 @@
 #include "lib/comm.h"
 #include "lib/copy_stream.h"
 #include "lib/dtype.h"
-#include "lib/env.h"
+#include "lib/select.h"
 #include "lib/log.h"
 #include "lib/status.h"
 #include "lib/window.h"
@@ -141,17 +141,6 @@ static char *resolve(weft__task *t, int j, uint64_t win, uint64_t off, size_t by
   return NULL;
 }
 
-/* WEFT_TUNER_TRACE=1 also logs each direct call's outcome (read once). */
-static int trace_on(void) {
-  static int on = -1;
-  int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
-  if (v < 0) {
-    v = weft__env_long("WEFT_TUNER_TRACE", 0) != 0;
-    __atomic_store_n(&on, v, __ATOMIC_RELAXED);
-  }
-  return v;
-}
-
 /* Hands the task over to the tuner's usual algorithm (every rank does, having seen the
  * same descriptors). */
 static weft_status_t fall_back(weft__task *t) {
@@ -159,7 +148,7 @@ static weft_status_t fall_back(weft__task *t) {
   if (t->state != (void *)t->state_inline) free(t->state);
   t->state = NULL;
   t->algo = weft__select_modelled(t);
-  if (trace_on()) {
+  if (weft__tuner_trace_on()) {
     char what[160];
     weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct: a buffer on some rank is in no window "
                     "(or all-to-all in place): every rank runs %s", weft__task_describe(t, what, sizeof what),
@@ -203,7 +192,7 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
   }
   weft__direct_bufs b = {st->in, st->out, weft__comm_scratch(t, WEFT__DIRECT_PIECE, &status)};
   if (b.tmp == NULL) return status;
-  if (trace_on())
+  if (weft__tuner_trace_on())
     weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct (every rank's buffers in windows)",
                     weft__task_describe(t, desc, sizeof desc));
   st->ops->work(t, &b);

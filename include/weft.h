@@ -335,7 +335,8 @@ WEFT_API weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, s
 /*
  * weft_comm_window_deregister: removes win from comm and unmaps the peers' buffers.
  * Collective (every rank, same order), so no peer still writes into the buffer when it
- * returns. NULL win is a no-op. Errors: WEFT_ERR_INVALID_ARGUMENT (win not of comm), and
+ * returns; synchronize the streams whose operations use the window first. NULL win is a
+ * no-op. Errors: WEFT_ERR_INVALID_ARGUMENT (win not of comm), and
  * the errors of a collective (a barrier). Thread safety: as a collective on comm.
  */
 WEFT_API weft_status_t weft_comm_window_deregister(weft_comm_t comm, weft_window_t win);

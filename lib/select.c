@@ -524,7 +524,7 @@ static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
   in->oversubscribed = cores > 0 && comm->nranks > cores;
 }
 
-static int trace_on(void) {
+int weft__tuner_trace_on(void) {
   static int on = -1;
   int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
   if (v < 0) {
@@ -595,7 +595,7 @@ const weft__algo *weft__select_algo(const weft__task *t) {
 const weft__algo *weft__select_modelled(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
   struct weft_comm *comm = t->comm;
-  struct weft__tuner_cache *cache = trace_on() ? NULL : tuner_cache(comm);
+  struct weft__tuner_cache *cache = weft__tuner_trace_on() ? NULL : tuner_cache(comm);
   if (cache != NULL) {
     weft__select_input in = cache->facts;
     in.coll = t->coll;
@@ -607,7 +607,7 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
   comm_facts(comm, &in);
   weft__algo_filter f;
   filter_from_env(&f);
-  if (!trace_on()) return weft__select_resolve(&in, &f, NULL, 0);
+  if (!weft__tuner_trace_on()) return weft__select_resolve(&in, &f, NULL, 0);
   char why[512], what[160];
   const weft__algo *a = weft__select_resolve(&in, &f, why, sizeof(why));
   char hosts[64] = "";

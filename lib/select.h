@@ -44,6 +44,9 @@ double weft__select_cost(const weft__algo *algo, const weft__select_input *in);
 const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
                                        char *why, size_t whylen);
 
+/* WEFT_TUNER_TRACE is set (read once): log every call's choice. Thread-safe. */
+int weft__tuner_trace_on(void);
+
 /* The model's transport name ("shm", "socket"). */
 const char *weft__select_transport_name(int transport);
 #endif
