@@ -32,7 +32,7 @@
 
 typedef struct ddp_flags {
   gpt_trainer_flags c; /* c.run.batch is the per-rank micro-batch */
-  int accum, no_overlap;
+  int accum, no_overlap, no_register;
   float bucket_mb, first_bucket_mb;
 } ddp_flags;
 
@@ -40,6 +40,7 @@ typedef struct ddp {
   ddp_flags f;
   gpt_dp dp; /* data, model, AdamW state, global batch, job, report */
   ddp_reducer red;
+  float *window_grads; /* the gradients in weft_mem_alloc memory, or NULL (--no-register) */
 } ddp;
 
 static void usage(FILE *f) {
@@ -52,6 +53,8 @@ static void usage(FILE *f) {
           "  --accum K          micro-steps per optimizer step (1); all-reduce on the last only\n"
           "  --bucket-mb X      gradient bucket cap in MiB (25)   --first-bucket-mb X  first one (1)\n"
           "  --no-overlap       all-reduce every bucket after the backward, not during it\n"
+          "  --no-register      keep the gradients in plain memory (default: weft_mem_alloc, registered\n"
+          "                     as a window, so buckets all-reduce directly between ranks of a host)\n"
           "  --lr X --wd X --clip X --seed N   as weft-train (3e-4 0.1 1.0 1)\n"
           "  --eval-every K     validation loss every K steps, 0 = only at the end (0)\n"
           "  --eval-batches N   validation batches (of N*accum*B sequences) per evaluation (8)\n"
@@ -68,6 +71,7 @@ static int parse(int argc, char **argv, ddp_flags *f) {
       {"bucket-mb", GPT_FLAG_FLOAT, &f->bucket_mb, 0, 0},
       {"first-bucket-mb", GPT_FLAG_FLOAT, &f->first_bucket_mb, 0, 0},
       {"no-overlap", GPT_FLAG_SWITCH, &f->no_overlap, 0, 0},
+      {"no-register", GPT_FLAG_SWITCH, &f->no_register, 0, 0},
   };
   return gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_LOG, own,
                            (int)(sizeof(own) / sizeof(own[0])), usage);
@@ -143,6 +147,26 @@ static int eval_loss(void *ctx, const int *x, const int *y, int b, int T, double
 /* Validation loss (the windows weft-train --batch G scores, dp_batch.h). */
 static int eval(void *self, double *val) { return gpt_dp_eval(&((ddp *)self)->dp, eval_loss, self, val); }
 
+/* Moves the gradients into memory from weft_mem_alloc, registered as a window of the
+ * communicator (collective), so the bucket all-reduces run weft's direct algorithm on one
+ * host: each rank averages its share of a bucket straight from its peers' gradients. */
+static int register_grads(ddp *d, char *err, size_t errlen) {
+  gpt_model *m = d->dp.base.m;
+  size_t bytes = m->lay.total * sizeof(float);
+  void *g;
+  weft_window_t w;
+  weft_status_t st = weft_mem_alloc(&g, bytes);
+  if (st == WEFT_SUCCESS) st = weft_comm_window_register(d->dp.dist.comm, g, bytes, &w, 0);
+  if (st != WEFT_SUCCESS) {
+    snprintf(err, errlen, "registering the gradients: %s", weft_get_last_error(d->dp.dist.comm));
+    return -1;
+  }
+  memcpy(g, m->grads, bytes);
+  free(m->grads);
+  m->grads = d->window_grads = g;
+  return 0;
+}
+
 static int setup(void *self, char *err, size_t errlen) {
   ddp *d = self;
   if (gpt_dp_init(&d->dp, PROG, &d->f.c, d->f.accum, err, errlen)) return -1;
@@ -153,6 +177,7 @@ static int setup(void *self, char *err, size_t errlen) {
     snprintf(err, errlen, "broadcast of the initial parameters: %s", weft_get_last_error(d->dp.dist.comm));
     return -1;
   }
+  if (!d->f.no_register && register_grads(d, err, errlen)) return -1;
   size_t mib = 1024 * 1024;
   if (ddp_reducer_init(&d->red, &m->lay, m->grads, (size_t)(d->f.bucket_mb * mib),
                        (size_t)(d->f.first_bucket_mb * mib), d->dp.dist.comm, err, errlen))
@@ -226,7 +251,10 @@ static int finish(void *self, char *err, size_t errlen) {
 static void teardown(void *self) {
   ddp *d = self;
   if (d->red.buckets) ddp_reducer_free(&d->red);
+  if (d->window_grads) d->dp.base.m->grads = NULL; /* not the model's to free */
   gpt_dp_free(&d->dp);
+  /* The communicator (gone with gpt_dp_free) took the window with it. */
+  if (d->window_grads) weft_mem_free(d->window_grads);
 }
 
 int main(int argc, char **argv) {

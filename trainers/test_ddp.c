@@ -73,6 +73,12 @@ static void two_ranks_accumulating_two_micro_steps_match_one_process(void **stat
   expect_matches_reference(2, "--batch 2 --accum 2 --bucket-mb 0.05", 1e-5, 1e-5);
 }
 
+/* The 2-rank runs above keep their gradients in a registered window (direct all-reduce,
+ * the default); this one in plain memory (the FIFO path). */
+static void two_ranks_with_plain_gradient_memory_match_one_process(void **state) {
+  expect_matches_reference(2, "--batch 4 --bucket-mb 0.02 --first-bucket-mb 0.01 --no-register", 1e-5, 1e-5);
+}
+
 static void one_rank_matches_one_process_bit_for_bit(void **state) {
   expect_matches_reference(1, "--batch 8 --bucket-mb 0.02", 0.0, 0.0);
 }
@@ -84,6 +90,7 @@ int main(void) {
       cmocka_unit_test(two_ranks_overlapped_match_one_process_on_the_doubled_batch),
       cmocka_unit_test(two_ranks_without_overlap_match_one_process),
       cmocka_unit_test(two_ranks_accumulating_two_micro_steps_match_one_process),
+      cmocka_unit_test(two_ranks_with_plain_gradient_memory_match_one_process),
       cmocka_unit_test(one_rank_matches_one_process_bit_for_bit),
   };
   size_t n = sizeof(tests) / sizeof(tests[0]);
