@@ -13,14 +13,14 @@
  * whole elements of every dtype, so a receiver reduces line by line on arrival.
  *   flag = (uint32 message bytes) << 32 | 0x80000000 | (chunk seq & 0x7fffffff)
  * A message of B bytes is ceil(B / 1792) chunks (at least 1), one per buffer of 32 lines;
- * chunk seq s (from 1, per direction) uses buffer s % 8. A line's previous content in that
- * buffer carries seq s - 8, so buffers never need clearing, and the flag is never 0, the
- * value of fresh memory. The receiver stores s into the FIFO's ll_done line when it has
- * consumed chunk s; the sender writes chunk s only once ll_done >= s - 8 and re-reads
- * ll_done only when its cached copy says it must wait. Why 8 small buffers rather than 2
- * large ones: that re-read is a cache miss on the sender's critical path; with 2 buffers a
- * ping-pong of small messages paid it every other message (+0.1 us at 8 bytes), with 8 it
- * pays it about once in 7.
+ * chunk seq s (from 1, per direction) uses buffer s % K (K = WEFT__SHM_LL_BUFS, 64). A
+ * line's previous content in that buffer carries seq s - K, so buffers never need
+ * clearing, and the flag is never 0, the value of fresh memory. The receiver stores s into
+ * the FIFO's ll_done line when it has consumed chunk s; the sender writes chunk s only once
+ * ll_done >= s - K and re-reads ll_done only when its cached copy says it must wait. Why
+ * many small buffers rather than 2 large ones: that re-read is a cache miss on the
+ * sender's critical path; with 2 buffers a ping-pong of small messages paid it every other
+ * message (+0.1 us at 8 bytes); and K is how far a sender runs ahead (shm_fifo.h).
  * Bytes: a B-byte message moves B * 64/56 bytes per side plus a flag line per 56 B; it
  * beats the bulk path up to a few KiB (the threshold is measured; see proto.h).
  * Both ends pick LL by the same rule (message bytes <= the receiver's threshold, which
