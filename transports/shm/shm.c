@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -174,6 +175,23 @@ static size_t fifo_offset(const shm_state *st, int i) {
   return WEFT__SHM_SEG_HEADER + (size_t)i * st->fifo_bytes;
 }
 
+/* Maps a FIFO's counters, slot headers and LL buffers into this process now, so the first
+ * small messages do not each take a page fault: the 64 LL buffers span 32 pages per
+ * direction, and 2-rank all-reduce 8 B read 1.2-1.6 us in the first timed loop of a
+ * process (500 calls) against 0.2 after, 3 rounds of 3. The payload slots are left to
+ * fault in when a large message first uses them, so memory no message needs stays
+ * unallocated. Best effort: older kernels lack MADV_POPULATE_WRITE (Linux 5.14). */
+static void populate_small_paths(const weft__shm_fifo *f) {
+#ifdef MADV_POPULATE_WRITE
+  size_t head = weft__shm_fifo_payload_offset(f->nslots);
+  (void)madvise(f->ctrl, head, MADV_POPULATE_WRITE);
+  (void)madvise(f->ll, (size_t)WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE,
+                MADV_POPULATE_WRITE);
+#else
+  (void)f;
+#endif
+}
+
 /* Step 1's local half: segment and listening socket. A failure is recorded, not returned,
  * so this rank still joins the all-gather and its peers fail fast instead of timing out. */
 static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
@@ -192,9 +210,14 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
     return weft__error(comm, WEFT_ERR_SYSTEM,
                        "rank %d: shm setup: creating a %zu-byte memfd segment: %s", comm->rank,
                        seg_bytes, strerror(errno));
-  for (int i = 0; i < st->npeers; i++)
+  for (int i = 0; i < st->npeers; i++) {
     weft__shm_fifo_attach(&st->conns[i].in, (char *)st->own.base + fifo_offset(st, i),
                           st->nslots, st->slot_bytes);
+    populate_small_paths(&st->conns[i].in);
+  }
+#ifdef MADV_POPULATE_WRITE
+  (void)madvise(st->own.base, WEFT__SHM_SEG_HEADER, MADV_POPULATE_WRITE); /* the doorbell */
+#endif
   st->listen_fd = weft__shm_sock_listen(comm->secret, comm->rank, st->npeers + 16);
   if (st->listen_fd < 0 && errno == EADDRINUSE)
     return weft__error(comm, WEFT_ERR_INVALID_USAGE,
@@ -394,6 +417,10 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, uint
                        comm->rank, peer, strerror(errno));
   weft__shm_fifo_attach(&st->conns[i].out, (char *)st->remote[i].base + m.fifo_offset,
                         st->nslots, st->slot_bytes);
+  populate_small_paths(&st->conns[i].out);
+#ifdef MADV_POPULATE_WRITE
+  (void)madvise(st->remote[i].base, WEFT__SHM_SEG_HEADER, MADV_POPULATE_WRITE); /* its doorbell */
+#endif
   shm_conn *sc = &st->conns[i];
   sc->cma_send_bytes = m.cma_bytes;
   sc->scratch = &st->scratch;
