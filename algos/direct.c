@@ -7,6 +7,7 @@
 #include "lib/comm.h"
 #include "lib/copy_stream.h"
 #include "lib/dtype.h"
+#include "lib/mem.h"
 #include "lib/select.h"
 #include "lib/log.h"
 #include "lib/status.h"
@@ -129,8 +130,7 @@ static char *resolve(weft__task *t, int j, uint64_t win, uint64_t off, size_t by
                      weft_status_t *status) {
   struct weft_comm *comm = t->comm;
   struct weft_window *w = weft__window_by_id(comm, win);
-  if (w != NULL && w->usable && w->peer_base[j] != NULL && off <= w->peer_bytes[j] &&
-      bytes <= w->peer_bytes[j] - off)
+  if (w != NULL && w->usable && w->peer_base[j] != NULL && weft__span_fits(off, bytes, w->peer_bytes[j]))
     return w->peer_base[j] + off;
   char desc[160];
   *status = weft__error(comm, WEFT_ERR_INTERNAL,

@@ -92,7 +92,7 @@ int weft__mem_lookup(const void *p, size_t bytes, int *fd, size_t *offset) {
   pthread_mutex_lock(&blocks_lock);
   for (const mem_block *b = blocks; b != NULL && !found; b = b->next) {
     uintptr_t lo = (uintptr_t)b->base;
-    if (a >= lo && bytes <= b->bytes && a - lo <= b->bytes - bytes) {
+    if (a >= lo && weft__span_fits(a - lo, bytes, b->bytes)) {
       *fd = b->fd;
       *offset = (size_t)(a - lo);
       found = 1;

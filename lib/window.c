@@ -54,7 +54,7 @@ struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, siz
   uintptr_t a = (uintptr_t)p;
   for (struct weft_window *w = comm->windows; w != NULL; w = w->next) {
     uintptr_t lo = (uintptr_t)w->base;
-    if (w->usable && p != NULL && a >= lo && bytes <= w->bytes && a - lo <= w->bytes - bytes) return w;
+    if (w->usable && p != NULL && a >= lo && weft__span_fits(a - lo, bytes, w->bytes)) return w;
   }
   return NULL;
 }
@@ -65,8 +65,8 @@ struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id) {
   return NULL;
 }
 
-static void unmap_peers(struct weft_window *w, int nranks) {
-  for (int j = 0; w->map_addr != NULL && j < nranks; j++) {
+static void unmap_peers(struct weft_window *w) {
+  for (int j = 0; w->map_addr != NULL && j < w->comm->nranks; j++) {
     if (w->map_addr[j] != NULL) munmap(w->map_addr[j], w->map_len[j]);
     w->map_addr[j] = NULL;
     if (w->peer_base != NULL && j != w->comm->rank) w->peer_base[j] = NULL;
@@ -75,7 +75,7 @@ static void unmap_peers(struct weft_window *w, int nranks) {
 
 static void window_free(struct weft_window *w) {
   if (w == NULL) return;
-  unmap_peers(w, w->comm->nranks);
+  unmap_peers(w);
   free(w->peer_base);
   free(w->peer_bytes);
   free(w->map_addr);
@@ -216,7 +216,7 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
     window_free(w);
     return st;
   }
-  if (!usable) unmap_peers(w, n);
+  if (!usable) unmap_peers(w);
   if (want && !mapped)
     WEFT_INFO("window: rank %d cannot map the buffer of peer %d (%s%s); collectives on this "
               "window take the usual path", comm->rank, bad_peer, strerror(err),
