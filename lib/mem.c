@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include "weft.h"
+#include "lib/map_colour.h"
 #include "lib/mem.h"
 #include "lib/status.h"
 
@@ -51,7 +52,7 @@ weft_status_t weft_mem_alloc(void **ptr, size_t size) {
     return weft__error(NULL, WEFT_ERR_SYSTEM, "weft_mem_alloc: ftruncate to %zu bytes: %s", bytes,
                        strerror(e));
   }
-  void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);
+  void *base = weft__map_coloured(bytes, b->fd, 0); /* why: lib/map_colour.h */
   if (base == MAP_FAILED) {
     int e = errno;
     close(b->fd);

@@ -23,6 +23,7 @@
 #include "lib/comm.h"
 #include "lib/env.h"
 #include "lib/log.h"
+#include "lib/map_colour.h"
 #include "lib/mem.h"
 #include "lib/status.h"
 #include "lib/window.h"
@@ -101,7 +102,7 @@ static int map_peer(struct weft_window *w, int j, const window_desc *d) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t start = (size_t)d->offset / page * page, lead = (size_t)d->offset - start;
   size_t len = lead + (size_t)d->bytes;
-  void *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)start);
+  void *m = weft__map_coloured(len, fd, (off_t)start); /* why: lib/map_colour.h */
   int err = m == MAP_FAILED ? errno : 0;
   close(fd);
   if (err != 0) return err;

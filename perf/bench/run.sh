@@ -53,10 +53,9 @@ echo "bench: all-reduce against its floor, interleaved"
 ab=$out/floor_ab
 rm -rf "$ab"
 mkdir -p "$ab"
-# Each size runs in its own launches with buffers of that size: on this VM memfd memory
-# (what registered buffers are) of 256 MiB per buffer read 8.1-10.0 GB/s in the floor's
-# own loop against 10.7-12.3 at 64 MiB, while plain memory kept 12.2-12.5 at both, so
-# buffers sized for the largest row would charge that row's effect to every smaller one.
+# Each size runs in its own launches with buffers of that size, as the floor does. (Before
+# lib/map_colour.h, weft_mem_alloc put 256 MiB blocks exactly 256 MiB apart, which halves
+# L1 bandwidth on AMD Zen; that read as a "memfd effect" at 256 MiB in session 5.)
 ab_sizes="16M 32M 64M 128M 256M"
 [ "$quick" = 1 ] && ab_sizes="1M 4M"
 for round in $(seq 1 "$COMPARE_ROUNDS"); do
