@@ -27,11 +27,21 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
 /* Past the cache, float32 / float64 sums, products and averages take one fused pass
  * (lib/reduce_stream.h): 2 ranks, 64 MiB, 6 interleaved launches each, 9.6-12.5 GB/s busbw
  * against 8.1-9.4 for reducing 8 KiB pieces into a scratch and streaming that out; the
- * fused two-thread floor read 11.9-12.3 then. */
+ * fused two-thread floor read 11.9-12.3 then.
+ * Out of place, "past the cache" counts every buffer the call touches on the host, all
+ * ranks' send and receive buffers (they share the L3), against twice the non-temporal
+ * threshold (half the L3 by default). 3 interleaved launches each, busbw:
+ *   2 ranks, 8 MiB (32 MiB touched): 12.4-23.0 GB/s fused, 5.8-7.5 cached;
+ *   4 ranks, 4 MiB (32 MiB touched): 8.9-9.9 fused, 3.9-6.7 cached;
+ *   2 ranks, 4 MiB (16 MiB touched): the cached path keeps 25-27 against 13-24 fused.
+ * In place the message alone counts: there the cached path stores to lines its own loads
+ * just brought in, and 4 ranks in place at 8 MiB read 11.1-11.9 cached, 6.8-8.5 fused. */
 static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
   int n = t->comm->nranks;
-  size_t es = weft__dtype_size(t->dtype);
-  if (t->count * es < weft__copy_stream_threshold() || n > WEFT__DIRECT_FUSED_MAX) return 0;
+  size_t es = weft__dtype_size(t->dtype), bytes = t->count * es;
+  double thr = (double)weft__copy_stream_threshold();
+  int past = t->sendbuf == t->recvbuf ? (double)bytes >= thr : 2.0 * n * (double)bytes >= 2.0 * thr;
+  if (!past || n > WEFT__DIRECT_FUSED_MAX) return 0;
   char *out[WEFT__DIRECT_FUSED_MAX], *in[WEFT__DIRECT_FUSED_MAX];
   for (int j = 0; j < n; j++) {
     out[j] = b->out[j] + lo * es;
