@@ -54,7 +54,10 @@ if ! "$MH_HOSTS" up "$MH_NAME" "$MH_K" >"$MH_DIR/up.log" 2>&1; then
 fi
 MH_SUBNET=$("$MH_HOSTS" subnet "$MH_NAME")
 MH_ADDR0=$("$MH_HOSTS" addr "$MH_NAME-h0")
-MH_PORT=$((20000 + $$ % 20000))  # the namespaces are ours alone, so any port is free there
+# The namespaces are ours alone, but Open MPI's daemons and weft's socket transport bind
+# ephemeral ports in them (32768-60999 by default), and a bootstrap port drawn from that
+# range once met "Address already in use": stay below it, whatever the run count.
+MH_PORT=$((10000 + $$ % 20000))
 
 h=0
 : >"$MH_DIR/hostfile"
