@@ -17,7 +17,10 @@ Inputs in raw/, one file per collective, library and round:
 Per collective, library and size it takes the median over rounds of the time per call
 and of busbw; the weft/peer ratio is peer time / weft time (= weft busbw / peer busbw:
 same bytes), so above 1 means weft is faster. Any wrong element in any round is shown
-as WRONG and makes the exit status 1.
+as WRONG and that row is left out of the ratios; the exit status is 1 when weft returned a
+wrong element. A peer's wrong results are reported on stderr but do not fail the run: Gloo's
+reduce-scatter returned wrong elements at 16-256 MiB in several sessions, and a sweep that
+is red for a peer's bug says nothing about weft.
 
 L3 placement: a round whose probes before and after both said "shared" (or "split") is
 labelled so, else "mixed". Besides the medians over all rounds, compare.md gives weft/MPI
@@ -378,8 +381,11 @@ def main():
     wrong = [(coll, lib, sz) for coll in colls for lib, per in med_all[coll].items()
              for sz, s in per.items() if s["wrong"]]
     for coll, lib, sz in wrong:
-        print(f"compare: {lib} {coll} returned wrong results at {human_size(sz)}", file=sys.stderr)
-    return 1 if wrong else 0
+        why = "" if lib == "weft" else (" (a peer's bug: its row shows WRONG and is left out of"
+                                         " every ratio; the exit status is weft's alone)")
+        print(f"compare: {lib} {coll} returned wrong results at {human_size(sz)}{why}",
+              file=sys.stderr)
+    return 1 if any(lib == "weft" for _, lib, _ in wrong) else 0
 
 
 if __name__ == "__main__":
