@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "lib/comm.h"
+#include "lib/log.h"
 #include "lib/status.h"
 #include "lib/clock.h"
 #include "lib/stream.h"
@@ -79,6 +80,9 @@ static void *stream_main(void *arg) {
     struct weft_comm *comm = t->comm;
     /* Near the rank's memory and NIC (topo/comm_topo.c); a stream may serve several comms. */
     if (comm != placed) placed = comm, weft__topo_place_thread(comm);
+    /* Log lines from this thread carry the rank, as the caller's do: tests and users match
+     * "[rank] weft INFO tuner: ..." whichever thread ran the call. */
+    weft__log_set_rank(comm->rank);
     atomic_store_explicit(&s->oversubscribed, comm->oversubscribed, memory_order_relaxed);
     record(s, t, weft__task_run(t));
     weft__task_free(t);
