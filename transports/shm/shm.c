@@ -29,9 +29,9 @@
  * connecting rank's hello; its answer carries the threshold the connecting rank must use
  * for messages to it (0 when the probe failed: two copies, with one info line). The
  * receiving rank's setting and probe thus decide for each direction and both ends agree.
- * Environment: WEFT_SHM_NSLOTS (default 8; with more ranks than cores up to 64, see
- * SHM_OVERSUB_NSLOTS) and WEFT_SHM_SLOT_BYTES (default 256K, a multiple of 64) must be set
- * the same on every rank of a host; setup fails naming the rank that differs. WEFT_SHM_CMA_BYTES (default 0: off; e.g. 1M) is the single-copy threshold.
+ * Environment: WEFT_SHM_NSLOTS (default 8) and WEFT_SHM_SLOT_BYTES (default 256K, a
+ * multiple of 64) must be set the same on every rank; setup fails naming the rank that
+ * differs. WEFT_SHM_CMA_BYTES (default 0: off; e.g. 1M) is the single-copy threshold.
  * Ideas from NCCL's shm transport and Open MPI's vader FIFOs and CMA path; no code taken. */
 #include <errno.h>
 #include <stdio.h>
@@ -57,14 +57,6 @@
 #include "transports/transport.h"
 
 #define SHM_DEFAULT_NSLOTS 8
-/* More ranks than cores: a sender that fills its receiver's FIFO must wait until that
- * receiver gets a core, so a deeper FIFO lets each time slice move more. 4 ranks on 2 cores,
- * 3 interleaved launches, busbw at 4-256 MiB: broadcast 2.75-3.71 GB/s with 64 slots
- * against 1.56-2.27 with 8; all-to-all 256 MiB 2.14-2.85 in 5 of 5 launches against 1.08-2.97
- * (2 of 5 launches at 1.1-1.2 with 97-108 K context switches, against 11-14 K). The deeper
- * FIFO holds at most SHM_OVERSUB_FIFO_BUDGET bytes per rank over all its peers. */
-#define SHM_OVERSUB_NSLOTS 64
-#define SHM_OVERSUB_FIFO_BUDGET ((size_t)64 << 20)
 #define SHM_DEFAULT_SLOT_BYTES (256u * 1024u)
 #define SHM_MAX_NSLOTS 4096
 #define SHM_MIN_SLOT_BYTES 64u
@@ -119,20 +111,11 @@ typedef struct {
   uint64_t ll_on;                   /* ... when this is 1 (the answering rank's WEFT_PROTO) */
 } shm_msg;
 
-/* The default slot count: 8, or with more ranks than cores as many as fit the budget (at
- * least 8, at most 64). Every rank of a host computes the same: same ranks, same cores. */
-static long default_nslots(const struct weft_comm *comm, int npeers, size_t slot_bytes) {
-  if (!comm->oversubscribed || npeers < 1 || slot_bytes == 0) return SHM_DEFAULT_NSLOTS;
-  size_t fit = SHM_OVERSUB_FIFO_BUDGET / slot_bytes / (size_t)npeers;
-  if (fit < SHM_DEFAULT_NSLOTS) return SHM_DEFAULT_NSLOTS;
-  return fit > SHM_OVERSUB_NSLOTS ? SHM_OVERSUB_NSLOTS : (long)fit;
-}
-
-static weft_status_t read_settings(struct weft_comm *comm, int npeers, size_t *nslots,
-                                   size_t *slot_bytes, size_t *cma_bytes) {
+static weft_status_t read_settings(struct weft_comm *comm, size_t *nslots, size_t *slot_bytes,
+                                   size_t *cma_bytes) {
   *cma_bytes = weft__env_size("WEFT_SHM_CMA_BYTES", SHM_DEFAULT_CMA_BYTES);
+  long n = weft__env_long("WEFT_SHM_NSLOTS", SHM_DEFAULT_NSLOTS);
   size_t s = weft__env_size("WEFT_SHM_SLOT_BYTES", SHM_DEFAULT_SLOT_BYTES);
-  long n = weft__env_long("WEFT_SHM_NSLOTS", default_nslots(comm, npeers, s));
   if (n < 1 || n > SHM_MAX_NSLOTS)
     return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
                        "rank %d: shm setup: WEFT_SHM_NSLOTS=%ld must be between 1 and %d",
@@ -214,7 +197,7 @@ static void populate_small_paths(const weft__shm_fifo *f) {
 static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shm setup: out of memory", comm->rank);
-  WEFT_TRY(read_settings(comm, st->npeers, &st->nslots, &st->slot_bytes, &st->cma_bytes));
+  WEFT_TRY(read_settings(comm, &st->nslots, &st->slot_bytes, &st->cma_bytes));
   WEFT_TRY(weft__proto_config(comm, &st->ll_on, &st->ll_max));
   st->stream_mode = weft__shm_stream_mode();
   st->probe = ((uint64_t)getpid() << 32 ^ weft__now_ns() ^ (uint64_t)(uintptr_t)st) | 1;
