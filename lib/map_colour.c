@@ -7,9 +7,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define COLOUR_STEP ((size_t)64 << 10)                /* the distance between colours */
-#define COLOUR_SPAN ((size_t)16 << 20)                /* colours repeat every 16 MiB */
-#define COLOUR_COUNT (COLOUR_SPAN / COLOUR_STEP)      /* 256 */
+#define COLOUR_STEP WEFT__COLOUR_STEP
+#define COLOUR_SPAN WEFT__COLOUR_SPAN
+#define COLOUR_COUNT (COLOUR_SPAN / COLOUR_STEP) /* 256 */
 #define COLOUR_STRIDE 37 /* odd: consecutive calls land far apart, all 256 used in turn */
 
 static atomic_uint next_colour;

@@ -23,4 +23,7 @@
  * Thread-safe (the colour counter is atomic). */
 void *weft__map_coloured(size_t len, int fd, off_t off);
 
+#define WEFT__COLOUR_STEP ((size_t)64 << 10) /* the distance between colours */
+#define WEFT__COLOUR_SPAN ((size_t)16 << 20) /* colours repeat every 16 MiB */
+
 #endif

@@ -20,13 +20,12 @@
 
 enum { NBLOCKS = 16 };
 #define MIB ((size_t)1 << 20)
-#define COLOUR_STEP ((size_t)64 << 10)
 
 /* Whether a and b are at least 64 KiB apart modulo 16 MiB (so never within 64 KiB of a
  * multiple of 256 MiB). */
 static int colours_differ(uintptr_t a, uintptr_t b) {
-  size_t d = (size_t)((a > b ? a - b : b - a) % (16 * MIB));
-  return d >= COLOUR_STEP && d <= 16 * MIB - COLOUR_STEP;
+  size_t d = (size_t)((a > b ? a - b : b - a) % WEFT__COLOUR_SPAN);
+  return d >= WEFT__COLOUR_STEP && d <= WEFT__COLOUR_SPAN - WEFT__COLOUR_STEP;
 }
 
 static void blocks_of_one_size_get_distinct_colours(void **state) {
@@ -34,7 +33,7 @@ static void blocks_of_one_size_get_distinct_colours(void **state) {
   void *p[NBLOCKS];
   for (int i = 0; i < NBLOCKS; i++) {
     assert_int_equal(weft_mem_alloc(&p[i], 16 * MIB), WEFT_SUCCESS);
-    assert_int_equal((uintptr_t)p[i] % COLOUR_STEP, 0);
+    assert_int_equal((uintptr_t)p[i] % WEFT__COLOUR_STEP, 0);
     ((char *)p[i])[0] = (char)i; /* both ends are ours */
     ((char *)p[i])[16 * MIB - 1] = (char)i;
   }

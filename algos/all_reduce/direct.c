@@ -38,9 +38,10 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
  * just brought in, and 4 ranks in place at 8 MiB read 11.1-11.9 cached, 6.8-8.5 fused. */
 static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
   int n = t->comm->nranks;
-  size_t es = weft__dtype_size(t->dtype), bytes = t->count * es;
-  double thr = (double)weft__copy_stream_threshold();
-  int past = t->sendbuf == t->recvbuf ? (double)bytes >= thr : 2.0 * n * (double)bytes >= 2.0 * thr;
+  size_t es = weft__dtype_size(t->dtype);
+  double bytes = (double)t->count * (double)es, thr = (double)weft__copy_stream_threshold();
+  double touched = 2.0 * n * bytes; /* every rank's send and receive buffer */
+  int past = t->sendbuf == t->recvbuf ? bytes >= thr : touched >= 2.0 * thr;
   if (!past || n > WEFT__DIRECT_FUSED_MAX) return 0;
   char *out[WEFT__DIRECT_FUSED_MAX], *in[WEFT__DIRECT_FUSED_MAX];
   for (int j = 0; j < n; j++) {

@@ -181,15 +181,17 @@ static size_t fifo_offset(const shm_state *st, int i) {
  * process (500 calls) against 0.2 after, 3 rounds of 3. The payload slots are left to
  * fault in when a large message first uses them, so memory no message needs stays
  * unallocated. Best effort: older kernels lack MADV_POPULATE_WRITE (Linux 5.14). */
-static void populate_small_paths(const weft__shm_fifo *f) {
+static void populate(void *addr, size_t len) {
 #ifdef MADV_POPULATE_WRITE
-  size_t head = weft__shm_fifo_payload_offset(f->nslots);
-  (void)madvise(f->ctrl, head, MADV_POPULATE_WRITE);
-  (void)madvise(f->ll, (size_t)WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE,
-                MADV_POPULATE_WRITE);
+  (void)madvise(addr, len, MADV_POPULATE_WRITE);
 #else
-  (void)f;
+  (void)addr, (void)len;
 #endif
+}
+
+static void populate_small_paths(const weft__shm_fifo *f) {
+  populate(f->ctrl, weft__shm_fifo_payload_offset(f->nslots));
+  populate(f->ll, (size_t)WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE);
 }
 
 /* Step 1's local half: segment and listening socket. A failure is recorded, not returned,
@@ -215,9 +217,7 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
                           st->nslots, st->slot_bytes);
     populate_small_paths(&st->conns[i].in);
   }
-#ifdef MADV_POPULATE_WRITE
-  (void)madvise(st->own.base, WEFT__SHM_SEG_HEADER, MADV_POPULATE_WRITE); /* the doorbell */
-#endif
+  populate(st->own.base, WEFT__SHM_SEG_HEADER); /* the doorbell */
   st->listen_fd = weft__shm_sock_listen(comm->secret, comm->rank, st->npeers + 16);
   if (st->listen_fd < 0 && errno == EADDRINUSE)
     return weft__error(comm, WEFT_ERR_INVALID_USAGE,
@@ -418,9 +418,7 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, uint
   weft__shm_fifo_attach(&st->conns[i].out, (char *)st->remote[i].base + m.fifo_offset,
                         st->nslots, st->slot_bytes);
   populate_small_paths(&st->conns[i].out);
-#ifdef MADV_POPULATE_WRITE
-  (void)madvise(st->remote[i].base, WEFT__SHM_SEG_HEADER, MADV_POPULATE_WRITE); /* its doorbell */
-#endif
+  populate(st->remote[i].base, WEFT__SHM_SEG_HEADER); /* its doorbell */
   shm_conn *sc = &st->conns[i];
   sc->cma_send_bytes = m.cma_bytes;
   sc->scratch = &st->scratch;
