@@ -2,8 +2,11 @@
  *
  * 3 rank processes, communicator timeout 10 s. All run a few correct all_reduces, then
  * rank 1 goes away without destroying its communicator: it _exits right before the next
- * all_reduce, or _exits / is killed by SIGKILL 20 ms into a 64 MiB all_reduce it runs on a
- * stream (the others have started theirs: the transfer is in flight). Ranks 0 and 2 must
+ * all_reduce, or _exits / is killed by SIGKILL VICTIM_DELAY_MS into a 64 MiB all_reduce it runs
+ * on a stream (the others have started theirs: the transfer is usually in flight). On an idle
+ * machine the whole 64 MiB call can end in ~14 ms, before the victim leaves; the survivors then
+ * rightly succeed, so a success of that first call is tolerated once and the next call (the
+ * victim is gone by then) must fail. Ranks 0 and 2 must
  * get WEFT_ERR_REMOTE or WEFT_ERR_TIMEOUT within the timeout plus a 3 s margin, with a
  * last error naming rank 1 ("rank 1" / "peer 1"), through the blocking call or through
  * weft_stream_synchronize and weft_comm_get_async_error; weft_comm_abort must then return.
@@ -31,6 +34,11 @@
 #define MARGIN_MS 3000
 #define BIG_COUNT ((size_t)16 << 20) /* 64 MiB of float32 */
 #define VICTIM 1
+/* How long the victim runs inside its 64 MiB call before it leaves: short, so that the kill
+ * usually lands while bytes move; the survivors tolerate the call ending first (see above). */
+#ifndef VICTIM_DELAY_MS
+#define VICTIM_DELAY_MS 2
+#endif
 
 enum { EXIT_BEFORE, EXIT_DURING, KILL_DURING, GO_SILENT };
 
@@ -65,7 +73,7 @@ static float *make_buffer(size_t count) {
 }
 
 /* Rank 1: waits until both survivors are about to call, starts its part on a stream, and
- * leaves 20 ms into it. */
+ * leaves VICTIM_DELAY_MS into it. */
 static void victim_dies_mid_call(harness_rank *r, int kind) {
   float *b = make_buffer(BIG_COUNT);
   harness_wait_flag(r, 0, 1, 10000);
@@ -73,9 +81,10 @@ static void victim_dies_mid_call(harness_rank *r, int kind) {
   weft_stream_t s;
   if (weft_stream_create(&s) == WEFT_SUCCESS)
     weft_all_reduce(b, b, BIG_COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, s);
-  sleep_ms(20);
+  sleep_ms(VICTIM_DELAY_MS);
   if (weft_stream_query(s) != WEFT_IN_PROGRESS)
-    harness_note(r, "note: the 64 MiB all_reduce was no longer in flight after 20 ms");
+    harness_note(r, "note: the 64 MiB all_reduce was no longer in flight after %d ms",
+                 VICTIM_DELAY_MS);
   if (kind == KILL_DURING) kill(getpid(), SIGKILL);
   _exit(0);
 }
@@ -133,23 +142,35 @@ static void survivor_blocking(harness_rank *r, int kind) {
 }
 
 /* A survivor's 64 MiB all_reduce on a stream: the error comes from synchronize and
- * stays visible in weft_comm_get_async_error. */
+ * stays visible in weft_comm_get_async_error. As in survivor_blocking, a success of the
+ * first call is tolerated once (rank 1 finished its part before it died); the next must fail. */
 static void survivor_on_stream(harness_rank *r) {
   float *b = make_buffer(BIG_COUNT);
   weft_stream_t s;
   if (!harness_expect_status(r, weft_stream_create(&s), WEFT_SUCCESS, "weft_stream_create"))
     return;
-  atomic_store(&r->shared->flags[r->rank], 1);
-  double t0 = harness_now_ms();
-  weft_status_t st = weft_all_reduce(b, b, BIG_COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, s);
-  harness_expect_status(r, st, WEFT_SUCCESS, "enqueueing the all_reduce on a stream");
-  st = weft_stream_synchronize(s);
-  judge_failure(r, st, harness_now_ms() - t0, "weft_stream_synchronize of an all_reduce");
-  weft_status_t async = WEFT_SUCCESS;
-  weft_comm_get_async_error(r->comm, &async);
-  if (async != WEFT_ERR_REMOTE && async != WEFT_ERR_TIMEOUT)
-    harness_fail(r, "weft_comm_get_async_error after the failed stream operation: %s",
-                 harness_status_name(async));
+  for (int attempt = 0; attempt < 2; attempt++) {
+    atomic_store(&r->shared->flags[r->rank], 1);
+    double t0 = harness_now_ms();
+    weft_status_t st = weft_all_reduce(b, b, BIG_COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, s);
+    harness_expect_status(r, st, WEFT_SUCCESS, "enqueueing the all_reduce on a stream");
+    st = weft_stream_synchronize(s);
+    if (st == WEFT_SUCCESS && attempt == 0) {
+      harness_note(r, "the in-flight all_reduce completed before rank 1 died; calling again");
+      continue;
+    }
+    if (st == WEFT_SUCCESS) {
+      harness_fail(r, "all_reduce on a stream succeeded although rank %d is gone", VICTIM);
+      break;
+    }
+    judge_failure(r, st, harness_now_ms() - t0, "weft_stream_synchronize of an all_reduce");
+    weft_status_t async = WEFT_SUCCESS;
+    weft_comm_get_async_error(r->comm, &async);
+    if (async != WEFT_ERR_REMOTE && async != WEFT_ERR_TIMEOUT)
+      harness_fail(r, "weft_comm_get_async_error after the failed stream operation: %s",
+                   harness_status_name(async));
+    break;
+  }
   weft_stream_destroy(s);
   free(b);
 }
