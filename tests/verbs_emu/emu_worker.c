@@ -203,6 +203,8 @@ static int execute(emu_qp *q, emu_send_wqe *w, uint64_t *wake) {
     if (rstatus == IBV_WC_SUCCESS && room < len) rstatus = IBV_WC_LOC_LEN_ERR;
   }
   int err = rstatus == IBV_WC_SUCCESS && len > 0 ? write_remote(p->pid, liov, nl, riov, nr, len) : 0;
+  if (err == ESRCH) /* the target died (not yet reaped): no ACK comes, as for an absent QP */
+    return retry(q, w, timeout_ns, q->retry_cnt, IBV_WC_RETRY_EXC_ERR, wake);
   if (needs_recv) {
     emu_cqe e = {.wr_id = rw.wr_id, .status = (uint32_t)(err ? IBV_WC_WR_FLUSH_ERR : rstatus),
                  .opcode = is_write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, .byte_len = len,
