@@ -133,9 +133,9 @@ static void discover(void) {
   }
   if (g_nports == 0) WEFT_INFO("ib: transport unavailable: %s", g_why);
   for (int i = 0; i < g_nports; i++)
-    WEFT_INFO("ib: %s:%d %s %d Gb/s NUMA %d PCI %s GID index %d", g_ports[i].name, g_ports[i].port,
+    WEFT_INFO("ib: %s:%d %s %d Gb/s NUMA %d PCI %s LID %u GID index %d", g_ports[i].name, g_ports[i].port,
               g_ports[i].link_ib ? "IB" : "RoCE", g_ports[i].speed_mbps / 1000, g_ports[i].numa,
-              g_ports[i].pci[0] ? g_ports[i].pci : "-", g_ports[i].gid_index);
+              g_ports[i].pci[0] ? g_ports[i].pci : "-", g_ports[i].lid, g_ports[i].gid_index);
 }
 
 int weft__ib_ports(const weft__ib_port_info **ports, const char **why) {
