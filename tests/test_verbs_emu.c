@@ -89,6 +89,44 @@ static void write_with_imm_completes_only_after_its_data(void **state) {
   emu_run(2, body_imm_order, NULL);
 }
 
+/* ---- SEND lands in the posted receive; one too small fails on both sides ------------- */
+static int body_send(harness_rank *r) {
+  emu_end e;
+  if (emu_end_setup(r, &e, 8192, 16, 16, NULL) != 0) return r->failures;
+  struct ibv_wc wc;
+  if (r->rank == 1) {
+    emu_end_post_recv_into(&e, 1, 1000, 3000);
+    emu_end_post_recv_into(&e, 2, 0, 100); /* too small for the second SEND */
+    r->shared->flags[12] = 1;
+    if (emu_end_poll(&e, &wc, 5000) != 1 || wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV ||
+        wc.byte_len != 2500 || wc.wr_id != 1 || !(wc.wc_flags & IBV_WC_WITH_IMM) || wc.imm_data != 99)
+      harness_fail(r, "SEND_WITH_IMM: status %d opcode %d len %u wr_id %llu", wc.status, wc.opcode, wc.byte_len,
+                   (unsigned long long)wc.wr_id);
+    for (size_t i = 0; i < 2500; i++)
+      if (e.buf[1000 + i] != (uint8_t)(i ^ 0x5a)) { harness_fail(r, "SEND byte %zu wrong", i); break; }
+    if (e.buf[999] != 0 || e.buf[3500] != 0) harness_fail(r, "SEND wrote outside its receive's range");
+    if (emu_end_poll(&e, &wc, 5000) != 1 || wc.status != IBV_WC_LOC_LEN_ERR)
+      harness_fail(r, "a 200-byte SEND into a 100-byte receive: status %d, expected local length error", wc.status);
+    r->shared->flags[13] = 1;
+  } else {
+    for (size_t i = 0; i < 2500; i++) e.buf[i] = (uint8_t)(i ^ 0x5a);
+    harness_wait_flag(r, 12, 1, 10000);
+    if (emu_end_send(&e, 0, 2500, 1, 99) != 0 || emu_end_poll(&e, &wc, 5000) != 1 || wc.status != IBV_WC_SUCCESS ||
+        wc.opcode != IBV_WC_SEND)
+      harness_fail(r, "SEND failed (status %d)", wc.status);
+    if (emu_end_send(&e, 0, 200, 0, 0) != 0 || emu_end_poll(&e, &wc, 5000) != 1 || wc.status != IBV_WC_REM_INV_REQ_ERR)
+      harness_fail(r, "SEND into a too small receive: status %d, expected remote invalid request", wc.status);
+    harness_wait_flag(r, 13, 1, 10000);
+  }
+  emu_end_close(&e);
+  return r->failures;
+}
+
+static void send_lands_in_the_posted_receive_and_overflow_fails_both_sides(void **state) {
+  (void)state;
+  emu_run(2, body_send, NULL);
+}
+
 /* ---- remote access violations -------------------------------------------------------- */
 typedef struct {
   int rkey_delta;     /* added to the peer's rkey */
@@ -415,6 +453,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(write_lands_in_peer_memory_without_the_peer_polling),
       cmocka_unit_test(write_with_imm_completes_only_after_its_data),
+      cmocka_unit_test(send_lands_in_the_posted_receive_and_overflow_fails_both_sides),
       cmocka_unit_test(remote_access_error_for_a_wrong_rkey),
       cmocka_unit_test(remote_access_error_past_the_region_end),
       cmocka_unit_test(remote_access_error_before_the_region_start),

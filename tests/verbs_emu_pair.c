@@ -137,6 +137,20 @@ int emu_end_post_recv(emu_end *e, uint64_t wr_id) {
   return weft__ibv_post_recv(e->qp, &wr, &bad);
 }
 
+int emu_end_post_recv_into(emu_end *e, uint64_t wr_id, size_t off, size_t len) {
+  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(e->buf + off), .length = (uint32_t)len, .lkey = e->mr->lkey};
+  struct ibv_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1}, *bad = NULL;
+  return weft__ibv_post_recv(e->qp, &wr, &bad);
+}
+
+int emu_end_send(emu_end *e, size_t off, size_t len, int with_imm, uint32_t imm) {
+  struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)(e->buf + off), .length = (uint32_t)len, .lkey = e->mr->lkey};
+  struct ibv_send_wr wr = {.wr_id = 43, .sg_list = &sge, .num_sge = 1,
+                           .opcode = with_imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND,
+                           .send_flags = IBV_SEND_SIGNALED, .imm_data = imm}, *bad = NULL;
+  return weft__ibv_post_send(e->qp, &wr, &bad);
+}
+
 int emu_end_poll(emu_end *e, struct ibv_wc *wc, int timeout_ms) {
   double end = harness_now_ms() + timeout_ms;
   for (;;) {

@@ -45,6 +45,10 @@ int emu_end_setup(harness_rank *r, emu_end *e, size_t bytes, int max_send, int m
 int emu_end_write(emu_end *e, size_t off, size_t len, uint64_t raddr, uint32_t rkey, int with_imm,
                   uint32_t imm, int signaled);
 int emu_end_post_recv(emu_end *e, uint64_t wr_id);
+/* A receive whose data (of a SEND) goes to buf[off, off+len). */
+int emu_end_post_recv_into(emu_end *e, uint64_t wr_id, size_t off, size_t len);
+/* A SEND (with_imm: SEND_WITH_IMM) of buf[off, off+len), signalled. */
+int emu_end_send(emu_end *e, size_t off, size_t len, int with_imm, uint32_t imm);
 /* One completion within timeout_ms: 1, 0 (none), -1 (poll failed). Sleeps between polls. */
 int emu_end_poll(emu_end *e, struct ibv_wc *wc, int timeout_ms);
 /* One async event within timeout_ms: 1 or 0. */

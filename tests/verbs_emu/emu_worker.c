@@ -161,23 +161,58 @@ static uint32_t wqe_len(const emu_send_wqe *w) {
   return n;
 }
 
+/* Step 1: every local SGE inside a region of the QP's PD (inline data needs none). */
+static int local_ok(const emu_qp *q, const emu_send_wqe *w) {
+  uint32_t pd = q->ctx->sh->qp[q->index].pd;
+  if (w->flags & IBV_SEND_INLINE) return 1;
+  for (uint32_t i = 0; i < w->num_sge; i++)
+    if (emu_mr_check(q->ctx->sh, pd, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length, 0) != 0) return 0;
+  return 1;
+}
+
+/* Where the bytes go: the remote range of a write, or a SEND's receive SGEs, checked in the
+ * responder's table. Returns the responder's status (IBV_WC_SUCCESS, or why it refuses). */
+static int remote_iov(const emu_peer *p, const emu_qp_shared *r, const emu_send_wqe *w, const emu_recv_wqe *rw,
+                      uint32_t len, int is_write, struct iovec *riov, int *nr) {
+  *nr = 0;
+  if (is_write) {
+    riov[(*nr)++] = (struct iovec){(void *)(uintptr_t)w->remote_addr, len};
+    return IBV_WC_SUCCESS;
+  }
+  uint64_t room = 0;
+  for (uint32_t i = 0; i < rw->num_sge; i++) {
+    if (emu_mr_check(p->sh, r->pd, rw->sge[i].lkey, rw->sge[i].addr, rw->sge[i].length, IBV_ACCESS_LOCAL_WRITE) != 0)
+      return IBV_WC_LOC_PROT_ERR;
+    riov[(*nr)++] = (struct iovec){(void *)(uintptr_t)rw->sge[i].addr, rw->sge[i].length};
+    room += rw->sge[i].length;
+  }
+  return room < len ? IBV_WC_LOC_LEN_ERR : IBV_WC_SUCCESS;
+}
+
+/* Step 5's receive completion in the responder's CQ, after the data (RC ordering). */
+static void recv_completion(const emu_qp *q, const emu_send_wqe *w, emu_peer *p, const emu_qp_shared *r,
+                            const emu_recv_wqe *rw, uint32_t len, int status) {
+  int is_write = w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+  emu_cqe e = {.wr_id = rw->wr_id, .status = (uint32_t)status,
+               .opcode = is_write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, .byte_len = len, .imm = w->imm,
+               .qp_num = q->dest_qpn, .src_qp = q->qp.qp_num, .sq_seq = UINT64_MAX};
+  if (is_write || w->opcode == IBV_WR_SEND_WITH_IMM) e.wc_flags = IBV_WC_WITH_IMM;
+  emu_cq_push(p->sh, r->recv_cq, &e);
+}
+
+/* Runs the head WR w of q as far as it can: DONE, or RETRY with *wake the time to come back. */
 static int execute(emu_qp *q, emu_send_wqe *w, uint64_t *wake) {
-  emu_context *c = q->ctx;
   uint64_t delay = emu_fault_delay_ns(), now = emu_now_ns();
   if (delay && now < w->post_ns + delay) return *wake = w->post_ns + delay, RETRY;
   if (w->retry_at_ns && now < w->retry_at_ns) return *wake = w->retry_at_ns, RETRY;
-  if (q->qp.state == IBV_QPS_ERR || c->fatal) return complete(q, w, IBV_WC_WR_FLUSH_ERR, 0), DONE;
+  if (q->qp.state == IBV_QPS_ERR || q->ctx->fatal) return complete(q, w, IBV_WC_WR_FLUSH_ERR, 0), DONE;
   int f = injected(q, w);
   if (f >= 0) return f;
+  if (!local_ok(q, w)) return fail(q, w, IBV_WC_LOC_PROT_ERR);
   uint32_t len = wqe_len(w);
-  uint32_t pd = c->sh->qp[q->index].pd;
-  if (!(w->flags & IBV_SEND_INLINE))
-    for (uint32_t i = 0; i < w->num_sge; i++)
-      if (emu_mr_check(c->sh, pd, w->sge[i].lkey, w->sge[i].addr, w->sge[i].length, 0) != 0)
-        return fail(q, w, IBV_WC_LOC_PROT_ERR);
+  uint64_t timeout_ns = 4096ull << (q->timeout ? q->timeout : 31);
   emu_peer *p = NULL;
   emu_qp_shared *r = responder(q, &p);
-  uint64_t timeout_ns = 4096ull << (q->timeout ? q->timeout : 31);
   if (r == NULL) return retry(q, w, timeout_ns, q->retry_cnt, IBV_WC_RETRY_EXC_ERR, wake);
   int is_write = w->opcode == IBV_WR_RDMA_WRITE || w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
   int needs_recv = w->opcode != IBV_WR_RDMA_WRITE;
@@ -188,30 +223,12 @@ static int execute(emu_qp *q, emu_send_wqe *w, uint64_t *wake) {
   if (needs_recv && !take_recv(r, &rw))
     return retry(q, w, 10000ull * rnr_10us[r->min_rnr_timer & 31], q->rnr_retry, IBV_WC_RNR_RETRY_EXC_ERR, wake);
   struct iovec liov[EMU_MAX_SGE], riov[EMU_MAX_SGE];
-  int nl = local_iov(w, liov), nr = 0;
-  int rstatus = IBV_WC_SUCCESS;
-  if (is_write) {
-    riov[nr++] = (struct iovec){(void *)(uintptr_t)w->remote_addr, len};
-  } else { /* SEND: scatter into the receive WQE's SGEs, checked in the responder's table */
-    uint64_t room = 0;
-    for (uint32_t i = 0; i < rw.num_sge && rstatus == IBV_WC_SUCCESS; i++) {
-      if (emu_mr_check(p->sh, r->pd, rw.sge[i].lkey, rw.sge[i].addr, rw.sge[i].length, IBV_ACCESS_LOCAL_WRITE) != 0)
-        rstatus = IBV_WC_LOC_PROT_ERR;
-      riov[nr++] = (struct iovec){(void *)(uintptr_t)rw.sge[i].addr, rw.sge[i].length};
-      room += rw.sge[i].length;
-    }
-    if (rstatus == IBV_WC_SUCCESS && room < len) rstatus = IBV_WC_LOC_LEN_ERR;
-  }
+  int nl = local_iov(w, liov), nr;
+  int rstatus = remote_iov(p, r, w, &rw, len, is_write, riov, &nr);
   int err = rstatus == IBV_WC_SUCCESS && len > 0 ? write_remote(p->pid, liov, nl, riov, nr, len) : 0;
   if (err == ESRCH) /* the target died (not yet reaped): no ACK comes, as for an absent QP */
     return retry(q, w, timeout_ns, q->retry_cnt, IBV_WC_RETRY_EXC_ERR, wake);
-  if (needs_recv) {
-    emu_cqe e = {.wr_id = rw.wr_id, .status = (uint32_t)(err ? IBV_WC_WR_FLUSH_ERR : rstatus),
-                 .opcode = is_write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV, .byte_len = len,
-                 .imm = w->imm, .qp_num = q->dest_qpn, .src_qp = q->qp.qp_num, .sq_seq = UINT64_MAX};
-    if (w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM || w->opcode == IBV_WR_SEND_WITH_IMM) e.wc_flags = IBV_WC_WITH_IMM;
-    emu_cq_push(p->sh, r->recv_cq, &e); /* after the data: RC ordering */
-  }
+  if (needs_recv) recv_completion(q, w, p, r, &rw, len, err ? IBV_WC_WR_FLUSH_ERR : rstatus);
   if (err) return fail(q, w, status_of_errno(err));
   if (rstatus != IBV_WC_SUCCESS) return fail(q, w, IBV_WC_REM_INV_REQ_ERR);
   complete(q, w, IBV_WC_SUCCESS, len);
