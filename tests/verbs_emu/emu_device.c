@@ -100,47 +100,54 @@ static void default_ports(emu_device_cfg *d, int idx, uint64_t host) {
   }
 }
 
-/* One "key=value" of a device; 0, or -1 when malformed. */
-static int parse_key(emu_device_cfg *d, const char *kv) {
-  const char *eq = strchr(kv, '=');
-  if (eq == NULL) return -1;
-  size_t klen = (size_t)(eq - kv);
-  const char *v = eq + 1;
+/* A key of every port (link, speed, lid, gid); port p gets lid + p and address + p.
+ * 1 when key is one of them, 0 when it is not, -1 when its value is malformed. */
+static int parse_port_key(emu_device_cfg *d, const char *key, const char *v) {
   char *end;
   long n = strtol(v, &end, 0);
   int num_ok = end != v && *end == '\0';
   unsigned a, b, c, e;
+  int is_link = strcmp(key, "link") == 0, is_speed = strcmp(key, "speed") == 0;
+  int is_lid = strcmp(key, "lid") == 0, is_gid = strcmp(key, "gid") == 0;
+  if (!is_link && !is_speed && !is_lid && !is_gid) return 0;
+  if (is_link && strcmp(v, "ib") != 0 && strcmp(v, "roce") != 0) return -1;
+  if ((is_speed || is_lid) && !num_ok) return -1;
+  if (is_lid && (n < 1 || n > 0xbfff - EMU_MAX_PORTS)) return -1;
+  if (is_gid && (sscanf(v, "%u.%u.%u.%u", &a, &b, &c, &e) != 4 || a > 255 || b > 255 || c > 255 ||
+                 e + EMU_MAX_PORTS > 256))
+    return -1;
   for (int p = 0; p < EMU_MAX_PORTS; p++) {
     emu_port_cfg *pc = &d->port[p];
-    if (klen == 4 && strncmp(kv, "link", 4) == 0) {
-      if (strcmp(v, "ib") != 0 && strcmp(v, "roce") != 0) return -1;
-      pc->ib = strcmp(v, "ib") == 0;
-      pc->ngids = pc->ib ? 1 : 2;
-    } else if (klen == 5 && strncmp(kv, "speed", 5) == 0) {
-      if (!num_ok || set_speed(pc, (int)n) != 0) return -1;
-    } else if (klen == 3 && strncmp(kv, "lid", 3) == 0) {
-      if (!num_ok || n < 1 || n > 0xbfff - p) return -1;
-      pc->lid = (uint16_t)(n + p);
-    } else if (klen == 3 && strncmp(kv, "gid", 3) == 0) {
-      if (sscanf(v, "%u.%u.%u.%u", &a, &b, &c, &e) != 4 || a > 255 || b > 255 || c > 255 || e + p > 255)
-        return -1;
-      uint8_t ip[4] = {(uint8_t)a, (uint8_t)b, (uint8_t)c, (uint8_t)(e + p)};
+    if (is_link) pc->ib = strcmp(v, "ib") == 0, pc->ngids = pc->ib ? 1 : 2;
+    if (is_speed && set_speed(pc, (int)n) != 0) return -1;
+    if (is_lid) pc->lid = (uint16_t)(n + p);
+    if (is_gid) {
+      uint8_t ip[4] = {(uint8_t)a, (uint8_t)b, (uint8_t)c, (uint8_t)(e + (unsigned)p)};
       memcpy(&pc->gid[1].raw[12], ip, 4);
     }
   }
-  if (klen == 5 && strncmp(kv, "ports", 5) == 0) {
-    if (!num_ok || n < 1 || n > EMU_MAX_PORTS) return -1;
-    d->nports = (int)n;
-  } else if (klen == 4 && strncmp(kv, "numa", 4) == 0) {
-    if (!num_ok || n < -1 || n > 1023) return -1;
-    d->numa = (int)n;
-  } else if (klen == 3 && strncmp(kv, "pci", 3) == 0) {
-    if (sscanf(v, "%x:%x:%x.%x", &a, &b, &c, &e) != 4 || strlen(v) >= sizeof(d->pci)) return -1;
+  return 1;
+}
+
+/* One "key=value" of a device; 0, or -1 when malformed or unknown. */
+static int parse_key(emu_device_cfg *d, const char *kv) {
+  const char *eq = strchr(kv, '=');
+  char key[16];
+  if (eq == NULL || (size_t)(eq - kv) >= sizeof(key)) return -1;
+  memcpy(key, kv, (size_t)(eq - kv));
+  key[eq - kv] = '\0';
+  const char *v = eq + 1;
+  int port_key = parse_port_key(d, key, v);
+  if (port_key != 0) return port_key > 0 ? 0 : -1;
+  char *end;
+  long n = strtol(v, &end, 0);
+  int num_ok = end != v && *end == '\0';
+  unsigned a, b, c, e;
+  if (strcmp(key, "ports") == 0 && num_ok && n >= 1 && n <= EMU_MAX_PORTS) d->nports = (int)n;
+  else if (strcmp(key, "numa") == 0 && num_ok && n >= -1 && n <= 1023) d->numa = (int)n;
+  else if (strcmp(key, "pci") == 0 && sscanf(v, "%x:%x:%x.%x", &a, &b, &c, &e) == 4 && strlen(v) < sizeof(d->pci))
     snprintf(d->pci, sizeof(d->pci), "%s", v);
-  } else if (!(klen == 4 && strncmp(kv, "link", 4) == 0) && !(klen == 5 && strncmp(kv, "speed", 5) == 0) &&
-             !(klen == 3 && (strncmp(kv, "lid", 3) == 0 || strncmp(kv, "gid", 3) == 0))) {
-    return -1;
-  }
+  else return -1;
   return 0;
 }
 
