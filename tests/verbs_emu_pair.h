@@ -30,7 +30,8 @@ typedef struct {
 } emu_end;
 
 /* In the parent: finds the emulator (WEFT_TOP_BUILDDIR), makes a fresh WEFT_VERBS_EMU_DIR
- * and checks the library loads. 0, or -1 (emu_test_skip_reason says why). */
+ * and checks the library loads. 0; -1: skip (not built); -2: fail (built, does not load);
+ * emu_test_skip_reason says why. */
 int emu_test_setup(void);
 const char *emu_test_skip_reason(void);
 void emu_test_teardown(void);

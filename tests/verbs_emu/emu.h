@@ -189,10 +189,16 @@ typedef struct emu_context {
   int fatal;
 } emu_context;
 
-/* emu_device.c */
+/* emu_config.c */
 const emu_device_cfg *emu_devices(int *n);
 const char *emu_dir(void);
 uint64_t emu_now_ns(void);
+void emu_mkdirs(const char *path);
+/* Makes DIR/sys-HOST/class/infiniband/NAME (ibdev_path) with device -> the PCI function's
+ * directory holding numa_node, when the device has a PCI address. */
+void emu_make_sysfs(const emu_device_cfg *d, char *ibdev_path, size_t len);
+
+/* emu_device.c */
 void emu_raise_event(emu_context *c, enum ibv_event_type type, struct ibv_qp *qp, int port);
 void emu_lock(pthread_mutex_t *m);   /* robust lock: recovers from a dead owner */
 void emu_init_shared_mutex(pthread_mutex_t *m);
