@@ -197,6 +197,7 @@ static int run(side *s, const options *o) {
   double lat = ping_pong(s, sb, rb, smr, rmr);
   if (lat < 0) return fprintf(stderr, "ib_engine_bw: %s\n", weft_get_last_error(NULL)), 1;
   if (s->role == 1) printf("# 8-byte latency (half the median round trip): %.2f us\n", lat);
+  fflush(stdout); /* the forked side leaves with _exit */
   atomic_fetch_add(&s->mb->ready[s->role], 1); /* leave together: the peer's last writes land */
   wait_flag(&s->mb->ready[1 - s->role], 1);
   weft__ib_close_send(s->sc);
