@@ -296,7 +296,10 @@ static void weft_topo_lists_emulated_hcas_and_each_ranks_pick(void **state) {
                        "'mlx5_0,numa=0,pci=0000:81:00.0,speed=200;mlx5_1,link=roce,numa=1,pci=0000:c1:00.0'",
                        lib, dir) > 0);
   int st;
-  char *out = run_tool(env, 2, "", 1, &st);
+  char *out = run_tool(env, 2, "", 1, &st), *rm;
+  assert_true(asprintf(&rm, "rm -rf '%s'", dir) > 0);
+  assert_int_equal(system(rm), 0); /* before any check can fail: nothing left in /dev/shm */
+  free(rm);
   assert_int_equal(st, 0);
   assert_non_null(strstr(out, "IB   mlx5_0     PCI 0000:81:00.0  NUMA 0   speed 200G"));
   assert_non_null(strstr(out, "RoCE mlx5_1     PCI 0000:c1:00.0  NUMA 1   speed 100G"));
@@ -304,10 +307,6 @@ static void weft_topo_lists_emulated_hcas_and_each_ranks_pick(void **state) {
   /* Both ranks run on this machine's node 0 (or span it): node 0's HCA when known. */
   assert_non_null(strstr(out, "HCA per rank"));
   assert_non_null(strstr(out, "  rank0    mlx5_"));
-  char *rm;
-  assert_true(asprintf(&rm, "rm -rf '%s'", dir) > 0);
-  assert_int_equal(system(rm), 0);
-  free(rm);
   free(env);
   free(out);
 }

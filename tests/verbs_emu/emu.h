@@ -2,7 +2,7 @@
  * for libibverbs on machines without an RDMA device. It is not a model of InfiniBand speed.
  *
  * What it emulates, and how:
- *   - Devices and ports from WEFT_VERBS_EMU_DEVICES (emu_device.c): name, ports, link layer
+ *   - Devices and ports from WEFT_VERBS_EMU_DEVICES (emu_config.c): name, ports, link layer
  *     (IB or RoCE), LID, GIDs, speed, NUMA node and PCI address, with a small sysfs-like tree
  *     (ibdev_path/device -> .../numa_node) so that the same discovery code reads real HCAs
  *     and emulated ones.

@@ -160,26 +160,37 @@ static int qp_event(enum ibv_event_type t) {
   return t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR;
 }
 
+static void record_event(weft__ib_dev *d, const struct ibv_async_event *ev) {
+  const char *what = d->ibv->event_type_str(ev->event_type);
+  if (is_error_event(ev->event_type) && !d->fatal_set) {
+    d->fatal_qpn = qp_event(ev->event_type) && ev->element.qp ? ev->element.qp->qp_num : 0;
+    snprintf(d->fatal, sizeof(d->fatal), "%s:%d raised the asynchronous event '%s' (%d)%s", d->info->name,
+             d->info->port, what, ev->event_type, d->fatal_qpn ? " on one of its QPs" : "");
+    __atomic_store_n(&d->fatal_set, 1, __ATOMIC_RELEASE);
+    WEFT_WARN("ib: %s", d->fatal);
+  } else {
+    WEFT_INFO("ib: %s:%d: asynchronous event '%s' (%d)", d->info->name, d->info->port, what, ev->event_type);
+  }
+}
+
+void weft__ib_dev_drain_events(weft__ib_dev *d) {
+  pthread_mutex_lock(&d->event_lock); /* one reader: a read only follows a readable poll */
+  struct pollfd p = {.fd = d->ctx->async_fd, .events = POLLIN};
+  struct ibv_async_event ev;
+  while (poll(&p, 1, 0) == 1 && d->ibv->get_async_event(d->ctx, &ev) == 0) {
+    record_event(d, &ev);
+    d->ibv->ack_async_event(&ev);
+  }
+  pthread_mutex_unlock(&d->event_lock);
+}
+
 /* Waits on the context's async fd (100 ms at a time, so close can stop it) and records the
  * first error event; others are logged at INFO. As NCCL's async thread. */
 static void *async_main(void *arg) {
   weft__ib_dev *d = arg;
   while (!__atomic_load_n(&d->async_stop, __ATOMIC_ACQUIRE)) {
     struct pollfd p = {.fd = d->ctx->async_fd, .events = POLLIN};
-    if (poll(&p, 1, 100) != 1) continue;
-    struct ibv_async_event ev;
-    if (d->ibv->get_async_event(d->ctx, &ev) != 0) continue;
-    const char *what = d->ibv->event_type_str(ev.event_type);
-    if (is_error_event(ev.event_type) && !d->fatal_set) {
-      d->fatal_qpn = qp_event(ev.event_type) && ev.element.qp ? ev.element.qp->qp_num : 0;
-      snprintf(d->fatal, sizeof(d->fatal), "%s:%d raised the asynchronous event '%s' (%d)%s", d->info->name,
-               d->info->port, what, ev.event_type, d->fatal_qpn ? " on one of its QPs" : "");
-      __atomic_store_n(&d->fatal_set, 1, __ATOMIC_RELEASE);
-      WEFT_WARN("ib: %s", d->fatal);
-    } else {
-      WEFT_INFO("ib: %s:%d: asynchronous event '%s' (%d)", d->info->name, d->info->port, what, ev.event_type);
-    }
-    d->ibv->ack_async_event(&ev);
+    if (poll(&p, 1, 100) == 1) weft__ib_dev_drain_events(d);
   }
   return NULL;
 }
@@ -208,6 +219,7 @@ static weft_status_t open_port(int index, weft__ib_dev *d) {
   d->pd = d->ibv->alloc_pd(d->ctx);
   if (d->pd == NULL) return weft__error(NULL, WEFT_ERR_SYSTEM, "ib: %s: ibv_alloc_pd: %s", d->info->name, strerror(errno));
   pthread_mutex_init(&d->lock, NULL);
+  pthread_mutex_init(&d->event_lock, NULL);
   int rc = pthread_create(&d->async_thread, NULL, async_main, d);
   if (rc != 0) return weft__error(NULL, WEFT_ERR_SYSTEM, "ib: %s: async thread: %s", d->info->name, strerror(rc));
   return WEFT_SUCCESS;

@@ -59,6 +59,7 @@ typedef struct weft__ib_dev {
   weft__ib_mr *mrs;
   pthread_t async_thread;
   int async_stop;
+  pthread_mutex_t event_lock; /* reading async events: the thread or weft__ib_dev_drain_events */
   /* Set by the async thread on an error event; read without the lock after fatal_set. */
   int fatal_set;
   uint32_t fatal_qpn;     /* the QP an affiliated event named; 0: the whole device */
@@ -70,6 +71,10 @@ typedef struct weft__ib_dev {
 weft_status_t weft__ib_dev_open(int index, weft__ib_dev **out);
 void weft__ib_dev_release(weft__ib_dev *d);
 
+/* Reads the events already queued on d's async fd now, without waiting (the async thread
+ * does the same when woken). For a flushed completion, whose cause may be an event the
+ * thread has not read yet. */
+void weft__ib_dev_drain_events(weft__ib_dev *d);
 /* The error event of d that concerns QPs qpn[0..n) or the whole device, as a sentence; NULL
  * when none happened. */
 const char *weft__ib_dev_fatal(const weft__ib_dev *d, const uint32_t *qpn, int n);

@@ -168,6 +168,11 @@ static void describe_wr(const ib_comm *c, const struct ibv_wc *wc, char *buf, si
 static weft_status_t failed_wc(ib_comm *c, const struct ibv_wc *wc) {
   char op[200];
   describe_wr(c, wc, op, sizeof(op));
+  if (wc->status == IBV_WC_WR_FLUSH_ERR) { /* a consequence: name the HCA event behind it, if any */
+    weft__ib_dev_drain_events(c->dev);
+    const char *fatal = weft__ib_dev_fatal(c->dev, c->qpn, c->nqps);
+    if (fatal != NULL) return weft__ib_comm_fail(c, WEFT_ERR_SYSTEM, "%s; %s was flushed", fatal, op);
+  }
   const char *why = wc->status == IBV_WC_WR_FLUSH_ERR ? " (flushed: the QP went to the error state)" : "";
   return weft__ib_comm_fail(c, wc->status == IBV_WC_RETRY_EXC_ERR ? WEFT_ERR_REMOTE : WEFT_ERR_SYSTEM,
                             "%s failed: %s (status %d, vendor error 0x%x)%s", op, c->dev->ibv->wc_status_str(wc->status),
