@@ -154,12 +154,36 @@ static void fault_delayed_completions_within_the_timeout_still_deliver(void **st
 }
 
 /* ---- a dead peer, a wrong secret, a too-large send ---------------------------------------- */
+/* 1 once process pid has exited (a zombie not yet reaped, or gone), within timeout_ms. */
+static int wait_exited(pid_t pid, int timeout_ms) {
+  double end = harness_now_ms() + timeout_ms;
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+  while (harness_now_ms() < end) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return 1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    if (paren != NULL && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X')) return 1;
+    usleep(2000);
+  }
+  return 0;
+}
+
 static int body_dead_peer(harness_rank *r) {
   ib_mesh m;
   if (ib_mesh_setup(r, &m, 1500) != 0) return r->failures;
   if (ib_mesh_exchange(r, &m, 4096, 0, 10000) != WEFT_SUCCESS) harness_fail(r, "first exchange failed");
-  if (r->rank == 1) _exit(0); /* gone, as a crashed process: its HCA state dies with it */
-  usleep(300 * 1000);          /* post only once it is gone: the clear-to-send finds no ACK */
+  if (r->rank == 1) {
+    r->shared->values[40] = getpid();
+    r->shared->flags[40] = 1;
+    _exit(0); /* gone, as a crashed process: its HCA state dies with it */
+  }
+  /* Post only once it is gone: the clear-to-send then finds no ACK. */
+  if (!harness_wait_flag(r, 40, 1, 10000) || !wait_exited((pid_t)r->shared->values[40], 10000))
+    harness_fail(r, "rank 1 did not exit");
   double t0 = harness_now_ms();
   weft_status_t st = ib_mesh_exchange(r, &m, 4096, 1, 10000);
   const char *msg = weft_get_last_error(NULL);
