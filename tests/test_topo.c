@@ -201,6 +201,44 @@ static void xml_load_names_the_line_of_an_error(void **state) {
 }
 
 /* ---------------------------------------------------------------------------------- */
+/* Ranks use the HCA on their NUMA node, spread over the node's HCAs; the view keeps each
+ * HCA's PCI path through XML. */
+static void ranks_take_the_nearest_hca_spread_over_a_nodes_hcas(void **state) {
+  (void)state;
+  weft__topo_summary s[5];
+  fake(&s[0], 0, 0xa, "node-a", 0, 0, "0-1");
+  fake(&s[1], 1, 0xa, "node-a", 0, 0, "2-3");
+  fake(&s[2], 2, 0xa, "node-a", 1, 2, "8-9");
+  fake(&s[3], 3, 0xa, "node-a", -1, -1, "0-15");
+  fake(&s[4], 4, 0xb, "node-b", 0, 0, "0-1");
+  for (int r = 0; r < 4; r++) {
+    weft__topo_add_device(&s[r].host, "ib", "mlx5_0", "0000:81:00.0", 0);
+    weft__topo_add_device(&s[r].host, "ib", "mlx5_1", "0000:82:00.0", 0);
+    weft__topo_add_device(&s[r].host, "roce", "mlx5_2", "0000:c1:00.0", 1);
+    snprintf(s[r].host.devices[s[r].host.ndevices - 1].path, 128, "/sys/devices/pci0000:c0/0000:c1:00.0");
+  }
+  weft__topo_system sys;
+  assert_int_equal(weft__topo_merge(s, 5, &sys), WEFT_SUCCESS);
+  const char *want[] = {"mlx5_0", "mlx5_1", "mlx5_2", "mlx5_0"}; /* rank 3 spans nodes: any, 4th of its host */
+  for (int r = 0; r < 4; r++) {
+    int i = weft__topo_pick_hca(&sys, r);
+    assert_true(i >= 0);
+    assert_string_equal(sys.hosts[0].devices[i].name, want[r]);
+  }
+  assert_int_equal(weft__topo_pick_hca(&sys, 4), -1); /* node-b has no HCA */
+  char *path = temp_path("hca");
+  assert_int_equal(weft__topo_xml_dump(&sys, path), WEFT_SUCCESS);
+  weft__topo_system back;
+  assert_int_equal(weft__topo_xml_load(path, &back), WEFT_SUCCESS);
+  assert_true(weft__topo_system_equal(&sys, &back));
+  int roce = weft__topo_pick_hca(&back, 2);
+  assert_string_equal(back.hosts[0].devices[roce].path, "/sys/devices/pci0000:c0/0000:c1:00.0");
+  unlink(path);
+  free(path);
+  weft__topo_system_free(&back);
+  weft__topo_system_free(&sys);
+}
+
 /* weft-topo through weftrun */
 
 static void skipped(void **state) {}
@@ -242,6 +280,35 @@ static char *run_tool(const char *env, int n, const char *args, int expect_ok, i
     fflush(stdout);
   }
   return text;
+}
+
+/* weft-topo lists the HCAs of the verbs emulator (when it is built) with link layer, PCI
+ * address and path, NUMA node and speed, and which one each rank takes. */
+static void weft_topo_lists_emulated_hcas_and_each_ranks_pick(void **state) {
+  char lib[4096], dir[] = "/dev/shm/weft-topo-emu.XXXXXX", *env;
+  snprintf(lib, sizeof(lib), "%s/tests/verbs_emu/.libs/libweft_verbs_emu.so", builddir());
+  if (access(lib, R_OK) != 0) {
+    print_message("# verbs emulator not built (no verbs headers): nothing to list\n");
+    return;
+  }
+  assert_non_null(mkdtemp(dir));
+  assert_true(asprintf(&env, "WEFT_IB_LIBRARY='%s' WEFT_VERBS_EMU_DIR='%s' WEFT_VERBS_EMU_DEVICES="
+                       "'mlx5_0,numa=0,pci=0000:81:00.0,speed=200;mlx5_1,link=roce,numa=1,pci=0000:c1:00.0'",
+                       lib, dir) > 0);
+  int st;
+  char *out = run_tool(env, 2, "", 1, &st), *rm;
+  assert_true(asprintf(&rm, "rm -rf '%s'", dir) > 0);
+  assert_int_equal(system(rm), 0); /* before any check can fail: nothing left in /dev/shm */
+  free(rm);
+  assert_int_equal(st, 0);
+  assert_non_null(strstr(out, "IB   mlx5_0     PCI 0000:81:00.0  NUMA 0   speed 200G"));
+  assert_non_null(strstr(out, "RoCE mlx5_1     PCI 0000:c1:00.0  NUMA 1   speed 100G"));
+  assert_non_null(strstr(out, "/devices/pci0000:c1/0000:c1:00.0"));
+  /* Both ranks run on this machine's node 0 (or span it): node 0's HCA when known. */
+  assert_non_null(strstr(out, "HCA per rank"));
+  assert_non_null(strstr(out, "  rank0    mlx5_"));
+  free(env);
+  free(out);
 }
 
 static void weft_topo_on_2_ranks_prints_the_matrix(void **state) {
@@ -424,11 +491,13 @@ int main(void) {
       cmocka_unit_test(ring_order_groups_hosts_then_numa_then_core),
       cmocka_unit_test(init_dumps_the_view_and_a_topo_file_reshapes_hosts_and_ring),
       cmocka_unit_test(progress_thread_placement_stays_inside_the_ranks_cpus),
+      cmocka_unit_test(ranks_take_the_nearest_hca_spread_over_a_nodes_hcas),
   };
   const struct CMUnitTest tool[] = {
       cmocka_unit_test(weft_topo_on_2_ranks_prints_the_matrix),
       cmocka_unit_test(weft_topo_dump_then_load_prints_the_loaded_view),
       cmocka_unit_test(weft_topo_probe_on_2_ranks_prints_both_matrices),
+      cmocka_unit_test(weft_topo_lists_emulated_hcas_and_each_ranks_pick),
   };
   enum { n_unit = sizeof unit / sizeof unit[0], n_tool = sizeof tool / sizeof tool[0] };
   struct CMUnitTest tests[n_unit + n_tool];

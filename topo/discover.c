@@ -95,6 +95,7 @@ static void discover(weft__topo_summary *out, int use_hwloc) {
   if (use_hwloc) done = weft__topo_discover_hwloc(out);
 #endif
   if (done != 0) weft__topo_discover_sysfs(out);
+  weft__topo_discover_ib(&out->host);
 #ifndef WEFT_HAVE_HWLOC
   snprintf(out->host.discovery, sizeof(out->host.discovery), "sysfs/no-hwloc");
 #else

@@ -25,11 +25,15 @@ struct weft_comm;
 
 /* A PCI device of interest: a NIC or a GPU. */
 typedef struct {
-  char kind[8];                 /* "nic", "ib" (OpenFabrics), "gpu" */
+  char kind[8];                 /* "nic", "ib" (InfiniBand HCA; OpenFabrics before verbs
+                                   discovery), "roce" (HCA on Ethernet), "gpu" */
   char name[32];                /* "eth0", "mlx5_0", "cuda0", or "" for a GPU without driver */
   char pci[16];                 /* "0000:00:03.0", "" when not on PCI (virtual) */
   int32_t numa;                 /* NUMA node it hangs off, -1 unknown */
-  int32_t speed_mbps;           /* NICs: /sys/class/net/IF/speed, -1 unknown or virtual */
+  int32_t speed_mbps;           /* NICs: /sys/class/net/IF/speed; HCAs: the first active port's
+                                   speed x width; -1 unknown or virtual */
+  char path[128];               /* HCAs: the sysfs directory of the PCI function (NCCL's PCI
+                                   path), "" unknown; others "" */
 } weft__topo_device;
 
 /* What one host looks like; the same for every rank of the host. */
@@ -100,6 +104,18 @@ int weft__topo_discover_sysfs(weft__topo_summary *out);
 int32_t weft__topo_nic_speed(const char *ifname);
 void weft__topo_add_device(weft__topo_host *host, const char *kind, const char *name,
                            const char *pci, int32_t numa);
+
+/* The HCAs the ib transport can use (transports/ib/ib_dev.h: active IB or RoCE ports that
+ * WEFT_IB_HCA selects, through libibverbs or WEFT_IB_LIBRARY) into host's device list, one
+ * entry per device (kind "ib" or "roce", its PCI address, path, NUMA node, speed), updating
+ * an entry hwloc already listed under that name. Nothing without verbs headers at build
+ * time, with WEFT_IB_DISABLE=1, or without a library or device. */
+void weft__topo_discover_ib(weft__topo_host *host);
+/* The HCA rank should use: among its host's "ib"/"roce" devices, those on the rank's NUMA
+ * node (all of them when none is, or the node is unknown), the (k mod count)-th where k
+ * counts the host's ranks on that node before this one, so ranks sharing a node spread over
+ * its HCAs (as NCCL does). Returns the index into the host's devices, or -1 (no HCA). */
+int weft__topo_pick_hca(const weft__topo_system *sys, int rank);
 
 /* Collective: every rank discovers, the summaries are all-gathered and merged into *sys
  * (release with weft__topo_system_free). With WEFT_TOPO_FILE set, the file's view

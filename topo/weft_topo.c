@@ -138,9 +138,10 @@ static void print_host(const weft__topo_system *sys, int h) {
     const weft__topo_device *d = &host->devices[i];
     gpus += strcmp(d->kind, "gpu") == 0;
     printf("  %-4s %-10s PCI %-13s NUMA %-3s speed %s\n", strcmp(d->kind, "gpu") == 0 ? "GPU"
-           : strcmp(d->kind, "ib") == 0 ? "IB" : "NIC", d->name[0] ? d->name : "(no driver)",
-           d->pci[0] ? d->pci : "-", idx_str(d->numa, numa, sizeof(numa)),
+           : strcmp(d->kind, "ib") == 0 ? "IB" : strcmp(d->kind, "roce") == 0 ? "RoCE" : "NIC",
+           d->name[0] ? d->name : "(no driver)", d->pci[0] ? d->pci : "-", idx_str(d->numa, numa, sizeof(numa)),
            strcmp(d->kind, "gpu") == 0 ? "-" : speed_str(d->speed_mbps, sp, sizeof(sp)));
+    if (d->path[0] != '\0') printf("       PCI path %s\n", d->path);
   }
   if (gpus == 0) printf("  GPU  none\n");
 }
@@ -185,11 +186,29 @@ static void print_legend(void) {
        "  NUMA = same host and NUMA node, not sharing an L3 cache\n"
        "  HOST = same host, different NUMA nodes (or a rank whose CPUs span several)\n"
        "  NET  = different hosts: traffic crosses the network\n"
+       "  IB, RoCE = RDMA HCAs the ib transport may use (WEFT_IB_HCA applied), with the PCI\n"
+       "         path and NUMA node it reads from ibdev_path/device; speed = active speed x width\n"
        "  NIC  = the interface the rank would use (WEFT_SOCKET_IFNAME, else the first\n"
        "         non-loopback interface that is up); Speed from /sys/class/net/NIC/speed,\n"
        "         ? when unknown (virtual NICs)\n"
        "  NUMA, L3 = the NUMA node and L3 cache holding all the rank's CPUs, - when they span\n"
        "         several; CPUs = the CPUs the rank may run on (its affinity, OS numbering)");
+}
+
+/* Which HCA each rank's ib transport takes (topo/hca.c), when any host has one. */
+static void print_hcas(const weft__topo_system *sys) {
+  int any = 0;
+  for (int r = 0; r < sys->nranks && !any; r++) any = weft__topo_pick_hca(sys, r) >= 0;
+  if (!any) return;
+  printf("\nHCA per rank (the ib transport's: on the rank's NUMA node, spread over its ranks):\n");
+  for (int r = 0; r < sys->nranks; r++) {
+    int i = weft__topo_pick_hca(sys, r);
+    const weft__topo_device *d = i >= 0 ? &sys->hosts[sys->ranks[r].host].devices[i] : NULL;
+    char numa[16];
+    if (d == NULL) printf("  rank%-4d none\n", r);
+    else printf("  rank%-4d %-10s %-4s NUMA %s\n", r, d->name, strcmp(d->kind, "ib") == 0 ? "IB" : "RoCE",
+                idx_str(d->numa, numa, sizeof(numa)));
+  }
 }
 
 /* The ring order the communicator derives from this view (topo/comm_topo.c). */
@@ -216,6 +235,7 @@ static void print_system(const weft__topo_system *sys) {
            plural(sys->nhosts, "host", "hosts"), sys->source);
   for (int h = 0; h < sys->nhosts; h++) print_host(sys, h);
   print_matrix(sys);
+  print_hcas(sys);
   print_ring(sys);
   print_notes(sys);
   print_legend();

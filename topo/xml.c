@@ -7,6 +7,8 @@
  *     <host index="0" hostname="node1" hash="0x9b1c..." discovery="hwloc" packages="1"
  *           numa-nodes="1" cores="2" pus="2" l3-caches="1">
  *       <device kind="nic" name="eth0" pci="0000:00:03.0" numa="0" speed-mbps="-1"/>
+ *       <device kind="ib" name="mlx5_0" pci="0000:81:00.0" path="/sys/devices/..." numa="1" .../>
+ *       (path: optional, HCAs only)
  *     </host>
  *     <rank index="0" host="0" numa="0" core-group="0" cpuset="0-1" nic="eth0"
  *           nic-speed-mbps="-1" nic-numa="0" pid="4242"/>
@@ -65,6 +67,7 @@ static void dump_host(FILE *f, const weft__topo_host *h, int index) {
     put_str(f, "kind", d->kind);
     put_str(f, "name", d->name);
     put_str(f, "pci", d->pci);
+    if (d->path[0] != '\0') put_str(f, "path", d->path);
     fprintf(f, " numa=\"%d\" speed-mbps=\"%d\"/>\n", d->numa, d->speed_mbps);
   }
   fputs("  </host>\n", f);
@@ -187,7 +190,8 @@ static int on_device(loader *ld, const attrs *a) {
   weft__topo_device *d = &h->devices[h->ndevices];
   if (attr_str(ld, a, "kind", d->kind, sizeof(d->kind)) || attr_str(ld, a, "name", d->name, sizeof(d->name)) ||
       attr_str(ld, a, "pci", d->pci, sizeof(d->pci)) || attr_int(ld, a, "numa", -1, 1 << 20, &d->numa) ||
-      attr_int(ld, a, "speed-mbps", -1, 1 << 30, &d->speed_mbps))
+      attr_int(ld, a, "speed-mbps", -1, 1 << 30, &d->speed_mbps) ||
+      (attr_get(a, "path") != NULL && attr_str(ld, a, "path", d->path, sizeof(d->path))))
     return -1;
   h->ndevices++;
   return 0;
