@@ -627,8 +627,8 @@ typedef struct {
 } perf_rank_info_t;
 
 static int local_rank_from_env(void) {
-  static const char *vars[] = {"WEFT_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
-                               "LOCAL_RANK"};
+  static const char *vars[] = {"WEFT_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                               "MPI_LOCALRANKID", "SLURM_LOCALID"};
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
     if (getenv(vars[i]))
       return atoi(getenv(vars[i]));
@@ -690,8 +690,9 @@ static void print_columns(perf_ctx_t *c) {
  * Flags
  * ------------------------------------------------------------------------------------ */
 
-static const char *const rank_vars[] = {"WEFT_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
-                                        "RANK"};
+/* In weft_comm_init_from_env's order: the most specific launcher first. */
+static const char *const rank_vars[] = {"WEFT_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                        "SLURM_PROCID"};
 
 /* The launcher's rank before weft knows it, so that only rank 0 prints usage errors;
  * -1 when no launcher started us. */
@@ -879,13 +880,8 @@ static void setup(perf_ctx_t *c) {
   weft_config_t cfg = WEFT_CONFIG_INITIALIZER;
   if (c->o.timeout_s > 0)
     cfg.timeout_ms = c->o.timeout_s * 1000;
-  if (env_rank() >= 0) {
-    PERF_CHECK(c, weft_comm_init_from_env(&c->comm, &cfg));
-  } else { /* run by hand without a launcher: one rank, as nccl-tests without MPI */
-    weft_unique_id_t id;
-    PERF_CHECK(c, weft_get_unique_id(&id));
-    PERF_CHECK(c, weft_comm_init_rank_config(&c->comm, 1, id, 0, &cfg));
-  }
+  /* without a launcher: one rank (weft says so), as nccl-tests without MPI */
+  PERF_CHECK(c, weft_comm_init_from_env(&c->comm, &cfg));
   PERF_CHECK(c, weft_comm_user_rank(c->comm, &c->rank));
   PERF_CHECK(c, weft_comm_count(c->comm, &c->nranks));
   if (!c->o.blocking)
