@@ -225,7 +225,7 @@ WEFT_API weft_status_t weft_comm_init_rank_config(weft_comm_t *comm, int nranks,
  *   torchrun:            RANK, WORLD_SIZE (torchrun inside an srun step)
  *   Open MPI's mpirun:   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (inside an allocation)
  *   MPICH's hydra (PMI): PMI_RANK, PMI_SIZE
- *   Slurm's srun:        SLURM_PROCID, SLURM_NTASKS
+ *   Slurm's srun:        SLURM_PROCID, SLURM_STEP_NUM_TASKS
  * The bootstrap root (unless weftrun gave the id): at WEFT_ROOT_ADDR ("host:port",
  * "[v6]:port"), else MASTER_ADDR and MASTER_PORT, where rank 0 opens it; else, under mpirun
  * or srun --mpi=pmix with weft built with PMIx, rank 0's unique id is shared through the

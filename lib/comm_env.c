@@ -33,7 +33,9 @@ static const launcher_env launchers[] = {
     {"torchrun", "RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", 0},
     {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_MCA_ess_base_jobid", 1},
     {"PMI (MPICH hydra)", "PMI_RANK", "PMI_SIZE", NULL, 0},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_JOB_ID", 1},
+    /* SLURM_STEP_NUM_TASKS, not SLURM_NTASKS: sbatch's batch script has SLURM_PROCID=0 and
+     * the job's SLURM_NTASKS but is no srun step; a tool run there is a single rank */
+    {"Slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_JOB_ID", 1},
 };
 
 static weft_status_t parse_int(const char *name, int *out) {

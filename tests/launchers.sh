@@ -25,7 +25,7 @@ PERF="./all_reduce_perf -b 8 -e 4K -f 8 -n 2 -w 1"
 # Variables any launcher may have left in our own environment would spoil the imitations.
 unset WEFT_RANK WEFT_NRANKS WEFT_UNIQUE_ID RANK WORLD_SIZE MASTER_ADDR MASTER_PORT \
   OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMI_RANK PMI_SIZE SLURM_PROCID SLURM_NTASKS \
-  SLURM_JOB_ID SLURM_STEP_ID SLURM_STEP_NODELIST SLURM_JOB_NODELIST PMIX_RANK PMIX_NAMESPACE \
+  SLURM_STEP_NUM_TASKS SLURM_JOB_ID SLURM_STEP_ID SLURM_STEP_NODELIST SLURM_JOB_NODELIST PMIX_RANK PMIX_NAMESPACE \
   WEFT_ROOT_ADDR
 
 # ranks_seen FILE: how many ranks the perf program's "# Using devices" lists.
@@ -58,9 +58,9 @@ two() {
   port=$((port + 1))
 }
 
-echo "1..8"
+echo "1..9"
 
-slurm1="SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_STEP_NODELIST=localhost"
+slurm1="SLURM_PROCID=0 SLURM_NTASKS=1 SLURM_STEP_NUM_TASKS=1 SLURM_JOB_ID=4242 SLURM_STEP_ID=0 SLURM_STEP_NODELIST=localhost"
 # shellcheck disable=SC2086
 two "torchrun inside an srun step: torchrun's RANK/WORLD_SIZE win over SLURM_PROCID/SLURM_NTASKS" \
   $slurm1 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- \
@@ -71,7 +71,7 @@ two "MPICH hydra's PMI_RANK/PMI_SIZE with MASTER_ADDR, inside a Slurm allocation
   $slurm1 PMI_RANK=0 PMI_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port -- \
   $slurm1 PMI_RANK=1 PMI_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 
-slurm="SLURM_NTASKS=2 SLURM_JOB_ID=$$ SLURM_STEP_ID=3 SLURM_STEP_NODELIST=localhost"
+slurm="SLURM_NTASKS=2 SLURM_STEP_NUM_TASKS=2 SLURM_JOB_ID=$$ SLURM_STEP_ID=3 SLURM_STEP_NODELIST=localhost"
 # shellcheck disable=SC2086
 two "srun without PMIx: the root at the step's first node, port from the job and step ids" \
   $slurm SLURM_PROCID=0 -- $slurm SLURM_PROCID=1
@@ -101,6 +101,17 @@ if [ $rc -eq 0 ] && [ "$(ranks_seen "$out")" -eq 1 ] && exact "$out" && [ $rc_to
 else
   echo "# exit status $rc / $rc_topo"
   not_ok "all_reduce_perf and weft-topo with no launcher run 1 rank and say so"
+fi
+
+# sbatch's batch script (SLURM_PROCID=0, the job's SLURM_NTASKS, no step): a tool run there
+# directly is one rank, not rank 0 of 2 waiting for a rank that never comes.
+env SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_JOB_ID=$$ SLURM_JOB_NODELIST=localhost timeout 60 $PERF >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(ranks_seen "$out")" -eq 1 ] && exact "$out"; then
+  ok "sbatch's batch script (no srun step) runs a tool as one rank"
+else
+  echo "# exit status $rc, $(ranks_seen "$out") ranks listed"
+  not_ok "sbatch's batch script (no srun step) runs a tool as one rank"
 fi
 
 # Open MPI's mpirun, for real: inside a (pretend) Slurm allocation, and with no

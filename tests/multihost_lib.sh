@@ -28,7 +28,7 @@ command -v unshare >/dev/null 2>&1 || mh_skip_all "no unshare command (util-linu
 # The layout decides the launcher, the transports and the hosts, not the caller's environment.
 unset WEFT_TRANSPORT WEFT_HOSTID WEFT_ROOT_ADDR WEFT_UNIQUE_ID WEFT_RANK WEFT_NRANKS WEFT_SECRET \
   WEFT_SOCKET_IFNAME WEFT_SOCKET_FAMILY MASTER_ADDR MASTER_PORT RANK WORLD_SIZE SLURM_PROCID \
-  SLURM_NTASKS PMI_RANK PMI_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE
+  SLURM_NTASKS SLURM_STEP_NUM_TASKS PMI_RANK PMI_SIZE OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE PMIX_RANK PMIX_NAMESPACE
 # A hang becomes weft's own error, naming the peer, well before `timeout` kills the run.
 WEFT_TIMEOUT_MS=30000
 export WEFT_TIMEOUT_MS
