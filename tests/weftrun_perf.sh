@@ -46,7 +46,7 @@ check_perf() {
   fi
 }
 
-echo "1..29"
+echo "1..32"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -134,16 +134,59 @@ fi
 # --bind-to core pins rank r to the r-th allowed CPU (mod their number); a bad value is refused.
 timeout 60 ./weftrun -n 3 --bind-to core sh -c 'echo "rank $WEFT_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"' >"$out" 2>&1
 rc=$?
-ncpu=$(grep -c . "$out")
+ncpu=$(grep -c '^rank' "$out")
 single=$(grep -Ec '^rank [0-2] [0-9]+$' "$out")
-timeout 60 ./weftrun -n 2 --bind-to socket true >>"$out" 2>&1
+timeout 60 ./weftrun -n 2 --bind-to socks true >>"$out" 2>&1
 bad=$?
 if [ $rc -eq 0 ] && [ "$ncpu" -eq 3 ] && [ "$single" -eq 3 ] && [ $bad -eq 2 ] &&
-   grep -q "bind-to takes core or none" "$out"; then
+   grep -q "bind-to takes auto, core, package or none" "$out"; then
   ok "weftrun --bind-to core gives each rank one CPU"
 else
   echo "# exit status $rc / $bad, $single of $ncpu ranks on one CPU"
   not_ok "weftrun --bind-to core gives each rank one CPU"
+fi
+
+# By default weftrun places ranks as mpirun does: with 2 ranks (or fewer, on >= 2 CPUs)
+# each on its own CPU, and --bind-to none opts out; -np is -n, as mpirun spells it.
+allowed=$(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)
+cpus=$(nproc)
+show='echo "rank $WEFT_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+timeout 60 ./weftrun -np 2 sh -c "$show" >"$out" 2>&1
+rc=$?
+timeout 60 ./weftrun -np 2 --bind-to none sh -c "$show" >"$out.none" 2>&1
+rc_none=$?
+cat "$out.none" >>"$out"
+if [ "$cpus" -lt 2 ]; then
+  ok "weftrun binds 2 ranks to a core each by default # SKIP one CPU"
+elif [ $rc -eq 0 ] && [ $rc_none -eq 0 ] && [ "$(head -n 2 "$out" | grep -Ec '^rank [01] [0-9]+$')" -eq 2 ] &&
+     [ "$(head -n 2 "$out" | awk '{ print $3 }' | sort -u | wc -l)" -eq 2 ] &&
+     [ "$(grep -c "^rank [01] $allowed\$" "$out.none")" -eq 2 ]; then
+  ok "weftrun -np 2 binds each rank to its own core by default; --bind-to none leaves them free"
+else
+  echo "# exit status $rc / $rc_none; allowed here: $allowed"
+  not_ok "weftrun -np 2 binds each rank to its own core by default; --bind-to none leaves them free"
+fi
+rm -f "$out.none"
+
+# More ranks than CPUs: one warning that says so, and no binding (as mpirun --oversubscribe).
+over=$((cpus + 1))
+timeout 60 ./weftrun -n $over sh -c "$show" >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'ranks outnumber cores' "$out")" -eq 1 ] &&
+   [ "$(grep -c "^rank [0-9]* $allowed\$" "$out")" -eq $over ]; then
+  ok "weftrun warns once when $over ranks outnumber $cpus CPUs and leaves them unbound"
+else
+  echo "# exit status $rc"
+  not_ok "weftrun warns once when $over ranks outnumber $cpus CPUs and leaves them unbound"
+fi
+
+timeout 10 ./weftrun --version >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -Eq '^weftrun \(weft\) [0-9]+\.[0-9]+\.[0-9]+$' "$out"; then
+  ok "weftrun --version"
+else
+  echo "# exit status $rc"
+  not_ok "weftrun --version"
 fi
 
 # weft-tune --measure: fits the tuner's model here and prints a WEFT_TUNER_MODEL the tuner

@@ -174,7 +174,7 @@ STATUS=0
 # Open MPI's mpirun binds each rank to a core by default when there are at most 2 ranks
 # (to a package above that); weft's ranks get the same placement through weftrun, so the
 # comparison is like for like. COMPARE_BIND=none turns it off.
-BIND=
+BIND="--bind-to none"
 if [ "${COMPARE_BIND:-auto}" != none ] && [ "$NP" -le 2 ]; then BIND="--bind-to core"; fi
 run_weft() {
   local coll=$1 base=$2 tool
@@ -189,7 +189,7 @@ run_weft() {
 
 # The same placement as weft's ranks: bound to a core each when BIND is set, else unbound.
 MPI_BIND=(--bind-to none)
-[ -n "$BIND" ] && MPI_BIND=(--bind-to core)
+[ "$BIND" = "--bind-to core" ] && MPI_BIND=(--bind-to core)
 run_mpi() {
   timeout "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe "${MPI_BIND[@]}" -np "$NP" \
     "${MPI_MCA[@]}" "$OUT/bin/mpi_bench" "$1" "${SWEEP[@]}" -t "$TRANSPORT" \
