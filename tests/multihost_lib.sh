@@ -122,7 +122,7 @@ mh_torchrun() {
 # and the footer: the whole result of one perf run is exact.
 mh_results_exact() {
   rows=$(grep -c '^ *[0-9]' "$mh_out")
-  bad=$(awk '/^ *[0-9]/ && (NF != 15 || ($9 != "0" && $9 != "N/A") ||
+  bad=$(awk '/^ *[0-9]/ && (NF != 13 || ($9 != "0" && $9 != "N/A") ||
                             ($13 != "0" && $13 != "N/A"))' "$mh_out" | wc -l)
   [ "$1" -eq 0 ] && [ "$rows" -gt 0 ] && [ "$bad" -eq 0 ] &&
     grep -q '^# Out of bounds values : 0 OK' "$mh_out" && return 0
@@ -284,10 +284,12 @@ mh_check_picked() {
   mh_mpirun "$@" -J "$MH_DIR/rows.json"
   rc=$?
   if ! mh_results_exact $rc; then mh_not_ok "$name"; return; fi
-  # The row's own "algorithm" comes first; the config's (what was asked) follows it. Rows
-  # of 0 elements per rank (8 B over 4 ranks of a 8-byte type) move nothing: any choice.
-  awk '!/"count":0,/ && match($0, /"algorithm":"[^"]*"/) { print substr($0, RSTART + 13, RLENGTH - 14) }' \
-    "$MH_DIR/rows.json" >"$MH_DIR/algos"
+  # Each result's "weft" object records the algorithm run (the config's "weft" what was
+  # asked). Rows of 0 elements per rank (8 B over 4 ranks of a 8-byte type) move nothing:
+  # any choice.
+  python3 -c 'import json, sys
+for r in json.load(open(sys.argv[1]))["results"]:
+    if r["count"] > 0: print(r["weft"]["algorithm"])' "$MH_DIR/rows.json" >"$MH_DIR/algos" 2>&1
   nrows=$(wc -l <"$MH_DIR/algos")
   others=$(grep -cvx "$algo" "$MH_DIR/algos")
   if [ "$nrows" -eq 0 ] || [ "$others" -ne 0 ]; then

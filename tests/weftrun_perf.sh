@@ -23,9 +23,9 @@ not_ok() {
   sed 's/^/# /' "$out" | tail -n 40
 }
 
-# check_perf NAME ENV-ASSIGNMENTS... -- WEFTRUN-ARGS...: exit 0, result rows whose
-# two #wrong columns are 0 (or N/A where nccl-tests does not check, as in-place
-# sendrecv) followed by p50 and p99, and the nccl-tests footer.
+# check_perf NAME ENV-ASSIGNMENTS... -- WEFTRUN-ARGS...: exit 0, result rows of nccl-tests'
+# 13 columns whose two #wrong columns are 0 (or N/A where nccl-tests does not check, as
+# in-place sendrecv), and the nccl-tests footer.
 check_perf() {
   name=$1; shift
   env_args=
@@ -35,7 +35,7 @@ check_perf() {
   env $env_args timeout 120 ./weftrun "$@" >"$out" 2>&1
   rc=$?
   rows=$(grep -c '^ *[0-9]' "$out")
-  bad=$(awk '/^ *[0-9]/ && (NF != 15 || ($9 != "0" && $9 != "N/A") ||
+  bad=$(awk '/^ *[0-9]/ && (NF != 13 || ($9 != "0" && $9 != "N/A") ||
                             ($13 != "0" && $13 != "N/A"))' "$out" | wc -l)
   if [ $rc -eq 0 ] && [ "$rows" -gt 0 ] && [ "$bad" -eq 0 ] &&
      grep -q '^# Avg bus bandwidth' "$out" && grep -q '^# Out of bounds values : 0 OK' "$out"; then
@@ -81,36 +81,39 @@ check_perf "alltoall_perf on 6 ranks with a window of 2 steps" WEFT_A2A_WINDOW=2
 check_perf "gather_perf on 3 ranks over socket, every root" WEFT_TRANSPORT=socket -- \
   -n 3 ./gather_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d bfloat16 -r -1
 
-# -J: one JSON object per result row, each with the figures and the configuration.
-rm -f "$json"
-timeout 120 ./weftrun -n 2 ./broadcast_perf -b 8 -e 1K -f 4 -n 2 -w 1 -r all -J "$json" \
+# -J: nccl-tests' JSON document (its format is checked in tests/nccl_tests_format.sh); here
+# weft's own fields under "weft": the algorithm each row ran, the run's configuration.
+rm -f "$json" "$json".*
+timeout 120 ./weftrun -n 2 ./broadcast_perf -b 8 -e 1K -f 4 -n 2 -w 1 -r all -L 1 -J "$json" \
   >"$out" 2>&1
 rc=$?
 rows=$(grep -c '^ *[0-9]' "$out")
 if ! command -v python3 >/dev/null 2>&1; then
-  ok "broadcast_perf -J rows parse as JSON # SKIP no python3"
+  ok "broadcast_perf -J: weft's fields under \"weft\" # SKIP no python3"
 elif [ $rc -eq 0 ] && python3 - "$json" "$rows" >>"$out" 2>&1 <<'PY'
 import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
+doc = json.load(open(sys.argv[1]))
+rows = doc["results"]
 assert len(rows) == int(sys.argv[2]), "%d JSON rows, %s printed" % (len(rows), sys.argv[2])
 for r in rows:
-    for key in ("size", "count", "type", "redop", "root", "p50_us", "p99_us"):
-        assert key in r, key
     # the algorithm actually run, from weft_get_algorithm: a real name, not a fallback
-    assert r["algorithm"] in ("chain", "binomial"), r["algorithm"]
+    assert r["weft"]["algorithm"] in ("chain", "binomial"), r["weft"]
+    assert r["weft"]["p50_us"] > 0 and r["weft"]["p99_us"] >= r["weft"]["p50_us"], r["weft"]
     for half in ("out_of_place", "in_place"):
-        assert r[half]["wrong"] == 0 and r[half]["time_us"] > 0, r
-    c = r["config"]
-    assert c["library"] == "weft" and c["collective"] == "broadcast", c
-    assert c["nranks"] == 2 and c["hosts"] == 1 and c["transport"] and c["algorithm"], c
-assert sorted(set(r["root"] for r in rows)) == [0, 1]
+        assert r[half]["nwrong"] == 0 and r[half]["time"] > 0, r
+c = doc["config"]["weft"]
+assert c["collective"] == "broadcast" and c["nranks"] == 2 and c["hosts"] == 1, c
+assert c["transport"] and c["algorithm"] and c["version"], c
+assert sorted(set(int(r["root"]) for r in rows)) == [0, 1]
+assert not any(e.startswith(("WEFT_UNIQUE_ID=", "WEFT_SECRET=")) for e in doc["env"]), "secret in env"
 PY
 then
-  ok "broadcast_perf -J rows parse as JSON"
+  ok "broadcast_perf -J: weft's fields under \"weft\""
 else
   echo "# exit status $rc"
-  not_ok "broadcast_perf -J rows parse as JSON"
+  not_ok "broadcast_perf -J: weft's fields under \"weft\""
 fi
+rm -f "$json" "$json".*
 
 timeout 120 ./weftrun -n 2 sh -c 'exit $((WEFT_RANK * 3))' >"$out" 2>&1
 rc=$?

@@ -94,6 +94,7 @@ int main(int argc, char **argv) {
                                            {"measure", no_argument, NULL, 'm'},
                                            {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int opt;
+  argv[0] = (char *)"weft-tune"; /* getopt's messages: not the libtool ".libs/" path */
   while ((opt = getopt_long(argc, argv, "n:t:ob:e:c:vh", longopts, NULL)) != -1) {
     switch (opt) {
       case 'n': in.nranks = atoi(optarg); break;

@@ -81,7 +81,8 @@ static void usage(FILE *f) {
           "      --bind-to WHAT auto (default, as mpirun): core for <= 2 ranks, package above,\n"
           "                     none when ranks outnumber the CPUs; core: rank r on the r-th\n"
           "                     allowed CPU (mod their number); package: that CPU's package;\n"
-          "                     none: unbound\n"
+          "                     none: unbound. With more ranks than CPUs and no --bind-to,\n"
+          "                     weftrun warns once\n"
           "      --version      weft's version\n"
           "  -h, --help         this help\n\n"
           "Each rank gets WEFT_UNIQUE_ID, WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK and\n"
@@ -312,6 +313,7 @@ int main(int argc, char **argv) {
   int nranks = 0, c, bind = BIND_AUTO;
   double grace = 30, timeout = 0;
   char *end;
+  argv[0] = (char *)"weftrun"; /* getopt's messages: not the libtool ".libs/" path */
   normalize_np(argc, argv);
   while ((c = getopt_long(argc, argv, "+n:h", opts, NULL)) != -1) {
     switch (c) {
@@ -376,7 +378,7 @@ int main(int argc, char **argv) {
   }
 
   int ncpus = weftrun_allowed_cpus();
-  if (nranks > ncpus)
+  if (nranks > ncpus && bind == BIND_AUTO) /* a placement asked for is not second-guessed */
     fprintf(stderr, "weftrun: %d ranks on %d CPUs: ranks outnumber cores, so they take turns "
             "(waits yield); not binding them\n", nranks, ncpus);
   struct job job = {.nranks = nranks, .grace_s = grace};

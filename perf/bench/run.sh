@@ -29,8 +29,8 @@ for name in ${BENCH_SWEEPS:-shm socket np4 shm_registered np4_registered}; do
     shm) sweep shm COMPARE_NP=2 ;;
     socket) sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce ;;
     np4) sweep np4 COMPARE_NP=4 ;;
-    shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 1 -R 2" ;;
-    np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 1 -R 2" ;;
+    shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
+    np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
     *) echo "bench: unknown sweep '$name' in BENCH_SWEEPS"; rc=1 ;;
   esac
 done
@@ -62,8 +62,8 @@ for round in $(seq 1 "$COMPARE_ROUNDS"); do
   for size in $ab_sizes; do
     ./membw_floor -c all_reduce_fused -b "$size" -e "$size" -n 10 >> "$ab/floor.r$round.jsonl" || rc=1
     for reg in 0 2; do
-      ./weftrun -n 2 --bind-to core ./all_reduce_perf -b "$size" -e "$size" -n 10 -w 3 -z 1 \
-        -R $reg -J "$ab/weft_R$reg.r$round.json" >> "$ab/weft_R$reg.r$round.txt" 2>&1 || rc=1
+      ./weftrun -n 2 --bind-to core ./all_reduce_perf -b "$size" -e "$size" -n 10 -w 3 -z 2 \
+        -R $reg -J "$ab/weft_R$reg.r$round.$size.json" >> "$ab/weft_R$reg.r$round.txt" 2>&1 || rc=1
     done
   done
 done

@@ -7,8 +7,9 @@ so a report can be redrawn from raw/ without running the sweep again:
     python3 perf/compare/report.py --raw compare/raw --out compare
 
 Inputs in raw/, one file per collective, library and round:
-  COLL.weft.rK.json   weft's perf tool `-J` rows (out_of_place figures; broadcast: in_place,
-                      see WEFT_COLUMN), when it has -J;
+  COLL.weft.rK.B.json weft's perf tool `-J` documents, one per size range starting at B bytes
+                      (nccl-tests' JSON: results[].out_of_place; broadcast: in_place, see
+                      WEFT_COLUMN), when it has -J;
   COLL.weft.rK.txt    otherwise its nccl-tests table (the same columns);
   COLL.mpi.rK.jsonl, COLL.gloo.rK.jsonl   JSON lines of mpi_bench / gloo_bench;
   COLL.LIB.rK.l3      perf/l3_probe's verdict before and after that sweep (shared / split L3);
@@ -37,7 +38,7 @@ import sys
 
 LIBS = [("weft", "weft"), ("mpi", "Open MPI"), ("gloo", "Gloo")]
 COLORS = {"weft": "#d62728", "mpi": "#1f77b4", "gloo": "#2ca02c"}
-RAW_NAME = re.compile(r"^(?P<coll>[a-z_]+)\.(?P<lib>weft|mpi|gloo)\.r(?P<round>\d+)\.(?P<ext>json|jsonl|txt)$")
+RAW_NAME = re.compile(r"^(?P<coll>[a-z_]+)\.(?P<lib>weft|mpi|gloo)\.r(?P<round>\d+)\.(\d+\.)?(?P<ext>json|jsonl|txt)$")
 
 
 def human_size(n):
@@ -59,21 +60,22 @@ def row(size, time_us, busbw, wrong, p50=None, p99=None):
 WEFT_COLUMN = {"broadcast": "in_place"}
 
 
-def read_weft_json(path, column="out_of_place"):
-    """weft's -J rows (figures of the given column); None when the file has no usable row."""
+def read_weft_json(paths, column="out_of_place"):
+    """The results of weft's -J documents (nccl-tests' JSON; figures of the given column);
+    None when no file has a usable result."""
     rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                o = json.loads(line)
-                oop = o[column]
-                rows.append(row(o["size"], oop["time_us"], oop.get("busbw_gbps", oop.get("busbw")),
-                                oop.get("wrong"), o.get("p50_us"), o.get("p99_us")))
-            except (ValueError, KeyError, TypeError):
-                return None
+    for path in paths:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            for r in doc["results"]:
+                half = r[column]
+                wrong = half.get("nwrong")
+                rows.append(row(r["size"], half.get("time", half.get("cpu_time")), half["bus_bw"],
+                                None if wrong is None else int(wrong),
+                                r.get("weft", {}).get("p50_us"), r.get("weft", {}).get("p99_us")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
     return rows or None
 
 
@@ -157,9 +159,10 @@ def load(raw):
             if (coll, rnd) in seen:
                 continue
             rows = None
-            if os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.json")):
-                rows = read_weft_json(os.path.join(raw, f"{coll}.weft.r{rnd}.json"),
-                                      WEFT_COLUMN.get(coll, "out_of_place"))
+            docs = sorted(os.path.join(raw, n) for n in names
+                          if n.startswith(f"{coll}.weft.r{rnd}.") and n.endswith(".json"))
+            if docs:
+                rows = read_weft_json(docs, WEFT_COLUMN.get(coll, "out_of_place"))
             if rows is None and os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.txt")):
                 rows = read_weft_table(os.path.join(raw, f"{coll}.weft.r{rnd}.txt"),
                                        WEFT_COLUMN.get(coll, "out_of_place"))

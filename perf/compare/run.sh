@@ -29,8 +29,8 @@
 #                             socket: WEFT_TRANSPORT=socket, mpirun --mca btl tcp,self.
 #                             Gloo is always TCP.
 #   COMPARE_QUICK=1           sizes up to 4M, 1 round, 10 iters, 2 warm-ups
-#   COMPARE_WEFT_FLAGS [-z 1] extra flags for weft's perf tools (-z 1: blocking calls,
-#                             as MPI and Gloo make them)
+#   COMPARE_WEFT_FLAGS [-z 2] extra flags for weft's perf tools (-z 2: blocking calls
+#                             without a barrier between them, as MPI and Gloo make them)
 #   COMPARE_TIMEOUT [1800]    seconds one library's sweep may take
 #   COMPARE_OUT [./compare]   where compare.md, compare.png and raw/ go
 #   COMPARE_GLOO_PREFIX [/usr] where Gloo's include/ and lib/ are
@@ -59,7 +59,7 @@ WARMUP=${COMPARE_WARMUP:-5}
 COLLS=${COMPARE_COLLS:-all_reduce all_gather reduce_scatter all_to_all broadcast}
 LIBS=${COMPARE_LIBS:-weft mpi gloo}
 TRANSPORT=${COMPARE_TRANSPORT:-auto}
-WEFT_FLAGS=${COMPARE_WEFT_FLAGS:--z 1}
+WEFT_FLAGS=${COMPARE_WEFT_FLAGS:--z 2}
 TIMEOUT=${COMPARE_TIMEOUT:-1800}
 OUT=${COMPARE_OUT:-$BUILD/compare}
 GLOO_PREFIX=${COMPARE_GLOO_PREFIX:-/usr}
@@ -181,7 +181,8 @@ run_weft() {
   tool=$BUILD/$(weft_tool "$coll")
   case " $WEFT_COLLS " in *" $coll "*) ;; *) return 0 ;; esac
   local json=()
-  "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.json")
+  # one nccl-tests JSON document per size range, named by its first size
+  "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.${SWEEP[1]}.json")
   # shellcheck disable=SC2086 # WEFT_FLAGS is a list of flags
   WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" $BIND "$tool" "${SWEEP[@]}" \
     -d float -o sum -c 1 $WEFT_FLAGS "${json[@]}" >>"$base.txt" 2>>"$base.err"
@@ -220,7 +221,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for coll in $COLLS; do
     for lib in $ACTIVE; do
       base=$RAW/$coll.$lib.r$round
-      rm -f "$base.txt" "$base.json" "$base.jsonl" "$base.err" "$base.l3"
+      rm -f "$base.txt" "$base".*json "$base.jsonl" "$base.err" "$base.l3"
       t0=$SECONDS
       rc=0
       probe_l3 "$base"
