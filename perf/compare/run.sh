@@ -215,6 +215,30 @@ probe_l3() {
   return 0
 }
 
+# ---- progress: which sweep, which sizes, and about how long is left ----
+# The estimate: a sweep already run in an earlier round is expected to take as long again;
+# one not run yet, the mean of the sweeps done so far.
+declare -A SWEEP_SECS=()
+NSWEEPS=$((ROUNDS * $(echo $COLLS | wc -w) * $(echo $ACTIVE | wc -w)))
+DONE=0
+T_START=$SECONDS
+hms() { if [ "$1" -ge 60 ]; then echo "$(($1 / 60))m$(printf %02d $(($1 % 60)))s"; else echo "${1}s"; fi; }
+estimate_left() { # the sweeps after DONE, in loop order
+  local left=0 k=0 known=0 sum=0 key
+  for key in "${!SWEEP_SECS[@]}"; do known=$((known + 1)); sum=$((sum + SWEEP_SECS[$key])); done
+  [ "$known" -eq 0 ] && { echo "?"; return; }
+  for r in $(seq 1 "$ROUNDS"); do for c in $COLLS; do for l in $ACTIVE; do
+    k=$((k + 1))
+    [ "$k" -le "$DONE" ] && continue
+    left=$((left + ${SWEEP_SECS[$c.$l]:-$((sum / known))}))
+  done; done; done
+  echo "about $(hms "$left")"
+}
+progress() { # round coll lib
+  log "[$((DONE + 1))/$NSWEEPS] round $1/$ROUNDS $2 $3: sizes $MINB..$MAXB;" \
+    "$(hms $((SECONDS - T_START))) elapsed, $(estimate_left) left"
+}
+
 log "$NP ranks, sizes $MINB..$MAXB x$FACTOR, $ROUNDS round(s) of $ITERS iters," \
   "transport $TRANSPORT, libraries:$ACTIVE; output in $OUT"
 for round in $(seq 1 "$ROUNDS"); do
@@ -222,16 +246,20 @@ for round in $(seq 1 "$ROUNDS"); do
     for lib in $ACTIVE; do
       base=$RAW/$coll.$lib.r$round
       rm -f "$base.txt" "$base".*json "$base.jsonl" "$base.err" "$base.l3"
+      progress "$round" "$coll" "$lib"
       t0=$SECONDS
       rc=0
       probe_l3 "$base"
       for range in "${RANGES[@]}"; do
         set -- $range
         SWEEP=(-b "$1" -e "$2" -f "$FACTOR" -n "$3" -w "$WARMUP")
+        [ "${#RANGES[@]}" -gt 1 ] && log "    $coll $lib: sizes $1..$2 B, $3 iterations each"
         "run_$lib" "$coll" "$base" || { rc=$?; break; }
       done
       probe_l3 "$base"
       secs=$((SECONDS - t0))
+      SWEEP_SECS[$coll.$lib]=$secs
+      DONE=$((DONE + 1))
       if [ "$rc" = 0 ]; then
         log "round $round/$ROUNDS $coll $lib: ok (${secs} s)"
         continue
