@@ -7,18 +7,13 @@
 # (Requires.private: hwloc, libxml-2.0, pmix; Libs.private: -pthread -lm), and runs as one
 # rank.
 
+. "$(dirname "$0")/tap.sh"
 cd "${WEFT_TOP_BUILDDIR:-.}" || { echo "1..0 # SKIP no build dir"; exit 0; }
 src=$(cd "$(dirname "$0")/.." && pwd)
 dir=$(mktemp -d "${TMPDIR:-/tmp}/weft-examples.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
-n=0
-failed=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1)); failed=$((failed + 1))
-  echo "not ok $n - $1"
-  sed 's/^/# /' "$dir/out" | tail -n 20
-}
+TAP_LOG=$dir/out
+TAP_TAIL=20
 
 echo "1..5"
 for spec in allreduce_blocking:4 streams_overlap:2 registered_buffers:2 point_to_point:3; do

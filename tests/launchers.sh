@@ -8,17 +8,12 @@
 # setting their variables by hand, except mpirun, which runs for real when installed.
 # Every command runs under `timeout` so a hang fails the test instead of blocking.
 
+. "$(dirname "$0")/tap.sh"
 cd "${WEFT_TOP_BUILDDIR:-.}" || { echo "1..0 # SKIP no build dir"; exit 0; }
 out=$(mktemp "${TMPDIR:-/tmp}/launchers.XXXXXX") || exit 1
 trap 'rm -f "$out" "$out".*' EXIT
-n=0
-failed=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1)); failed=$((failed + 1))
-  echo "not ok $n - $1"
-  sed 's/^/# /' "$out" | tail -n 30
-}
+TAP_LOG=$out
+TAP_TAIL=30
 # A port per run, so two test runs on one machine do not collide.
 port=$((30000 + $$ % 20000))
 PERF="./all_reduce_perf -b 8 -e 4K -f 8 -n 2 -w 1"

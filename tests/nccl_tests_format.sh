@@ -7,20 +7,15 @@
 # output alike, and reject near misses. Then make compare's report must read weft's -J
 # documents. About 20 seconds.
 
+. "$(dirname "$0")/tap.sh"
 cd "${WEFT_TOP_BUILDDIR:-.}" || { echo "1..0 # SKIP no build dir"; exit 0; }
 command -v python3 >/dev/null 2>&1 || { echo "1..0 # SKIP no python3"; exit 0; }
 src=$(cd "$(dirname "$0")/.." && pwd)
 fmt="python3 $src/tests/nccl_tests_format.py"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/nccl_tests_format.XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
-n=0
-failed=0
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1)); failed=$((failed + 1))
-  echo "not ok $n - $1"
-  sed 's/^/# /' "$dir/log" | tail -n 20
-}
+TAP_LOG=$dir/log
+TAP_TAIL=20
 # check NAME COMMAND...: ok when COMMAND exits 0; its output goes to the log.
 check() {
   name=$1; shift

@@ -8,6 +8,7 @@
 # the tasks) and Debian's slurmctld, slurmd, slurm-client and munge (tools/install-deps.sh);
 # without them it skips, saying why. About 10 seconds.
 
+. "$(dirname "$0")/tap.sh"
 cd "${WEFT_TOP_BUILDDIR:-.}" || { echo "1..0 # SKIP no build dir"; exit 0; }
 skip_all() { echo "1..0 # SKIP $1"; exit 0; }
 [ "$(id -u)" -eq 0 ] || skip_all "needs root (slurmd starts the tasks)"
@@ -80,15 +81,8 @@ for _ in $(seq 1 40); do
 done
 [ $up -eq 1 ] || skip_all "the one-node Slurm did not come up in 20 s: $(tail -n 1 "$dir/slurmctld.log")"
 
-n=0
-failed=0
 out=$dir/out
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1)); failed=$((failed + 1))
-  echo "not ok $n - $1"
-  sed 's/^/# /' "$out" | tail -n 30
-}
+TAP_LOG=$out
 unset MASTER_ADDR MASTER_PORT WEFT_ROOT_ADDR RANK WORLD_SIZE WEFT_RANK WEFT_NRANKS WEFT_UNIQUE_ID
 
 echo "1..2"

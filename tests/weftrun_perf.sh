@@ -8,20 +8,15 @@
 # Flag lists in variables ($env_args, $small) are split into words on purpose:
 # shellcheck disable=SC2086
 
+. "$(dirname "$0")/tap.sh"
 cd "${WEFT_TOP_BUILDDIR:-.}" || { echo "1..0 # SKIP no build dir"; exit 0; }
 
-n=0
-failed=0
 out=$(mktemp "${TMPDIR:-/tmp}/weftrun_perf.XXXXXX") || exit 1
 json=$(mktemp "${TMPDIR:-/tmp}/weftrun_perf_json.XXXXXX") || exit 1
 trap 'rm -f "$out" "$json"' EXIT
 
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1)); failed=$((failed + 1))
-  echo "not ok $n - $1"
-  sed 's/^/# /' "$out" | tail -n 40
-}
+TAP_LOG=$out
+TAP_TAIL=40
 
 # check_perf NAME ENV-ASSIGNMENTS... -- WEFTRUN-ARGS...: exit 0, result rows of nccl-tests'
 # 13 columns whose two #wrong columns are 0 (or N/A where nccl-tests does not check, as
