@@ -33,7 +33,7 @@ extern "C" {
 #endif
 
 #define WEFT_VERSION_MAJOR 0
-#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_MINOR 2
 #define WEFT_VERSION_PATCH 0
 /* WEFT_VERSION_CODE = major * 10000 + minor * 100 + patch, as NCCL_VERSION_CODE. */
 #define WEFT_VERSION_CODE (WEFT_VERSION_MAJOR * 10000 + WEFT_VERSION_MINOR * 100 + WEFT_VERSION_PATCH)
@@ -220,18 +220,24 @@ WEFT_API weft_status_t weft_comm_init_rank_config(weft_comm_t *comm, int nranks,
 
 /*
  * weft_comm_init_from_env: weft_comm_init_rank_config with rank, size and rendezvous
- * taken from the launcher's environment, first match wins:
- *   weftrun:        WEFT_UNIQUE_ID, WEFT_RANK, WEFT_NRANKS
- *   Open MPI:       OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE
- *   Slurm:          SLURM_PROCID, SLURM_NTASKS
- *   torchrun:       RANK, WORLD_SIZE
- * Without WEFT_UNIQUE_ID the root is at WEFT_ROOT_ADDR ("host:port", "[v6]:port"), else
- * MASTER_ADDR and MASTER_PORT; rank 0 opens it there, the others connect to it. The
- * secret is WEFT_SECRET (32 hex digits) when set, else derived from the job id
- * (SLURM_JOB_ID, OMPI_MCA_ess_base_jobid, TORCHELASTIC_RUN_ID) and the port: enough to
- * keep two jobs apart, not a defence against a hostile host.
- * Errors: those of weft_comm_init_rank_config, and WEFT_ERR_INVALID_USAGE when no
- * launcher environment is found or a variable is malformed (the message names it).
+ * taken from the launcher's environment. When launchers nest, the most specific wins:
+ *   weftrun:             WEFT_UNIQUE_ID, WEFT_RANK, WEFT_NRANKS
+ *   torchrun:            RANK, WORLD_SIZE (torchrun inside an srun step)
+ *   Open MPI's mpirun:   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE (inside an allocation)
+ *   MPICH's hydra (PMI): PMI_RANK, PMI_SIZE
+ *   Slurm's srun:        SLURM_PROCID, SLURM_STEP_NUM_TASKS
+ * The bootstrap root (unless weftrun gave the id): at WEFT_ROOT_ADDR ("host:port",
+ * "[v6]:port"), else MASTER_ADDR and MASTER_PORT, where rank 0 opens it; else, under mpirun
+ * or srun --mpi=pmix with weft built with PMIx, rank 0's unique id is shared through the
+ * launcher's PMIx server; else, under srun, at the step's first node on a port derived
+ * from SLURM_JOB_ID and SLURM_STEP_ID. The secret of an agreed address is WEFT_SECRET
+ * (32 hex digits) when set, else derived from the launcher's job id and the port: enough
+ * to keep two jobs apart, not a defence against a hostile host (PMIx's is random).
+ * With no launcher environment at all it makes a communicator of one rank (as MPI does
+ * for a singleton) and logs a warning saying so.
+ * Errors: those of weft_comm_init_rank_config, WEFT_ERR_INVALID_USAGE when a variable is
+ * malformed or no root can be found (the message names what to set), WEFT_ERR_SYSTEM when
+ * a PMIx call fails.
  */
 WEFT_API weft_status_t weft_comm_init_from_env(weft_comm_t *comm, const weft_config_t *config);
 

@@ -38,6 +38,7 @@ typedef struct {
   uint64_t idle_deadline_ns; /* before anyone joins */
   int nranks;                /* 0 until the first hello */
   int njoined, nleft, ready, done;
+  char conflict[200];        /* ranks disagreed on nranks: every hello is refused with this */
   root_rank *ranks;
   int pending[MAX_PENDING];
   int npending;
@@ -95,6 +96,10 @@ static weft_status_t hello_problem(root_state *s, const weft__bs_hello *h, char 
     snprintf(why, len, "wrong unique id secret");
     return WEFT_ERR_AUTH;
   }
+  if (s->conflict[0]) {
+    snprintf(why, len, "%s", s->conflict);
+    return WEFT_ERR_INVALID_USAGE;
+  }
   if (s->ready) {
     snprintf(why, len,
              "rank %d: this unique id's communicator of %d ranks is already complete; a unique id "
@@ -106,9 +111,11 @@ static weft_status_t hello_problem(root_state *s, const weft__bs_hello *h, char 
     return WEFT_ERR_AUTH;
   }
   if (s->nranks != 0 && h->nranks != s->nranks) {
-    snprintf(why, len, "rank %d says nranks=%d but earlier ranks said %d", h->rank, h->nranks,
-             s->nranks);
-    return WEFT_ERR_AUTH;
+    snprintf(s->conflict, sizeof(s->conflict),
+             "the ranks disagree on the number of ranks: rank %d says %d, earlier ranks said %d",
+             h->rank, h->nranks, s->nranks);
+    snprintf(why, len, "%s", s->conflict);
+    return WEFT_ERR_INVALID_USAGE;
   }
   if (s->nranks != 0 && s->ranks[h->rank].state != SLOT_EMPTY) {
     snprintf(why, len, "rank %d joined twice", h->rank);
@@ -137,6 +144,17 @@ static void admit(root_state *s, int fd, const weft__bs_hello *h) {
   /* Keep listening: a late rank reusing this id is told why at once instead of timing out. */
 }
 
+/* After a conflict on nranks, the ranks already waiting are told at once, not at their
+ * deadline; the root keeps listening until its idle deadline to tell late ranks too. */
+static void refuse_joined(root_state *s) {
+  for (int r = 0; r < s->nranks; r++) {
+    if (s->ranks[r].state != SLOT_JOINED) continue;
+    send_text(s->ranks[r].fd, WEFT__BS_REJECT, WEFT_ERR_INVALID_USAGE, s->conflict);
+    close_rank(&s->ranks[r]);
+    s->ranks[r].state = SLOT_LEFT;
+  }
+}
+
 static void on_hello(root_state *s, int fd) {
   weft__bs_header hd;
   weft__bs_hello h;
@@ -151,6 +169,7 @@ static void on_hello(root_state *s, int fd) {
   if (st != WEFT_SUCCESS) {
     WEFT_WARN("bootstrap root: rejected a rank: %s", why);
     reject(fd, st, why);
+    if (s->conflict[0]) refuse_joined(s);
     return;
   }
   admit(s, fd, &h);
@@ -226,7 +245,7 @@ static void time_out_join(root_state *s) {
 /* The earliest deadline that matters now: before all joined, the first joined rank's. */
 static uint64_t next_deadline(const root_state *s) {
   if (s->ready) return UINT64_MAX;
-  if (s->nranks == 0) return s->idle_deadline_ns;
+  if (s->nranks == 0 || s->conflict[0]) return s->idle_deadline_ns;
   uint64_t d = UINT64_MAX;
   for (int r = 0; r < s->nranks; r++)
     if (s->ranks[r].state == SLOT_JOINED && s->ranks[r].deadline_ns < d) d = s->ranks[r].deadline_ns;
@@ -249,7 +268,7 @@ static void serve_once(root_state *s, struct pollfd *p, int *who) {
   int rc = poll(p, (nfds_t)n, ms);
   if (rc < 0 && errno != EINTR) { fail_all(s, -1, "(the bootstrap root) failed in poll"); return; }
   if (weft__now_ns() >= dl) {
-    if (s->nranks == 0) s->done = 1; else time_out_join(s);
+    if (s->nranks == 0 || s->conflict[0]) s->done = 1; else time_out_join(s);
     return;
   }
   int handled_pending = 0;

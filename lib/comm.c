@@ -157,6 +157,9 @@ static void free_comm(struct weft_comm *c) {
 
 static weft_status_t init_body(struct weft_comm *c, const weft__id_layout *id) {
   weft__log_set_rank(c->rank);
+  if (c->rank == 0) /* as NCCL's "NCCL version" line: which library a log came from */
+    WEFT_INFO("weft version %d.%d.%d, communicator of %d ranks", WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR,
+              WEFT_VERSION_PATCH, c->nranks);
   weft_status_t st = weft__bootstrap_join(c, id);
   if (st == WEFT_SUCCESS) st = exchange_peer_info(c);
   if (st == WEFT_SUCCESS) c->oversubscribed = host_oversubscribed(c);

@@ -12,19 +12,27 @@
 static int log_level = -1;
 static __thread int log_rank = -1;
 
+/* The level WEFT_DEBUG names; -1 when it names none. */
 static int parse_level(const char *s) {
   if (s == NULL || *s == '\0') return WEFT__LOG_WARN;
   if (strcasecmp(s, "NONE") == 0 || strcmp(s, "0") == 0) return WEFT__LOG_NONE;
+  if (strcasecmp(s, "WARN") == 0) return WEFT__LOG_WARN;
   if (strcasecmp(s, "INFO") == 0) return WEFT__LOG_INFO;
   if (strcasecmp(s, "TRACE") == 0) return WEFT__LOG_TRACE;
-  return WEFT__LOG_WARN;
+  return -1;
 }
 
 int weft__log_level(void) {
   int level = __atomic_load_n(&log_level, __ATOMIC_RELAXED);
   if (level < 0) {
-    level = parse_level(getenv("WEFT_DEBUG"));
-    __atomic_store_n(&log_level, level, __ATOMIC_RELAXED);
+    const char *s = getenv("WEFT_DEBUG");
+    level = parse_level(s);
+    int unknown = level < 0;
+    if (unknown) level = WEFT__LOG_WARN;
+    /* first to store says it (threads may race here; one warning is enough) */
+    if (__atomic_exchange_n(&log_level, level, __ATOMIC_RELAXED) < 0 && unknown)
+      weft__log_write(WEFT__LOG_WARN, "WEFT_DEBUG=%s is not a level; valid: NONE, WARN, INFO, TRACE; "
+                      "using WARN", s);
   }
   return level;
 }

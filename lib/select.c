@@ -406,6 +406,19 @@ int weft__algo_filter_parse(const char *spec, weft__algo_filter *f) {
   return !f->bad;
 }
 
+/* "ring, tree, ...; collectives: all_reduce, ..." for the warning on a bad WEFT_ALGO. */
+static void valid_names(char *out, size_t len) {
+  size_t n = (size_t)snprintf(out, len, "algorithms:");
+  for (int i = 0; i < NCANDIDATES && n < len; i++) {
+    int seen = 0;
+    for (int j = 0; j < i && !seen; j++) seen = strcmp(candidates[j].algo->name, candidates[i].algo->name) == 0;
+    if (!seen) n += (size_t)snprintf(out + n, len - n, " %s", candidates[i].algo->name);
+  }
+  for (int c = 0; c < WEFT__NUM_COLLS && n < len; c++)
+    n += (size_t)snprintf(out + n, len - n, "%s%s", c == 0 ? "; collectives: " : ", ",
+                          weft__coll_name((weft__coll_t)c));
+}
+
 /* The process's WEFT_ALGO, parsed again only when its text changes. */
 static void filter_from_env(weft__algo_filter *out) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -415,9 +428,12 @@ static void filter_from_env(weft__algo_filter *out) {
   const char *spec = weft__env_str("WEFT_ALGO", "");
   pthread_mutex_lock(&mu);
   if (!parsed || strncmp(cached, spec, sizeof(cached)) != 0) {
-    if (!weft__algo_filter_parse(spec, &filter))
-      WEFT_WARN("WEFT_ALGO=%s names an algorithm or collective weft does not have (see "
-                "weft-tune --list); those names are ignored", spec);
+    if (!weft__algo_filter_parse(spec, &filter)) {
+      char valid[512];
+      valid_names(valid, sizeof(valid));
+      WEFT_WARN("WEFT_ALGO=%s names an algorithm or collective weft does not have; those names "
+                "are ignored. Valid %s", spec, valid);
+    }
     snprintf(cached, sizeof(cached), "%s", spec);
     parsed = 1;
   }

@@ -345,6 +345,9 @@ weft_status_t weft__task_run(weft__task *t) {
     char what[160], msg[1024];
     snprintf(msg, sizeof(msg), "%s", weft__thread_last_error());
     const char *culprit = st == WEFT_ERR_REMOTE ? root_reported_failure(comm) : NULL;
+    const char *why = culprit != NULL ? strstr(culprit, "failed: ") : NULL;
+    if (why != NULL && strstr(msg, why + 8) != NULL)
+      culprit = NULL; /* this rank's message already says why: no second copy */
     if (culprit != NULL)
       weft__error(comm, st, "rank %d: %s (seen here as: %s) [in %s]", comm->rank, culprit, msg,
                   weft__task_describe(t, what, sizeof(what)));

@@ -5,9 +5,10 @@
  * A benchmark program only describes its collective with a perf_coll_t and calls
  * perf_main(); the harness does everything else exactly as nccl-tests does: the same
  * flags, the same output, timing, validation on a separate iteration and the
- * "# Avg bus bandwidth" footer. Ranks are processes started by weftrun, mpirun, srun or
- * torchrun; each joins with weft_comm_init_from_env(). Beyond nccl-tests, each row ends
- * with p50/p99 latency, and -J FILE writes every row as a JSON object (see common.c).
+ * "# Avg bus bandwidth" footer, and -J FILE writes nccl-tests' JSON document (perf/sweep.c,
+ * perf/options.c, perf/output.c). Ranks are processes started by weftrun, mpirun, srun or
+ * torchrun (alone: one rank); each joins with weft_comm_init_from_env(). Beyond nccl-tests,
+ * -L 1 adds p50/p99 latency of single calls to each row.
  *
  * Validation needs results that are exact in every datatype. perf_input_value() gives
  * each (rank, element) a small value chosen per op so that the reduction over up to 32

@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
     case 'r': repeats = atoi(optarg); break;
     case 't': threshold = atof(optarg); break;
     default:
-      fprintf(stderr, "usage: %s [-n ROUNDTRIPS] [-r REPEATS] [-t THRESHOLD_NS] [CPU_A CPU_B]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-n ROUNDTRIPS] [-r REPEATS] [-t THRESHOLD_NS] [CPU_A CPU_B]\n", "l3_probe");
       return 2;
     }
   }

@@ -242,24 +242,24 @@ int main(int argc, char **argv) {
       default:
         fprintf(stderr, "usage: %s [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
                         "  COLL: all_reduce (default), all_reduce_fused, all_gather, reduce_scatter,\n"
-                        "        all_to_all, broadcast\n", argv[0]);
+                        "        all_to_all, broadcast\n", "membw_floor");
         return c == 'h' ? 0 : 2;
     }
   }
   if (coll < 0 || factor < 2 || iters < 1 || minb < 64 || maxb < minb) {
-    fprintf(stderr, "%s: need a known -c, -f >= 2, -n >= 1, 64 <= -b <= -e\n", argv[0]);
+    fprintf(stderr, "%s: need a known -c, -f >= 2, -n >= 1, 64 <= -b <= -e\n", "membw_floor");
     return 2;
   }
   float *bufs[4]; /* in_0, in_1, out_0, out_1; each S bytes, more than any collective needs */
   for (int i = 0; i < 4; i++) {
     bufs[i] = aligned_alloc(4096, (maxb + 4095) / 4096 * 4096);
     if (bufs[i] == NULL) {
-      fprintf(stderr, "%s: cannot allocate 4 x %zu bytes\n", argv[0], maxb);
+      fprintf(stderr, "%s: cannot allocate 4 x %zu bytes\n", "membw_floor", maxb);
       return 1;
     }
   }
   if (touch_all(bufs, maxb / sizeof(float)) != 0) {
-    fprintf(stderr, "%s: cannot start a thread\n", argv[0]);
+    fprintf(stderr, "%s: cannot start a thread\n", "membw_floor");
     return 1;
   }
   for (size_t bytes = minb; bytes <= maxb; bytes *= (size_t)factor) {

@@ -320,10 +320,10 @@ static void bad_arguments_fail_cleanly_and_the_communicator_still_works(void **s
 
 /* ---- rendezvous with a wrong secret, a taken rank, a disagreeing nranks ---------------- */
 
-enum { JOIN_WRONG_SECRET, JOIN_SAME_RANK, JOIN_OTHER_NRANKS };
+enum { JOIN_WRONG_SECRET, JOIN_SAME_RANK };
 #define JOIN_TIMEOUT_MS 3000
 
-/* Rank 1 joins with an altered id (or a taken rank, or another nranks); each rank records
+/* Rank 1 joins with an altered id (or a taken rank); each rank records
  * its init status in shared->values[rank] and raises flags[rank]; rank 0 then judges. */
 static int bad_join_body(harness_rank *r) {
   int kind = *(const int *)r->arg;
@@ -336,7 +336,6 @@ static int bad_join_body(harness_rank *r) {
     memcpy(r->id.internal, &layout, sizeof layout);
   }
   if (rank == 1 && kind == JOIN_SAME_RANK) rank = 0;
-  if (rank == 1 && kind == JOIN_OTHER_NRANKS) nranks = 3;
   double t0 = harness_now_ms();
   weft_comm_t comm = NULL;
   weft_status_t st = weft_comm_init_rank_config(&comm, nranks, r->id, rank, &r->config);
@@ -392,8 +391,39 @@ static void rank_number_claimed_twice_is_rejected(void **state) {
   run_bad_join(JOIN_SAME_RANK);
 }
 
-static void ranks_disagreeing_on_nranks_are_rejected(void **state) {
-  run_bad_join(JOIN_OTHER_NRANKS);
+/* The root knows of a conflict on nranks as soon as the second count arrives: every rank
+ * (the waiting ones too) must be refused at once, naming both counts, never at its 30 s
+ * deadline. Rank 2 says 4 ranks, ranks 0 and 1 say 3; whichever arrives first, all three
+ * fail with WEFT_ERR_INVALID_USAGE within a few seconds. */
+#define DISAGREE_TIMEOUT_MS 30000
+static int disagree_body(harness_rank *r) {
+  r->config.timeout_ms = DISAGREE_TIMEOUT_MS;
+  int nranks = r->rank == 2 ? 4 : 3;
+  double t0 = harness_now_ms();
+  weft_comm_t comm = NULL;
+  weft_status_t st = weft_comm_init_rank_config(&comm, nranks, r->id, r->rank, &r->config);
+  double ms = harness_now_ms() - t0;
+  const char *msg = weft_get_last_error(NULL);
+  harness_note(r, "init as rank %d of %d returned %s after %.0f ms: \"%s\"", r->rank, nranks,
+               harness_status_name(st), ms, msg);
+  if (comm) weft_comm_abort(comm);
+  if (st != WEFT_ERR_INVALID_USAGE)
+    harness_fail(r, "got %s, expected WEFT_ERR_INVALID_USAGE", harness_status_name(st));
+  if (!strstr(msg, "disagree") || !strstr(msg, "3") || !strstr(msg, "4"))
+    harness_fail(r, "the error \"%s\" does not say the ranks disagree on 3 and 4", msg);
+  if (ms > 5000)
+    harness_fail(r, "refused only after %.0f ms (deadline %d ms): the root knew at once", ms,
+                 DISAGREE_TIMEOUT_MS);
+  return r->failures;
+}
+
+static void ranks_disagreeing_on_nranks_are_all_rejected_at_once(void **state) {
+  harness_opts o = {0};
+  o.nranks = 3;
+  o.transport = "socket";
+  o.no_init = 1;
+  o.deadline_s = 60;
+  harness_run(&o, disagree_body, NULL);
 }
 
 /* A unique id serves one communicator: a second init with it, after its communicator is
@@ -502,7 +532,7 @@ int main(void) {
        bad_arguments_fail_cleanly_and_the_communicator_still_works, NULL, NULL, &sock},
       cmocka_unit_test(unique_id_with_a_wrong_secret_is_rejected_and_the_other_rank_names_it),
       cmocka_unit_test(rank_number_claimed_twice_is_rejected),
-      cmocka_unit_test(ranks_disagreeing_on_nranks_are_rejected),
+      cmocka_unit_test(ranks_disagreeing_on_nranks_are_all_rejected_at_once),
       cmocka_unit_test(unique_id_reused_for_a_second_communicator_is_refused_at_once),
       cmocka_unit_test(window_of_foreign_memory_is_refused_on_every_rank),
       cmocka_unit_test(window_with_direct_off_on_one_rank_takes_the_usual_path),

@@ -89,7 +89,19 @@ static void victim_dies_mid_call(harness_rank *r, int kind) {
   _exit(0);
 }
 
-/* Judges a survivor's failed call: status, time taken, and the message naming rank 1. */
+/* The first 40-character stretch of msg that occurs in it twice, or NULL. */
+static const char *repeated_text(const char *msg) {
+  static __thread char window[41];
+  size_t n = strlen(msg);
+  for (size_t i = 0; i + 40 <= n; i++) {
+    memcpy(window, msg + i, 40);
+    window[40] = '\0';
+    if (strstr(msg + i + 1, window) != NULL) return window;
+  }
+  return NULL;
+}
+
+/* Judges a survivor's failed call: status, time taken, the message naming rank 1 once. */
 static void judge_failure(harness_rank *r, weft_status_t st, double ms, const char *what) {
   const char *msg = weft_get_last_error(r->comm);
   if (st != WEFT_ERR_REMOTE && st != WEFT_ERR_TIMEOUT) {
@@ -102,6 +114,8 @@ static void judge_failure(harness_rank *r, weft_status_t st, double ms, const ch
                  r->config.timeout_ms);
   if (!harness_names_rank(msg, VICTIM))
     harness_fail(r, "%s: the error does not name rank %d: \"%s\"", what, VICTIM, msg);
+  if (repeated_text(msg) != NULL)
+    harness_fail(r, "%s: the error says \"%s\" twice: \"%s\"", what, repeated_text(msg), msg);
   harness_note(r, "%s failed after %.0f ms with %s: \"%s\"", what, ms, harness_status_name(st),
                msg);
 }

@@ -8,24 +8,19 @@
 # Flag lists in variables ($env_args, $small) are split into words on purpose:
 # shellcheck disable=SC2086
 
+. "$(dirname "$0")/tap.sh"
 cd "${WEFT_TOP_BUILDDIR:-.}" || { echo "1..0 # SKIP no build dir"; exit 0; }
 
-n=0
-failed=0
 out=$(mktemp "${TMPDIR:-/tmp}/weftrun_perf.XXXXXX") || exit 1
 json=$(mktemp "${TMPDIR:-/tmp}/weftrun_perf_json.XXXXXX") || exit 1
 trap 'rm -f "$out" "$json"' EXIT
 
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-  n=$((n + 1)); failed=$((failed + 1))
-  echo "not ok $n - $1"
-  sed 's/^/# /' "$out" | tail -n 40
-}
+TAP_LOG=$out
+TAP_TAIL=40
 
-# check_perf NAME ENV-ASSIGNMENTS... -- WEFTRUN-ARGS...: exit 0, result rows whose
-# two #wrong columns are 0 (or N/A where nccl-tests does not check, as in-place
-# sendrecv) followed by p50 and p99, and the nccl-tests footer.
+# check_perf NAME ENV-ASSIGNMENTS... -- WEFTRUN-ARGS...: exit 0, result rows of nccl-tests'
+# 13 columns whose two #wrong columns are 0 (or N/A where nccl-tests does not check, as
+# in-place sendrecv), and the nccl-tests footer.
 check_perf() {
   name=$1; shift
   env_args=
@@ -35,7 +30,7 @@ check_perf() {
   env $env_args timeout 120 ./weftrun "$@" >"$out" 2>&1
   rc=$?
   rows=$(grep -c '^ *[0-9]' "$out")
-  bad=$(awk '/^ *[0-9]/ && (NF != 15 || ($9 != "0" && $9 != "N/A") ||
+  bad=$(awk '/^ *[0-9]/ && (NF != 13 || ($9 != "0" && $9 != "N/A") ||
                             ($13 != "0" && $13 != "N/A"))' "$out" | wc -l)
   if [ $rc -eq 0 ] && [ "$rows" -gt 0 ] && [ "$bad" -eq 0 ] &&
      grep -q '^# Avg bus bandwidth' "$out" && grep -q '^# Out of bounds values : 0 OK' "$out"; then
@@ -46,7 +41,7 @@ check_perf() {
   fi
 }
 
-echo "1..29"
+echo "1..32"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -81,36 +76,39 @@ check_perf "alltoall_perf on 6 ranks with a window of 2 steps" WEFT_A2A_WINDOW=2
 check_perf "gather_perf on 3 ranks over socket, every root" WEFT_TRANSPORT=socket -- \
   -n 3 ./gather_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d bfloat16 -r -1
 
-# -J: one JSON object per result row, each with the figures and the configuration.
-rm -f "$json"
-timeout 120 ./weftrun -n 2 ./broadcast_perf -b 8 -e 1K -f 4 -n 2 -w 1 -r all -J "$json" \
+# -J: nccl-tests' JSON document (its format is checked in tests/nccl_tests_format.sh); here
+# weft's own fields under "weft": the algorithm each row ran, the run's configuration.
+rm -f "$json" "$json".*
+timeout 120 ./weftrun -n 2 ./broadcast_perf -b 8 -e 1K -f 4 -n 2 -w 1 -r all -L 1 -J "$json" \
   >"$out" 2>&1
 rc=$?
 rows=$(grep -c '^ *[0-9]' "$out")
 if ! command -v python3 >/dev/null 2>&1; then
-  ok "broadcast_perf -J rows parse as JSON # SKIP no python3"
+  ok "broadcast_perf -J: weft's fields under \"weft\" # SKIP no python3"
 elif [ $rc -eq 0 ] && python3 - "$json" "$rows" >>"$out" 2>&1 <<'PY'
 import json, sys
-rows = [json.loads(line) for line in open(sys.argv[1])]
+doc = json.load(open(sys.argv[1]))
+rows = doc["results"]
 assert len(rows) == int(sys.argv[2]), "%d JSON rows, %s printed" % (len(rows), sys.argv[2])
 for r in rows:
-    for key in ("size", "count", "type", "redop", "root", "p50_us", "p99_us"):
-        assert key in r, key
     # the algorithm actually run, from weft_get_algorithm: a real name, not a fallback
-    assert r["algorithm"] in ("chain", "binomial"), r["algorithm"]
+    assert r["weft"]["algorithm"] in ("chain", "binomial"), r["weft"]
+    assert r["weft"]["p50_us"] > 0 and r["weft"]["p99_us"] >= r["weft"]["p50_us"], r["weft"]
     for half in ("out_of_place", "in_place"):
-        assert r[half]["wrong"] == 0 and r[half]["time_us"] > 0, r
-    c = r["config"]
-    assert c["library"] == "weft" and c["collective"] == "broadcast", c
-    assert c["nranks"] == 2 and c["hosts"] == 1 and c["transport"] and c["algorithm"], c
-assert sorted(set(r["root"] for r in rows)) == [0, 1]
+        assert r[half]["nwrong"] == 0 and r[half]["time"] > 0, r
+c = doc["config"]["weft"]
+assert c["collective"] == "broadcast" and c["nranks"] == 2 and c["hosts"] == 1, c
+assert c["transport"] and c["algorithm"] and c["version"], c
+assert sorted(set(int(r["root"]) for r in rows)) == [0, 1]
+assert not any(e.startswith(("WEFT_UNIQUE_ID=", "WEFT_SECRET=")) for e in doc["env"]), "secret in env"
 PY
 then
-  ok "broadcast_perf -J rows parse as JSON"
+  ok "broadcast_perf -J: weft's fields under \"weft\""
 else
   echo "# exit status $rc"
-  not_ok "broadcast_perf -J rows parse as JSON"
+  not_ok "broadcast_perf -J: weft's fields under \"weft\""
 fi
+rm -f "$json" "$json".*
 
 timeout 120 ./weftrun -n 2 sh -c 'exit $((WEFT_RANK * 3))' >"$out" 2>&1
 rc=$?
@@ -134,16 +132,59 @@ fi
 # --bind-to core pins rank r to the r-th allowed CPU (mod their number); a bad value is refused.
 timeout 60 ./weftrun -n 3 --bind-to core sh -c 'echo "rank $WEFT_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"' >"$out" 2>&1
 rc=$?
-ncpu=$(grep -c . "$out")
+ncpu=$(grep -c '^rank' "$out")
 single=$(grep -Ec '^rank [0-2] [0-9]+$' "$out")
-timeout 60 ./weftrun -n 2 --bind-to socket true >>"$out" 2>&1
+timeout 60 ./weftrun -n 2 --bind-to socks true >>"$out" 2>&1
 bad=$?
 if [ $rc -eq 0 ] && [ "$ncpu" -eq 3 ] && [ "$single" -eq 3 ] && [ $bad -eq 2 ] &&
-   grep -q "bind-to takes core or none" "$out"; then
+   grep -q "bind-to takes auto, core, package or none" "$out"; then
   ok "weftrun --bind-to core gives each rank one CPU"
 else
   echo "# exit status $rc / $bad, $single of $ncpu ranks on one CPU"
   not_ok "weftrun --bind-to core gives each rank one CPU"
+fi
+
+# By default weftrun places ranks as mpirun does: with 2 ranks (or fewer, on >= 2 CPUs)
+# each on its own CPU, and --bind-to none opts out; -np is -n, as mpirun spells it.
+allowed=$(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)
+cpus=$(nproc)
+show='echo "rank $WEFT_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"'
+timeout 60 ./weftrun -np 2 sh -c "$show" >"$out" 2>&1
+rc=$?
+timeout 60 ./weftrun -np 2 --bind-to none sh -c "$show" >"$out.none" 2>&1
+rc_none=$?
+cat "$out.none" >>"$out"
+if [ "$cpus" -lt 2 ]; then
+  ok "weftrun binds 2 ranks to a core each by default # SKIP one CPU"
+elif [ $rc -eq 0 ] && [ $rc_none -eq 0 ] && [ "$(head -n 2 "$out" | grep -Ec '^rank [01] [0-9]+$')" -eq 2 ] &&
+     [ "$(head -n 2 "$out" | awk '{ print $3 }' | sort -u | wc -l)" -eq 2 ] &&
+     [ "$(grep -c "^rank [01] $allowed\$" "$out.none")" -eq 2 ]; then
+  ok "weftrun -np 2 binds each rank to its own core by default; --bind-to none leaves them free"
+else
+  echo "# exit status $rc / $rc_none; allowed here: $allowed"
+  not_ok "weftrun -np 2 binds each rank to its own core by default; --bind-to none leaves them free"
+fi
+rm -f "$out.none"
+
+# More ranks than CPUs: one warning that says so, and no binding (as mpirun --oversubscribe).
+over=$((cpus + 1))
+timeout 60 ./weftrun -n $over sh -c "$show" >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'ranks outnumber cores' "$out")" -eq 1 ] &&
+   [ "$(grep -c "^rank [0-9]* $allowed\$" "$out")" -eq $over ]; then
+  ok "weftrun warns once when $over ranks outnumber $cpus CPUs and leaves them unbound"
+else
+  echo "# exit status $rc"
+  not_ok "weftrun warns once when $over ranks outnumber $cpus CPUs and leaves them unbound"
+fi
+
+timeout 10 ./weftrun --version >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -Eq '^weftrun \(weft\) [0-9]+\.[0-9]+\.[0-9]+$' "$out"; then
+  ok "weftrun --version"
+else
+  echo "# exit status $rc"
+  not_ok "weftrun --version"
 fi
 
 # weft-tune --measure: fits the tuner's model here and prints a WEFT_TUNER_MODEL the tuner

@@ -4,7 +4,7 @@
 set -eu
 need=""
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in build-essential autoconf automake libtool pkg-config libcmocka-dev libhwloc-dev libopenblas-dev iproute2 procps util-linux openmpi-bin libibverbs-dev; do
+for p in build-essential autoconf automake libtool pkg-config libcmocka-dev libhwloc-dev libudev-dev libpmix-dev libxml2-dev libopenblas-dev iproute2 procps util-linux openmpi-bin slurmctld slurmd slurm-client munge libibverbs-dev; do
   have "$p" || need="$need $p"
 done
 [ -z "$need" ] && exit 0

@@ -94,10 +94,17 @@ int main(int argc, char **argv) {
                                            {"measure", no_argument, NULL, 'm'},
                                            {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int opt;
+  argv[0] = (char *)"weft-tune"; /* getopt's messages: not the libtool ".libs/" path */
   while ((opt = getopt_long(argc, argv, "n:t:ob:e:c:vh", longopts, NULL)) != -1) {
     switch (opt) {
       case 'n': in.nranks = atoi(optarg); break;
-      case 't': in.transport = strcmp(optarg, "socket") == 0 ? WEFT__TRANSPORT_SOCKET : WEFT__TRANSPORT_SHM; break;
+      case 't':
+        if (strcmp(optarg, "socket") != 0 && strcmp(optarg, "shm") != 0) {
+          fprintf(stderr, "weft-tune: -t %s: not a transport; valid: shm, socket\n", optarg);
+          return 2;
+        }
+        in.transport = strcmp(optarg, "socket") == 0 ? WEFT__TRANSPORT_SOCKET : WEFT__TRANSPORT_SHM;
+        break;
       case 'o': in.oversubscribed = 1; break;
       case 'b': lo = parse_size(optarg); break;
       case 'e': hi = parse_size(optarg); break;
@@ -111,6 +118,16 @@ int main(int argc, char **argv) {
   }
   if (in.nranks < 1 || lo < 1 || hi < lo) {
     usage(stderr);
+    return 2;
+  }
+  int known = only == NULL;
+  for (size_t i = 0; !known && i < sizeof(tuned) / sizeof(tuned[0]); i++)
+    known = strcmp(only, weft__coll_name(tuned[i])) == 0;
+  if (!known) {
+    fprintf(stderr, "weft-tune: -c %s: not a tuned collective; valid:", only);
+    for (size_t i = 0; i < sizeof(tuned) / sizeof(tuned[0]); i++)
+      fprintf(stderr, "%s %s", i ? "," : "", weft__coll_name(tuned[i]));
+    fprintf(stderr, "\n");
     return 2;
   }
   weft__algo_filter f;

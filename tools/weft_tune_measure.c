@@ -7,7 +7,7 @@
  * bandwidths and latencies; here we measure the three constants directly.
  *
  * How: for each transport, real ranks started by weftrun next to this program run
- * all_reduce_perf / all_gather_perf with WEFT_ALGO=ring and blocking calls (-z 1), 3
+ * all_reduce_perf / all_gather_perf with WEFT_ALGO=ring and blocking calls (-z 2 -L 1), 3
  * launches each, and the median of their p50 times is solved against the same cost
  * functions select.c uses (ag_ring, ar_ring):
  *     ring all-reduce of 8 B       t = 2 (n-1) alpha                     -> alpha
@@ -47,26 +47,28 @@ static int find_bindir(char *out, size_t len) {
   return 0;
 }
 
-/* The p50_us of the one row of a perf program's -J file; -1 when missing or wrong. */
+/* The weft p50_us of the one result of a perf program's -J document (nccl-tests' JSON,
+ * weft's figures under "weft"); -1 when missing or when a half has wrong elements. */
 static double read_p50(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return -1;
-  char line[4096];
-  double p50 = -1;
-  while (fgets(line, sizeof line, f)) {
-    const char *p = strstr(line, "\"p50_us\":");
-    if (p && !strstr(line, "\"wrong\":1") && strstr(line, "\"wrong\":0")) p50 = strtod(p + 9, NULL);
-  }
+  static char doc[1 << 20];
+  size_t n = fread(doc, 1, sizeof doc - 1, f);
   fclose(f);
-  return p50;
+  doc[n] = '\0';
+  const char *w = strstr(doc, "\"weft\":{\"algorithm\":");
+  const char *p = w ? strstr(w, "\"p50_us\":") : NULL;
+  int exact = 0;
+  for (const char *q = doc; (q = strstr(q, "\"nwrong\":")) != NULL; q++) exact += strtod(q + 9, NULL) == 0;
+  return p && exact == 2 ? strtod(p + 9, NULL) : -1;
 }
 
-/* One launch: weftrun -n N PROG -b S -e S -z 1 ... with WEFT_ALGO=ring. Returns p50 us or -1. */
+/* One launch: weftrun -n N PROG -b S -e S -z 2 -L 1 ... with WEFT_ALGO=ring (blocking calls,
+ * no barrier between them; -L: p50 of single calls). Returns p50 us or -1. */
 static double launch(const tune_ctx *c, const char *prog, int n, size_t bytes) {
-  char json[] = "/tmp/weft-tune-XXXXXX";
-  int fd = mkstemp(json);
-  if (fd < 0) return -1;
-  close(fd);
+  char dir[] = "/tmp/weft-tune-XXXXXX", json[sizeof dir + 16];
+  if (mkdtemp(dir) == NULL) return -1;
+  snprintf(json, sizeof json, "%s/row.json", dir);
   char weftrun[PATH_MAX + 16], exe[PATH_MAX + 32], np[16], size[32], iters[16];
   snprintf(weftrun, sizeof weftrun, "%s/weftrun", c->bindir);
   snprintf(exe, sizeof exe, "%s/%s", c->bindir, prog);
@@ -79,17 +81,16 @@ static double launch(const tune_ctx *c, const char *prog, int n, size_t bytes) {
     setenv("WEFT_TRANSPORT", c->transport, 1);
     unsetenv("WEFT_TUNER_MODEL");
     if (!freopen("/dev/null", "w", stdout)) _exit(127);
-    execl(weftrun, "weftrun", "-n", np, exe, "-b", size, "-e", size, "-z", "1", "-n", iters, "-w", "5",
-          "-J", json, (char *)NULL);
+    execl(weftrun, "weftrun", "-n", np, "--bind-to", "none", exe, "-b", size, "-e", size, "-z", "2",
+          "-L", "1", "-n", iters, "-w", "5", "-J", json, (char *)NULL);
     _exit(127);
   }
   int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    unlink(json);
-    return -1;
-  }
-  double p50 = read_p50(json);
+  double p50 = -1;
+  if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+    p50 = read_p50(json);
   unlink(json);
+  rmdir(dir);
   return p50;
 }
 

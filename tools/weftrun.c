@@ -1,7 +1,8 @@
 /*
  * weftrun: weft's single-host launcher.
  *
- *   weftrun -n N [--grace SEC] [--timeout SEC] [--bind-to core|none] [--] program [args...]
+ *   weftrun -n N [--grace SEC] [--timeout SEC] [--bind-to auto|core|package|none] [--version]
+ *           [--] program [args...]
  *
  * It creates the job's unique id, which starts the bootstrap root as a thread of
  * weftrun itself (so the root lives exactly as long as the job), then forks N ranks
@@ -16,11 +17,12 @@
  * group, ranks should not read a terminal's stdin.) Multi-host jobs use mpirun or srun
  * instead: weft_comm_init_from_env() understands their environments too.
  *
- * --bind-to core pins rank r to the r-th CPU weftrun may run on (modulo their number),
- * as Open MPI's mpirun does by default for two ranks or fewer: a rank's threads (its
- * caller and its stream's progress thread) then share one core instead of wandering onto
- * the other rank's, which on the 2-core VM made queued small-message loops bimodal between
- * launches (0.35 vs 3-4 us per 8-byte broadcast; pinned: 0.34 in 5 of 6 launches).
+ * Placement follows mpirun's defaults (tools/weftrun_bind.c): a core per rank for two ranks
+ * or fewer, a package above that, nothing when the ranks outnumber the CPUs (with one
+ * warning); --bind-to overrides. Pinned, a rank's threads (its caller and its stream's
+ * progress thread) share one core instead of wandering onto the other rank's, which on the
+ * 2-core VM made queued small-message loops bimodal between launches (0.35 vs 3-4 us per
+ * 8-byte broadcast; pinned: 0.34 in 5 of 6 launches).
  *
  * Signals are handled synchronously: SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked
  * and collected with sigtimedwait(), whose timeout is the next deadline, so there is
@@ -38,6 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/weftrun_bind.h"
 #include "weft.h"
 
 #define KILL_DELAY_S 2.0
@@ -71,18 +74,41 @@ static void usage(FILE *f) {
   fprintf(f,
           "Usage: weftrun -n N [options] [--] program [args...]\n"
           "Starts N ranks of program on this host for a weft job.\n\n"
-          "  -n, --np N         number of ranks (required)\n"
+          "  -n, -np, --np N    number of ranks (required)\n"
           "      --grace SEC    after a rank fails, let the others exit on their own for\n"
           "                     SEC seconds before SIGTERM (then SIGKILL 2 s later); default 30\n"
           "      --timeout SEC  kill the whole job after SEC seconds (exit status 124)\n"
-          "      --bind-to WHAT core: pin rank r to the r-th allowed CPU (mod their number),\n"
-          "                     as mpirun does by default for <= 2 ranks; none (default)\n"
+          "      --bind-to WHAT auto (default, as mpirun): core for <= 2 ranks, package above,\n"
+          "                     none when ranks outnumber the CPUs; core: rank r on the r-th\n"
+          "                     allowed CPU (mod their number); package: that CPU's package;\n"
+          "                     none: unbound. With more ranks than CPUs and no --bind-to,\n"
+          "                     weftrun warns once\n"
+          "      --version      weft's version\n"
           "  -h, --help         this help\n\n"
           "Each rank gets WEFT_UNIQUE_ID, WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK and\n"
           "WEFT_LOCAL_SIZE; weft_comm_init_from_env() reads them. SIGINT and SIGTERM are\n"
           "forwarded to the ranks. Exit status: 0 if every rank exited 0, else the first\n"
           "failing rank's status (128 + signal number when killed by a signal).\n"
           "weftrun is single-host: for several hosts, launch with mpirun or srun.\n");
+}
+
+static void print_version(void) {
+  int v = 0;
+  weft_get_version(&v);
+  printf("weftrun (weft) %d.%d.%d\n", v / 10000, v / 100 % 100, v % 100);
+}
+
+/* mpirun's "-np N" (one dash, two letters) as getopt's "--np N". Only before the program:
+ * its own arguments are left alone. */
+static void normalize_np(int argc, char **argv) {
+  static char np[] = "--np";
+  for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
+    if (strcmp(argv[i], "--") == 0) return;
+    if (strcmp(argv[i], "-np") == 0) argv[i] = np;
+    if (strcmp(argv[i], "-n") == 0 || strcmp(argv[i], "--np") == 0 || strcmp(argv[i], "--grace") == 0 ||
+        strcmp(argv[i], "--timeout") == 0 || strcmp(argv[i], "--bind-to") == 0)
+      i++; /* skip the option's value */
+  }
 }
 
 static int parse_seconds(const char *s, double *out) {
@@ -124,23 +150,6 @@ static char **rank_environ(const char *id, int rank, int nranks) {
   }
   env[k] = NULL;
   return env;
-}
-
-/* Pins the calling process to the (rank mod n)-th CPU of the set weftrun may use. */
-static void bind_to_core(int rank) {
-  cpu_set_t allowed, one;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) == 0)
-    return;
-  int want = rank % CPU_COUNT(&allowed), seen = 0;
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-    if (!CPU_ISSET(cpu, &allowed) || seen++ != want)
-      continue;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (sched_setaffinity(0, sizeof one, &one) != 0)
-      fprintf(stderr, "weftrun: rank %d: cannot bind to CPU %d: %s\n", rank, cpu, strerror(errno));
-    return;
-  }
 }
 
 /* In the child: own process group, parent's signal mask undone, die with weftrun, exec. */
@@ -264,7 +273,8 @@ static void supervise(struct job *job, const sigset_t *set) {
   }
 }
 
-static int launch(struct job *job, char **argv, const char *id, const sigset_t *oldmask, int bind) {
+static int launch(struct job *job, char **argv, const char *id, const sigset_t *oldmask,
+                  enum weftrun_bind bind) {
   pid_t self = getpid();
   for (int r = 0; r < job->nranks; r++) {
     char **env = rank_environ(id, r, job->nranks);
@@ -274,8 +284,7 @@ static int launch(struct job *job, char **argv, const char *id, const sigset_t *
     }
     pid_t pid = fork();
     if (pid == 0) {
-      if (bind)
-        bind_to_core(r);
+      weftrun_bind_rank(bind, r);
       exec_rank(argv, env, oldmask, self);
     }
     if (pid > 0)
@@ -293,16 +302,19 @@ static int launch(struct job *job, char **argv, const char *id, const sigset_t *
 }
 
 int main(int argc, char **argv) {
-  enum { OPT_GRACE = 256, OPT_TIMEOUT, OPT_BIND };
+  enum { OPT_GRACE = 256, OPT_TIMEOUT, OPT_BIND, OPT_VERSION };
   static const struct option opts[] = {{"np", required_argument, NULL, 'n'},
                                        {"grace", required_argument, NULL, OPT_GRACE},
                                        {"timeout", required_argument, NULL, OPT_TIMEOUT},
                                        {"bind-to", required_argument, NULL, OPT_BIND},
+                                       {"version", no_argument, NULL, OPT_VERSION},
                                        {"help", no_argument, NULL, 'h'},
                                        {NULL, 0, NULL, 0}};
-  int nranks = 0, c, bind = 0;
+  int nranks = 0, c, bind = BIND_AUTO;
   double grace = 30, timeout = 0;
   char *end;
+  argv[0] = (char *)"weftrun"; /* getopt's messages: not the libtool ".libs/" path */
+  normalize_np(argc, argv);
   while ((c = getopt_long(argc, argv, "+n:h", opts, NULL)) != -1) {
     switch (c) {
     case 'n':
@@ -321,12 +333,15 @@ int main(int argc, char **argv) {
       }
       break;
     case OPT_BIND:
-      if (strcmp(optarg, "core") != 0 && strcmp(optarg, "none") != 0) {
-        fprintf(stderr, "weftrun: --bind-to takes core or none, got '%s'\n", optarg);
+      bind = weftrun_bind_parse(optarg);
+      if (bind < 0) {
+        fprintf(stderr, "weftrun: --bind-to takes auto, core, package or none, got '%s'\n", optarg);
         return 2;
       }
-      bind = strcmp(optarg, "core") == 0;
       break;
+    case OPT_VERSION:
+      print_version();
+      return 0;
     case 'h':
       usage(stdout);
       return 0;
@@ -362,6 +377,10 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  int ncpus = weftrun_allowed_cpus();
+  if (nranks > ncpus && bind == BIND_AUTO) /* a placement asked for is not second-guessed */
+    fprintf(stderr, "weftrun: %d ranks on %d CPUs: ranks outnumber cores, so they take turns "
+            "(waits yield); not binding them\n", nranks, ncpus);
   struct job job = {.nranks = nranks, .grace_s = grace};
   job.ranks = calloc(nranks, sizeof(*job.ranks));
   if (!job.ranks) {
@@ -370,7 +389,7 @@ int main(int argc, char **argv) {
   }
   if (timeout > 0)
     job.timeout_at = now_s() + timeout;
-  if (launch(&job, argv + optind, id, &oldmask, bind) < 0) {
+  if (launch(&job, argv + optind, id, &oldmask, weftrun_bind_resolve(bind, nranks, ncpus)) < 0) {
     job.first_failure = 1;
     terminate_job(&job);
   }

@@ -69,6 +69,7 @@ static int parse_args(int argc, char **argv, options *o) {
       {NULL, 0, NULL, 0}};
   *o = (options){weft__env_str("WEFT_TOPO_DUMP_FILE", NULL), 0, 50, 4u << 20, 3};
   int c;
+  argv[0] = (char *)"weft-topo"; /* getopt's messages: not the libtool ".libs/" path */
   while ((c = getopt_long(argc, argv, "d:pl:b:i:h", longs, NULL)) != -1) {
     switch (c) {
       case 'd': o->dump = optarg; break;

@@ -8,8 +8,8 @@ int gpt_dist_join(gpt_dist *d, const char *prog, const char *launch, char *err, 
   d->prog = prog;
   weft_status_t st = weft_comm_init_from_env(&d->comm, NULL);
   if (st != WEFT_SUCCESS) {
-    snprintf(err, errlen, "weft_comm_init_from_env: %s (launch with weftrun -n %s)", weft_get_last_error(NULL),
-             launch);
+    snprintf(err, errlen, "cannot join the job: %s (launch with weftrun -n %s, mpirun or srun)",
+             weft_get_last_error(NULL), launch);
     d->comm = NULL;
     return -1;
   }

@@ -41,6 +41,7 @@ int gpt_parse_flags(const char *prog, int argc, char **argv, const gpt_flag *fla
     opts[i + 1] = (struct option){
         flags[i].name, flags[i].kind == GPT_FLAG_SWITCH ? no_argument : required_argument, 0, 1000 + i};
   int c, rc = 0;
+  argv[0] = (char *)prog; /* getopt's messages: not the libtool ".libs/" path */
   while (rc == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     if (c == 'h') {
       usage(stdout);

@@ -138,6 +138,7 @@ static const char plot_script[] =
     "    import matplotlib\n"
     "    matplotlib.use('Agg')\n"
     "    import matplotlib.pyplot as plt\n"
+    "    from matplotlib.ticker import MaxNLocator\n"
     "except Exception as e:\n"
     "    sys.stderr.write('matplotlib not available: %s\\n' % e); sys.exit(3)\n"
     "rows = list(csv.DictReader(open(sys.argv[1])))\n"
@@ -146,6 +147,7 @@ static const char plot_script[] =
     "plt.plot(s, [float(r['loss']) for r in rows], label='train loss')\n"
     "v = [(int(r['step']), float(r['val_loss'])) for r in rows if r['val_loss']]\n"
     "if v: plt.plot([a for a, b in v], [b for a, b in v], 'o-', label='validation loss')\n"
+    "plt.gca().xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers\n"
     "plt.xlabel('step'); plt.ylabel('cross-entropy (nats/char)'); plt.title(sys.argv[3])\n"
     "plt.grid(alpha=0.3); plt.legend(); plt.tight_layout(); plt.savefig(sys.argv[2], dpi=100)\n";
 

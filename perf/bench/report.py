@@ -156,14 +156,19 @@ def interleaved_floor_rows(d, reg):
             if line.strip():
                 r = json.loads(line)
                 fl[r["size"]] = r["busbw"]
-        path = os.path.join(ab, f"weft_R{reg}.r{rnd}.json")
-        if os.path.exists(path):
-            for line in open(path):
-                if line.strip():
-                    r = json.loads(line)
-                    w = r["out_of_place"]["busbw_gbps"]
-                    if r["size"] in fl and not r["out_of_place"]["wrong"]:
-                        per.setdefault(r["size"], []).append((w, fl[r["size"]]))
+        # one nccl-tests JSON document per size: weft_R{reg}.r{rnd}.{size}.json
+        prefix = f"weft_R{reg}.r{rnd}."
+        for name in sorted(os.listdir(ab)):
+            if not (name.startswith(prefix) and name.endswith(".json")):
+                continue
+            try:
+                results = json.load(open(os.path.join(ab, name)))["results"]
+            except (ValueError, KeyError):
+                continue
+            for r in results:
+                w = r["out_of_place"]["bus_bw"]
+                if r["size"] in fl and not r["out_of_place"]["nwrong"]:
+                    per.setdefault(r["size"], []).append((w, fl[r["size"]]))
         rnd += 1
 
     def median(xs):

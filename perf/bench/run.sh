@@ -18,19 +18,27 @@ quick=${BENCH_QUICK:-0}
 export COMPARE_ROUNDS=${COMPARE_ROUNDS:-3}
 [ "$quick" = 1 ] && export COMPARE_QUICK=1
 rc=0
+t_start=$SECONDS
+sweeps=${BENCH_SWEEPS:-shm socket np4 shm_registered np4_registered}
+nsweeps=$(echo $sweeps | wc -w)
+isweep=0
+# Progress: compare's own lines ("[k/K] round ... about T left", sizes) pass through, each
+# prefixed with the bench sweep it belongs to; the full log still goes to NAME.log.
 sweep() { # name, then environment assignments
   local name=$1; shift
-  echo "bench: sweep $name"
-  env "$@" COMPARE_OUT="$out/$name" bash "$here/../compare/run.sh" > "$out/$name.log" 2>&1 || {
-    echo "bench: sweep $name failed (see $out/$name.log)"; rc=1; }
+  isweep=$((isweep + 1))
+  echo "bench: sweep $isweep/$nsweeps: $name ($(( (SECONDS - t_start) / 60 )) min elapsed; then the floors)"
+  env "$@" COMPARE_OUT="$out/$name" bash "$here/../compare/run.sh" 2>&1 | tee "$out/$name.log" |
+    grep --line-buffered -E '^compare: (\[|    )' | sed -u "s/^compare: /bench: $name: /"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "bench: sweep $name failed (see $out/$name.log)"; rc=1; }
 }
-for name in ${BENCH_SWEEPS:-shm socket np4 shm_registered np4_registered}; do
+for name in $sweeps; do
   case $name in
     shm) sweep shm COMPARE_NP=2 ;;
     socket) sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce ;;
     np4) sweep np4 COMPARE_NP=4 ;;
-    shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 1 -R 2" ;;
-    np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 1 -R 2" ;;
+    shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
+    np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
     *) echo "bench: unknown sweep '$name' in BENCH_SWEEPS"; rc=1 ;;
   esac
 done
@@ -59,11 +67,13 @@ mkdir -p "$ab"
 ab_sizes="16M 32M 64M 128M 256M"
 [ "$quick" = 1 ] && ab_sizes="1M 4M"
 for round in $(seq 1 "$COMPARE_ROUNDS"); do
+  echo "bench: floor_ab round $round/$COMPARE_ROUNDS ($(( (SECONDS - t_start) / 60 )) min elapsed)"
   for size in $ab_sizes; do
+    echo "bench: floor_ab round $round: $size"
     ./membw_floor -c all_reduce_fused -b "$size" -e "$size" -n 10 >> "$ab/floor.r$round.jsonl" || rc=1
     for reg in 0 2; do
-      ./weftrun -n 2 --bind-to core ./all_reduce_perf -b "$size" -e "$size" -n 10 -w 3 -z 1 \
-        -R $reg -J "$ab/weft_R$reg.r$round.json" >> "$ab/weft_R$reg.r$round.txt" 2>&1 || rc=1
+      ./weftrun -n 2 --bind-to core ./all_reduce_perf -b "$size" -e "$size" -n 10 -w 3 -z 2 \
+        -R $reg -J "$ab/weft_R$reg.r$round.$size.json" >> "$ab/weft_R$reg.r$round.txt" 2>&1 || rc=1
     done
   done
 done

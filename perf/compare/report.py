@@ -7,8 +7,9 @@ so a report can be redrawn from raw/ without running the sweep again:
     python3 perf/compare/report.py --raw compare/raw --out compare
 
 Inputs in raw/, one file per collective, library and round:
-  COLL.weft.rK.json   weft's perf tool `-J` rows (out_of_place figures; broadcast: in_place,
-                      see WEFT_COLUMN), when it has -J;
+  COLL.weft.rK.B.json weft's perf tool `-J` documents, one per size range starting at B bytes
+                      (nccl-tests' JSON: results[].out_of_place; broadcast: in_place, see
+                      WEFT_COLUMN), when it has -J;
   COLL.weft.rK.txt    otherwise its nccl-tests table (the same columns);
   COLL.mpi.rK.jsonl, COLL.gloo.rK.jsonl   JSON lines of mpi_bench / gloo_bench;
   COLL.LIB.rK.l3      perf/l3_probe's verdict before and after that sweep (shared / split L3);
@@ -37,7 +38,7 @@ import sys
 
 LIBS = [("weft", "weft"), ("mpi", "Open MPI"), ("gloo", "Gloo")]
 COLORS = {"weft": "#d62728", "mpi": "#1f77b4", "gloo": "#2ca02c"}
-RAW_NAME = re.compile(r"^(?P<coll>[a-z_]+)\.(?P<lib>weft|mpi|gloo)\.r(?P<round>\d+)\.(?P<ext>json|jsonl|txt)$")
+RAW_NAME = re.compile(r"^(?P<coll>[a-z_]+)\.(?P<lib>weft|mpi|gloo)\.r(?P<round>\d+)\.(\d+\.)?(?P<ext>json|jsonl|txt)$")
 
 
 def human_size(n):
@@ -59,21 +60,22 @@ def row(size, time_us, busbw, wrong, p50=None, p99=None):
 WEFT_COLUMN = {"broadcast": "in_place"}
 
 
-def read_weft_json(path, column="out_of_place"):
-    """weft's -J rows (figures of the given column); None when the file has no usable row."""
+def read_weft_json(paths, column="out_of_place"):
+    """The results of weft's -J documents (nccl-tests' JSON; figures of the given column);
+    None when no file has a usable result."""
     rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            try:
-                o = json.loads(line)
-                oop = o[column]
-                rows.append(row(o["size"], oop["time_us"], oop.get("busbw_gbps", oop.get("busbw")),
-                                oop.get("wrong"), o.get("p50_us"), o.get("p99_us")))
-            except (ValueError, KeyError, TypeError):
-                return None
+    for path in paths:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+            for r in doc["results"]:
+                half = r[column]
+                wrong = half.get("nwrong")
+                rows.append(row(r["size"], half.get("time", half.get("cpu_time")), half["bus_bw"],
+                                None if wrong is None else int(wrong),
+                                r.get("weft", {}).get("p50_us"), r.get("weft", {}).get("p99_us")))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
     return rows or None
 
 
@@ -157,9 +159,10 @@ def load(raw):
             if (coll, rnd) in seen:
                 continue
             rows = None
-            if os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.json")):
-                rows = read_weft_json(os.path.join(raw, f"{coll}.weft.r{rnd}.json"),
-                                      WEFT_COLUMN.get(coll, "out_of_place"))
+            docs = sorted(os.path.join(raw, n) for n in names
+                          if n.startswith(f"{coll}.weft.r{rnd}.") and n.endswith(".json"))
+            if docs:
+                rows = read_weft_json(docs, WEFT_COLUMN.get(coll, "out_of_place"))
             if rows is None and os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.txt")):
                 rows = read_weft_table(os.path.join(raw, f"{coll}.weft.r{rnd}.txt"),
                                        WEFT_COLUMN.get(coll, "out_of_place"))
@@ -270,6 +273,9 @@ def rounds_placement(data, coll, libs):
 
 
 def plot(path, colls, med_all, title):
+    """Per collective two panels, one above the other: busbw against size, and the time per
+    call against size on a log scale (below 4 KiB every busbw curve sits on zero, and the
+    latency is what differs)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -278,34 +284,46 @@ def plot(path, colls, med_all, title):
     n = len(colls)
     ncols = min(3, n)
     nrows = (n + ncols - 1) // ncols
-    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 3.9 * nrows), squeeze=False)
+    fig, axes = plt.subplots(2 * nrows, ncols, figsize=(5.2 * ncols, 3.4 * 2 * nrows), squeeze=False)
+    size_fmt = FuncFormatter(lambda v, _: human_size(int(v)) if v >= 1 else "")
     for i, coll in enumerate(colls):
-        ax = axes[i // ncols][i % ncols]
+        bw_ax = axes[2 * (i // ncols)][i % ncols]
+        lat_ax = axes[2 * (i // ncols) + 1][i % ncols]
         med = med_all.get(coll, {})
         for lib, label in LIBS:
             pts = sorted(med.get(lib, {}).items())
             if not pts:
                 continue
             xs = [sz for sz, _ in pts]
-            ax.plot(xs, [s["busbw"] for _, s in pts], marker="o", markersize=3, linewidth=1.5,
-                    color=COLORS[lib], label=label)
-            bad = [(sz, s["busbw"]) for sz, s in pts if s["wrong"]]
-            if bad:
-                ax.scatter([b[0] for b in bad], [b[1] for b in bad], marker="x", s=60,
-                           color="black", zorder=5, label=f"{label}: wrong result")
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: human_size(int(v)) if v >= 1 else ""))
-        ax.set_title(coll)
-        ax.set_xlabel("size (bytes)")
-        ax.set_ylabel("busbw (GB/s)")
-        ax.grid(True, which="major", alpha=0.3)
-        ax.set_ylim(bottom=0)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8, loc="upper left")
+            style = dict(marker="o", markersize=3, linewidth=1.5, color=COLORS[lib], label=label)
+            bw_ax.plot(xs, [s["busbw"] for _, s in pts], **style)
+            lat_ax.plot(xs, [s["time_us"] for _, s in pts], **style)
+            bad = [(sz, s) for sz, s in pts if s["wrong"]]
+            for ax, key in ((bw_ax, "busbw"), (lat_ax, "time_us")):
+                if bad:
+                    ax.scatter([b[0] for b in bad], [b[1][key] for b in bad], marker="x", s=60,
+                               color="black", zorder=5, label=f"{label}: wrong result")
+        for ax in (bw_ax, lat_ax):
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(size_fmt)
+            ax.set_xlabel("size (bytes)")
+            ax.grid(True, which="major", alpha=0.3)
+        bw_ax.set_title(f"{coll}: bus bandwidth")
+        bw_ax.set_ylabel("busbw (GB/s)")
+        bw_ax.set_ylim(bottom=0)
+        lat_ax.set_title(f"{coll}: time per call")
+        lat_ax.set_ylabel("time (us, log)")
+        if lat_ax.get_lines():
+            lat_ax.set_yscale("log")
+        if bw_ax.get_legend_handles_labels()[0]:
+            bw_ax.legend(fontsize=8, loc="upper left")
+            lat_ax.legend(fontsize=8, loc="upper left")
         else:
-            ax.text(0.5, 0.5, "no results", ha="center", va="center", transform=ax.transAxes)
+            for ax in (bw_ax, lat_ax):
+                ax.text(0.5, 0.5, "no results", ha="center", va="center", transform=ax.transAxes)
     for j in range(n, nrows * ncols):
-        axes[j // ncols][j % ncols].axis("off")
+        axes[2 * (j // ncols)][j % ncols].axis("off")
+        axes[2 * (j // ncols) + 1][j % ncols].axis("off")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -336,7 +354,7 @@ def main():
                              for lib in libs} for coll in colls} for where in PLACEMENTS}
     transport = {"auto": "weft auto (shm), Open MPI default BTLs (vader shm), Gloo TCP",
                  "socket": "weft socket, Open MPI --mca btl tcp,self, Gloo TCP"}.get(a.transport, a.transport)
-    title = (f"busbw, {a.np} ranks, float32 sum, {a.transport} transport, "
+    title = (f"busbw and time per call, {a.np} ranks, float32 sum, {a.transport} transport, "
              f"median of {a.rounds} round(s)")
 
     md = ["# weft vs Open MPI vs Gloo", "",

@@ -29,8 +29,8 @@
 #                             socket: WEFT_TRANSPORT=socket, mpirun --mca btl tcp,self.
 #                             Gloo is always TCP.
 #   COMPARE_QUICK=1           sizes up to 4M, 1 round, 10 iters, 2 warm-ups
-#   COMPARE_WEFT_FLAGS [-z 1] extra flags for weft's perf tools (-z 1: blocking calls,
-#                             as MPI and Gloo make them)
+#   COMPARE_WEFT_FLAGS [-z 2] extra flags for weft's perf tools (-z 2: blocking calls
+#                             without a barrier between them, as MPI and Gloo make them)
 #   COMPARE_TIMEOUT [1800]    seconds one library's sweep may take
 #   COMPARE_OUT [./compare]   where compare.md, compare.png and raw/ go
 #   COMPARE_GLOO_PREFIX [/usr] where Gloo's include/ and lib/ are
@@ -59,7 +59,7 @@ WARMUP=${COMPARE_WARMUP:-5}
 COLLS=${COMPARE_COLLS:-all_reduce all_gather reduce_scatter all_to_all broadcast}
 LIBS=${COMPARE_LIBS:-weft mpi gloo}
 TRANSPORT=${COMPARE_TRANSPORT:-auto}
-WEFT_FLAGS=${COMPARE_WEFT_FLAGS:--z 1}
+WEFT_FLAGS=${COMPARE_WEFT_FLAGS:--z 2}
 TIMEOUT=${COMPARE_TIMEOUT:-1800}
 OUT=${COMPARE_OUT:-$BUILD/compare}
 GLOO_PREFIX=${COMPARE_GLOO_PREFIX:-/usr}
@@ -174,14 +174,15 @@ STATUS=0
 # Open MPI's mpirun binds each rank to a core by default when there are at most 2 ranks
 # (to a package above that); weft's ranks get the same placement through weftrun, so the
 # comparison is like for like. COMPARE_BIND=none turns it off.
-BIND=
+BIND="--bind-to none"
 if [ "${COMPARE_BIND:-auto}" != none ] && [ "$NP" -le 2 ]; then BIND="--bind-to core"; fi
 run_weft() {
   local coll=$1 base=$2 tool
   tool=$BUILD/$(weft_tool "$coll")
   case " $WEFT_COLLS " in *" $coll "*) ;; *) return 0 ;; esac
   local json=()
-  "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.json")
+  # one nccl-tests JSON document per size range, named by its first size
+  "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.${SWEEP[1]}.json")
   # shellcheck disable=SC2086 # WEFT_FLAGS is a list of flags
   WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" $BIND "$tool" "${SWEEP[@]}" \
     -d float -o sum -c 1 $WEFT_FLAGS "${json[@]}" >>"$base.txt" 2>>"$base.err"
@@ -189,7 +190,7 @@ run_weft() {
 
 # The same placement as weft's ranks: bound to a core each when BIND is set, else unbound.
 MPI_BIND=(--bind-to none)
-[ -n "$BIND" ] && MPI_BIND=(--bind-to core)
+[ "$BIND" = "--bind-to core" ] && MPI_BIND=(--bind-to core)
 run_mpi() {
   timeout "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe "${MPI_BIND[@]}" -np "$NP" \
     "${MPI_MCA[@]}" "$OUT/bin/mpi_bench" "$1" "${SWEEP[@]}" -t "$TRANSPORT" \
@@ -214,23 +215,51 @@ probe_l3() {
   return 0
 }
 
+# ---- progress: which sweep, which sizes, and about how long is left ----
+# The estimate: a sweep already run in an earlier round is expected to take as long again;
+# one not run yet, the mean of the sweeps done so far.
+declare -A SWEEP_SECS=()
+NSWEEPS=$((ROUNDS * $(echo $COLLS | wc -w) * $(echo $ACTIVE | wc -w)))
+DONE=0
+T_START=$SECONDS
+hms() { if [ "$1" -ge 60 ]; then echo "$(($1 / 60))m$(printf %02d $(($1 % 60)))s"; else echo "${1}s"; fi; }
+estimate_left() { # the sweeps after DONE, in loop order
+  local left=0 k=0 known=0 sum=0 key
+  for key in "${!SWEEP_SECS[@]}"; do known=$((known + 1)); sum=$((sum + SWEEP_SECS[$key])); done
+  [ "$known" -eq 0 ] && { echo "?"; return; }
+  for r in $(seq 1 "$ROUNDS"); do for c in $COLLS; do for l in $ACTIVE; do
+    k=$((k + 1))
+    [ "$k" -le "$DONE" ] && continue
+    left=$((left + ${SWEEP_SECS[$c.$l]:-$((sum / known))}))
+  done; done; done
+  echo "about $(hms "$left")"
+}
+progress() { # round coll lib
+  log "[$((DONE + 1))/$NSWEEPS] round $1/$ROUNDS $2 $3: sizes $MINB..$MAXB;" \
+    "$(hms $((SECONDS - T_START))) elapsed, $(estimate_left) left"
+}
+
 log "$NP ranks, sizes $MINB..$MAXB x$FACTOR, $ROUNDS round(s) of $ITERS iters," \
   "transport $TRANSPORT, libraries:$ACTIVE; output in $OUT"
 for round in $(seq 1 "$ROUNDS"); do
   for coll in $COLLS; do
     for lib in $ACTIVE; do
       base=$RAW/$coll.$lib.r$round
-      rm -f "$base.txt" "$base.json" "$base.jsonl" "$base.err" "$base.l3"
+      rm -f "$base.txt" "$base".*json "$base.jsonl" "$base.err" "$base.l3"
+      progress "$round" "$coll" "$lib"
       t0=$SECONDS
       rc=0
       probe_l3 "$base"
       for range in "${RANGES[@]}"; do
         set -- $range
         SWEEP=(-b "$1" -e "$2" -f "$FACTOR" -n "$3" -w "$WARMUP")
+        [ "${#RANGES[@]}" -gt 1 ] && log "    $coll $lib: sizes $1..$2 B, $3 iterations each"
         "run_$lib" "$coll" "$base" || { rc=$?; break; }
       done
       probe_l3 "$base"
       secs=$((SECONDS - t0))
+      SWEEP_SECS[$coll.$lib]=$secs
+      DONE=$((DONE + 1))
       if [ "$rc" = 0 ]; then
         log "round $round/$ROUNDS $coll $lib: ok (${secs} s)"
         continue

@@ -36,8 +36,10 @@ else
 fi
 
 run_weft() { # side build coll [env]
+  local lat=""  # p50/p99 are behind -L 1 since weft 0.2 (always printed before)
+  "$2/$(tool "$3")" -h 2>&1 | grep -q -- '-L,--latency' && lat="-L 1"
   env ${4:-} ${BENCH_PREFIX:-} "$2/weftrun" -n "$NP" "$2/$(tool "$3")" -b 8 -e "$MAXB" -f "$FACTOR" -n "$ITERS" -w "$WARM" \
-    -d float -o sum 2>/dev/null | awk -v side="$1" -v coll="$3" '/^ +[0-9]/ {print side, coll, $1, $6, $(NF-1)}'
+    -d float -o sum $lat 2>/dev/null | awk -v side="$1" -v coll="$3" '/^ +[0-9]/ {print side, coll, $1, $6, $(NF-1)}'
 }
 run_mpi() { # coll
   ${BENCH_PREFIX:-} mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" "$OUT/mpi_bench" "$1" \

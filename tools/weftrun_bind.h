@@ -1,0 +1,23 @@
+/* weftrun_bind.h: where weftrun places its ranks (see weftrun_bind.c). */
+#ifndef WEFTRUN_BIND_H
+#define WEFTRUN_BIND_H
+
+enum weftrun_bind { BIND_AUTO, BIND_NONE, BIND_CORE, BIND_PACKAGE };
+
+/* "auto", "none", "core", "package" ("socket" is taken for package, as mpirun does); -1
+ * for anything else. */
+int weftrun_bind_parse(const char *s);
+
+/* The policy auto stands for with nranks ranks on ncpus allowed CPUs, as Open MPI's mpirun
+ * decides: core for 2 ranks or fewer, package above, none when ranks outnumber the CPUs. */
+enum weftrun_bind weftrun_bind_resolve(enum weftrun_bind asked, int nranks, int ncpus);
+
+/* The number of CPUs this process may run on (its affinity), at least 1. */
+int weftrun_allowed_cpus(void);
+
+/* In the child, before exec: pins the process as the policy says. Rank r's CPU is the
+ * (r mod n)-th allowed CPU (ranks fill the CPUs in order); package widens that to every
+ * allowed CPU of the same package. Failures are reported and the rank runs unbound. */
+void weftrun_bind_rank(enum weftrun_bind how, int rank);
+
+#endif
