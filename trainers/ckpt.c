@@ -103,6 +103,7 @@ static void commit(const gpt_ckpt_group *g, const gpt_ckpt_save_req *r, const ch
 int gpt_ckpt_save(const gpt_ckpt_group *g, const gpt_ckpt_save_req *r, gpt_ckpt_saved *out, char *err,
                   size_t errlen) {
   double t0 = now_s();
+  out->id = 0;
   gpt_ckpt_step_dir(out->dir, sizeof(out->dir), r->root, r->step);
   save_news news = {0};
   shard_report mine = {0}, *all = NULL;
@@ -116,6 +117,7 @@ int gpt_ckpt_save(const gpt_ckpt_group *g, const gpt_ckpt_save_req *r, gpt_ckpt_
     free(all);
     return -1;
   }
+  out->id = news.id;
   write_own(g, r, out->dir, news.id, &mine);
   rc = gather(g, &mine, all, sizeof(mine), err, errlen);
   save_news done = {.id = news.id};

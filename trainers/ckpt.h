@@ -27,6 +27,7 @@
 #define WEFT_TRAINERS_CKPT_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "trainers/ckpt_dir.h"
 #include "trainers/ckpt_manifest.h"
@@ -57,6 +58,7 @@ typedef struct gpt_ckpt_save_req {
 /* What a save wrote, for the trainer's "# checkpoint" line. */
 typedef struct gpt_ckpt_saved {
   char dir[4200];
+  uint64_t id;           /* the save's id, set as soon as rank 0 has shared it (0 before) */
   double bytes, seconds; /* all shards and the manifest; wall time on this rank */
 } gpt_ckpt_saved;
 
@@ -111,6 +113,8 @@ typedef struct gpt_ckpt_track {
   long target;      /* the step this launch ends at */
   char last[4200];  /* "" while none */
   long last_step;
+  uint64_t pending_id; /* a save that failed on this rank after it started, 0 if none */
+  long pending_step;
 } gpt_ckpt_track;
 
 void gpt_ckpt_track_init(gpt_ckpt_track *t, const char *root, int every, int keep, const gpt_ckpt_origin *from,
@@ -119,9 +123,14 @@ void gpt_ckpt_track_init(gpt_ckpt_track *t, const char *root, int every, int kee
 int gpt_ckpt_due(const gpt_ckpt_track *t, long step, int last);
 /* A save completed: remember it; rank 0 prints "# checkpoint DIR (step S, ...)". */
 void gpt_ckpt_saved_note(gpt_ckpt_track *t, const gpt_ckpt_saved *s, long step, int rank);
-/* After a failure: "PROG: rank R: stopped at step S; last complete checkpoint: DIR (step
+/* A save failed on this rank after it started (s->id set): rank 0 may still have
+ * completed it, which gpt_ckpt_print_stop checks. */
+void gpt_ckpt_failed_note(gpt_ckpt_track *t, const gpt_ckpt_saved *s, long step);
+/* After a failure, to f: "PROG: rank R: stopped at step S; last complete checkpoint: DIR (step
  * K); relaunch with --resume DIR --steps N to end at step T" (or that none was written).
- * Nothing when no checkpoint was configured or resumed. */
-void gpt_ckpt_print_stop(const gpt_ckpt_track *t, const char *prog, int rank);
+ * DIR is the last save this rank saw complete, or the one it was in when the failure
+ * came if rank 0 completed it (its manifest carries that save's id). Nothing when no
+ * checkpoint was configured or resumed. */
+void gpt_ckpt_print_stop(FILE *f, const gpt_ckpt_track *t, const char *prog, int rank);
 
 #endif

@@ -79,6 +79,8 @@ static int is_one_checkpoint(const char *dir) {
   return access(path, F_OK) == 0 || step_of(base ? base + 1 : dir) >= 0;
 }
 
+/* The complete checkpoint of root with the highest step into out; stderr gets a line for
+ * each newer incomplete one. */
 static int newest_complete(const char *root, char *out, size_t outlen, char *err, size_t errlen) {
   int n;
   long *steps = scan_steps(root, &n);

@@ -29,7 +29,8 @@ static void print_body(FILE *f, const gpt_ckpt_manifest *m) {
           md->kind);
   fprintf(f, "config vocab %d seq %d layers %d dmodel %d heads %d\n", c->vocab, c->seq, c->layers, c->dmodel,
           c->heads);
-  fprintf(f, "experts %d hidden %d\nchars ", md->experts, md->expert_hidden);
+  fprintf(f, "experts %d hidden %d\nrouting topk %d capacity %.9g aux %.9g\nchars ", md->experts, md->expert_hidden,
+          md->topk, md->capacity_factor, md->aux_alpha);
   for (int i = 0; i < c->vocab; i++) fprintf(f, "%02x", md->chars[i]);
   fprintf(f, "\nfloats %" PRIu64 "\nstep %ld\nrng", md->floats, m->step);
   for (int i = 0; i < 4; i++) fprintf(f, " %016" PRIx64, m->rng.s[i]);
@@ -129,6 +130,8 @@ static int parse_line(const char *line, gpt_ckpt_manifest *m) {
              &c->heads) == 5)
     return 1 << 4;
   if (sscanf(line, "experts %d hidden %d", &md->experts, &md->expert_hidden) == 2) return 1 << 5;
+  if (sscanf(line, "routing topk %d capacity %f aux %f", &md->topk, &md->capacity_factor, &md->aux_alpha) == 3)
+    return 1 << 15;
   if (sscanf(line, "chars %599s", hex) == 1) return parse_chars(hex, md) ? -1 : 1 << 6;
   if (sscanf(line, "floats %" SCNu64, &md->floats) == 1) return 1 << 7;
   if (sscanf(line, "step %ld", &m->step) == 1) return 1 << 8;
@@ -166,7 +169,7 @@ static int parse(char *text, gpt_ckpt_manifest *m, char *why, size_t whylen) {
   }
   int missing = 0;
   for (int i = 0; m->shard && i < m->nshards; i++) missing |= !m->shard[i].name[0];
-  if (seen != (1 << 15) - 1 || missing || m->nshards != m->world || m->step < 0) {
+  if (seen != (1 << 16) - 1 || missing || m->nshards != m->world || m->step < 0) {
     snprintf(why, whylen, "incomplete or inconsistent (a key or a shard line is missing)");
     return -1;
   }

@@ -9,6 +9,7 @@
  *     model gpt                           gpt or moe
  *     config vocab 65 seq 16 layers 2 dmodel 32 heads 2
  *     experts 0 hidden 0                  MoE: experts per layer, expert hidden width
+ *     routing topk 0 capacity 0 aux 0     MoE: top-k, capacity factor, aux loss weight
  *     chars 0a20212627...                 the tokenizer's bytes, hex
  *     floats 28096                        floats of the full layout (per buffer)
  *     step 40                             optimizer steps done
@@ -37,6 +38,8 @@ typedef struct gpt_ckpt_model {
   char kind[8]; /* "gpt" or "moe" */
   gpt_config cfg;
   int experts, expert_hidden; /* MoE only, else 0 */
+  int topk;                   /* MoE routing (flags, not shape: a resume may change them) */
+  float capacity_factor, aux_alpha;
   unsigned char chars[256];   /* the tokenizer's bytes (cfg.vocab of them) */
   uint64_t floats;            /* of the full layout */
 } gpt_ckpt_model;

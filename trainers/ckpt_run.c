@@ -92,21 +92,47 @@ int gpt_ckpt_due(const gpt_ckpt_track *t, long step, int last) {
 void gpt_ckpt_saved_note(gpt_ckpt_track *t, const gpt_ckpt_saved *s, long step, int rank) {
   snprintf(t->last, sizeof(t->last), "%s", s->dir);
   t->last_step = step;
+  t->pending_id = 0;
   if (rank == 0)
     printf("# checkpoint %s (step %ld, %.2f MiB, %.0f ms)\n", s->dir, step, s->bytes / (1024.0 * 1024.0),
            s->seconds * 1e3);
 }
 
-void gpt_ckpt_print_stop(const gpt_ckpt_track *t, const char *prog, int rank) {
+void gpt_ckpt_failed_note(gpt_ckpt_track *t, const gpt_ckpt_saved *s, long step) {
+  if (!s->id) return;
+  t->pending_id = s->id;
+  t->pending_step = step;
+}
+
+/* A save this rank took part in but did not hear the end of: rank 0 may have completed
+ * it before the failure. It counts when its manifest is there and carries its id. */
+static int pending_completed(const gpt_ckpt_track *t) {
+  if (!t->pending_id || !t->root) return 0;
+  char dir[4200], err[1024];
+  gpt_ckpt_manifest m;
+  gpt_ckpt_step_dir(dir, sizeof(dir), t->root, t->pending_step);
+  if (gpt_ckpt_check_complete(dir, &m, err, sizeof(err))) return 0;
+  int ours = m.id == t->pending_id;
+  gpt_ckpt_manifest_free(&m);
+  return ours;
+}
+
+void gpt_ckpt_print_stop(FILE *f, const gpt_ckpt_track *t, const char *prog, int rank) {
   if (!t || (!t->root && !t->last[0])) return;
-  long now = t->step ? *t->step : 0;
-  if (!t->last[0]) {
-    fprintf(stderr, "%s: rank %d: stopped at step %ld; no checkpoint was written yet (--checkpoint-dir %s)\n", prog,
+  long now = t->step ? *t->step : 0, step = t->last_step;
+  char last[4200];
+  snprintf(last, sizeof(last), "%s", t->last);
+  if (pending_completed(t)) {
+    gpt_ckpt_step_dir(last, sizeof(last), t->root, t->pending_step);
+    step = t->pending_step;
+  }
+  if (!last[0]) {
+    fprintf(f, "%s: rank %d: stopped at step %ld; no checkpoint was written yet (--checkpoint-dir %s)\n", prog,
             rank, now, t->root);
     return;
   }
-  fprintf(stderr,
+  fprintf(f,
           "%s: rank %d: stopped at step %ld; last complete checkpoint: %s (step %ld); relaunch with --resume %s "
           "--steps %ld to end at step %ld\n",
-          prog, rank, now, t->last, t->last_step, t->last, t->target - t->last_step, t->target);
+          prog, rank, now, last, step, last, t->target - step, t->target);
 }

@@ -78,7 +78,10 @@ gpt_ckpt_group gpt_dist_ckpt_group(const gpt_dist *d) {
 int gpt_dist_ckpt_save(const gpt_dist *d, gpt_ckpt_track *t, const gpt_ckpt_save_req *r, char *err, size_t errlen) {
   gpt_ckpt_group g = gpt_dist_ckpt_group(d);
   gpt_ckpt_saved saved;
-  if (gpt_ckpt_save(&g, r, &saved, err, errlen)) return -1;
+  if (gpt_ckpt_save(&g, r, &saved, err, errlen)) {
+    gpt_ckpt_failed_note(t, &saved, r->step);
+    return -1;
+  }
   gpt_ckpt_saved_note(t, &saved, r->step, d->rank);
   return 0;
 }

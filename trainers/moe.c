@@ -68,6 +68,7 @@ typedef struct moe_trainer {
   gpt_report rep; /* peak (averaged over ranks), log, totals */
   char resume[4200];         /* the checkpoint --resume resolved to on rank 0 */
   gpt_ckpt_origin from;      /* and what it was */
+  gpt_ckpt_model from_model; /* its model, for the routing note */
   gpt_ckpt_track ckpt;       /* --checkpoint-dir: when to save, the last complete checkpoint */
   gpt_ckpt_seg *own, *need;  /* this rank's part of the full layout, written / read (moe_ckpt.h) */
   int nown, nneed;
@@ -255,6 +256,7 @@ static int resume_state(moe_trainer *t, const gpt_ckpt_manifest *man, char *err,
   t->step = man->step;
   t->rng = man->rng;
   gpt_ckpt_origin_of(&t->from, t->resume, man);
+  t->from_model = man->model;
   return 0;
 }
 
@@ -328,6 +330,7 @@ static void print_header(const void *self) {
   printf("# batch %d per rank x %d ranks = %d sequences (%d tokens) per step, %d capacity groups per rank\n",
          t->f.c.run.batch, t->dist.nranks, t->G, t->G * c->seq, t->f.groups);
   gpt_ckpt_print_origin(&t->from, t->G, t->dist.nranks * t->f.groups);
+  if (t->from.path[0]) moe_ckpt_print_routing(&t->from_model, mc);
   gpt_report_peak(&t->rep, 0, " (active parameters)", "");
   char aux[16];
   snprintf(aux, sizeof(aux), " %9s", "aux");

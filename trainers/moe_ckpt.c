@@ -19,6 +19,9 @@ gpt_ckpt_model moe_ckpt_model(const moe_model *m, const gpt_tokenizer *tok) {
   snprintf(md.kind, sizeof(md.kind), "moe");
   md.experts = m->mc.experts;
   md.expert_hidden = m->mc.hidden;
+  md.topk = m->mc.topk;
+  md.capacity_factor = m->mc.capacity_factor;
+  md.aux_alpha = m->mc.aux_alpha;
   return md;
 }
 
@@ -44,4 +47,11 @@ int moe_ckpt_shape(const char *dir, const gpt_ckpt_manifest *m, const gpt_tokeni
   mc->experts = md->experts;
   mc->hidden = md->expert_hidden;
   return 0;
+}
+
+void moe_ckpt_print_routing(const gpt_ckpt_model *md, const moe_config *mc) {
+  if (md->topk == mc->topk && md->capacity_factor == mc->capacity_factor && md->aux_alpha == mc->aux_alpha) return;
+  printf("# note: routing was top-%d, capacity factor %g, aux alpha %g and is top-%d, %g, %g now (--topk, "
+         "--capacity-factor, --aux-alpha): training differs from an unbroken run\n",
+         md->topk, md->capacity_factor, md->aux_alpha, mc->topk, mc->capacity_factor, mc->aux_alpha);
 }

@@ -39,4 +39,8 @@ typedef struct moe_given {
 int moe_ckpt_shape(const char *dir, const gpt_ckpt_manifest *m, const gpt_tokenizer *tok, const moe_given *given,
                    int nranks, gpt_config *cfg, moe_config *mc, char *err, size_t errlen);
 
+/* Rank 0's header note when the routing flags differ from the checkpoint's md (they are
+ * taken from the command line, like --lr). */
+void moe_ckpt_print_routing(const gpt_ckpt_model *md, const moe_config *mc);
+
 #endif

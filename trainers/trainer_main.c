@@ -15,7 +15,7 @@ int gpt_program_run(const gpt_program *p) {
     /* Exit without destroying the communicator (see trainer_main.h). */
     if (err[0] && p->err_names_rank) fprintf(stderr, "%s: rank %d: %s\n", p->prog, p->dist->rank, err);
     if (err[0] && !p->err_names_rank) fprintf(stderr, "%s: %s\n", p->prog, err);
-    gpt_ckpt_print_stop(p->ckpt, p->prog, p->dist->rank);
+    gpt_ckpt_print_stop(stderr, p->ckpt, p->prog, p->dist->rank);
     return 1;
   }
   p->teardown(p->self);
