@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,6 +74,26 @@ static void write_own(const gpt_ckpt_group *g, const gpt_ckpt_save_req *r, const
   rep->sum = info.sum;
 }
 
+/* Rank 0 sees every shard with the size its rank reported: else the directory is not one
+ * filesystem for all ranks (or a shard was replaced), and a manifest would promise files
+ * a resume could not find. */
+static int all_shards_visible(const gpt_ckpt_group *g, const char *dir, uint64_t id, const shard_report *all,
+                              save_news *n) {
+  for (int i = 0; i < g->nranks; i++) {
+    char name[96], path[4400];
+    struct stat sb;
+    gpt_ckpt_shard_name(name, sizeof(name), i, g->nranks, id);
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (stat(path, &sb) == 0 && (uint64_t)sb.st_size == all[i].bytes) continue;
+    snprintf(n->msg, sizeof(n->msg),
+             "rank 0 does not see rank %d's shard %.700s with the %llu bytes rank %d wrote: every rank must see "
+             "the checkpoint directory on one shared filesystem",
+             i, path, (unsigned long long)all[i].bytes, i);
+    return 0;
+  }
+  return 1;
+}
+
 /* Rank 0, with every shard report: the manifest, then pruning. */
 static void commit(const gpt_ckpt_group *g, const gpt_ckpt_save_req *r, const char *dir, uint64_t id,
                    const shard_report *all, save_news *n) {
@@ -81,6 +102,7 @@ static void commit(const gpt_ckpt_group *g, const gpt_ckpt_save_req *r, const ch
       snprintf(n->msg, sizeof(n->msg), "rank %d: %s", i, all[i].msg);
       return;
     }
+  if (!all_shards_visible(g, dir, id, all, n)) return;
   gpt_ckpt_manifest m = {.id = id, .model = r->model, .step = r->step, .rng = r->rng, .world = g->nranks,
                          .global_batch = r->global_batch, .groups = r->groups, .nshards = g->nranks};
   snprintf(m.trainer, sizeof(m.trainer), "%s", r->trainer);

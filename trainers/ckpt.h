@@ -6,8 +6,9 @@
  *   1. rank 0 creates DIR/step-S (ckpt_dir.h), draws the save's random id, broadcasts it;
  *   2. every rank writes the segments it owns to its shard (ckpt_shard.h), atomically:
  *      temporary name, fsync, rename, fsync of the directory (atomic_file.h);
- *   3. rank 0 gathers every shard's size and checksum, then writes the manifest
- *      (ckpt_manifest.h) atomically: the checkpoint exists from that rename on;
+ *   3. rank 0 gathers every shard's size and checksum, checks it sees every shard with
+ *      that size (the directory must be one filesystem for all ranks), then writes the
+ *      manifest (ckpt_manifest.h) atomically: the checkpoint exists from that rename on;
  *   4. rank 0 removes what --keep K no longer keeps, then broadcasts the outcome.
  * A rank that dies anywhere in 1-4 leaves no manifest, so DIR/step-S stays incomplete and
  * the previous checkpoint stays the newest complete one; the shards of a save carry its id

@@ -6,7 +6,8 @@
  * flipped byte in a shard or in the manifest, a truncated, missing or foreign shard is
  * refused naming the file; --resume of a directory picks the newest complete checkpoint;
  * --keep K removes only older checkpoints; an aborted temporary leaves the old file; a
- * shard that cannot be written leaves its step without a manifest; the message of a rank
+ * shard that cannot be written, or that rank 0 cannot see (a directory that is not shared),
+ * leaves its step without a manifest; the message of a rank
  * that stops names the newest checkpoint it knows complete.
  *
  * Then weftrun launches the trainers from the build directory (WEFT_TOP_BUILDDIR). One
@@ -369,6 +370,35 @@ static void a_shard_that_cannot_be_written_leaves_no_manifest(void **state) {
   fixture_free(f);
 }
 
+/* A group in which this process is rank 0 of 2 and rank 1 reports a shard of 123 bytes
+ * written somewhere rank 0 cannot see (another host's local disk). */
+static int no_bcast(void *ctx, void *buf, size_t bytes, char *err, size_t errlen) { return 0; }
+
+static int gather_from_elsewhere(void *ctx, const void *mine, void *all, size_t bytes, char *err, size_t errlen) {
+  memcpy(all, mine, bytes);
+  memcpy((char *)all + bytes, mine, bytes);
+  memcpy((char *)all + bytes + 8, &(uint64_t){123}, 8); /* shard_report: ok, pad, then bytes */
+  return 0;
+}
+
+static void a_shard_rank_0_cannot_see_leaves_no_manifest(void **state) {
+  fixture *f = fixture_new();
+  char err[2048], probe[4400];
+  gpt_ckpt_seg half = {0, 0, f->m->lay.total / 2};
+  gpt_ckpt_save_req r = {.root = f->root, .keep = 2, .trainer = "test", .step = 3, .global_batch = 8,
+                         .model = gpt_ckpt_model_gpt(&tiny, &f->tok, f->m->lay.total),
+                         .own = {{f->state[0], f->state[1], f->state[2]}, &half, 1}};
+  gpt_ckpt_group two = {.rank = 0, .nranks = 2, .bcast = no_bcast, .gather = gather_from_elsewhere};
+  gpt_ckpt_saved saved;
+  assert_int_equal(gpt_ckpt_save(&two, &r, &saved, err, sizeof(err)), -1);
+  if (!strstr(err, "does not see rank 1's shard") || !strstr(err, "shard-00001-of-00002") ||
+      !strstr(err, "one shared filesystem"))
+    fail_msg("%s", err);
+  snprintf(probe, sizeof(probe), "%s/manifest", saved.dir);
+  assert_true(access(probe, F_OK) != 0);
+  fixture_free(f);
+}
+
 /* What gpt_ckpt_print_stop says for t. */
 static void stop_message(const gpt_ckpt_track *t, char *out, size_t n) {
   FILE *fp = tmpfile();
@@ -595,6 +625,7 @@ int main(void) {
       cmocka_unit_test(keep_2_removes_only_older_checkpoints_and_strays),
       cmocka_unit_test(an_aborted_temporary_leaves_the_old_file),
       cmocka_unit_test(a_shard_that_cannot_be_written_leaves_no_manifest),
+      cmocka_unit_test(a_shard_rank_0_cannot_see_leaves_no_manifest),
       cmocka_unit_test(the_stop_message_names_the_save_rank_0_completed_before_the_failure),
       cmocka_unit_test(fsdp_resumed_on_4_ranks_ends_bit_for_bit_where_the_unbroken_run_did),
       cmocka_unit_test(fsdp_4_rank_checkpoint_loads_bit_for_bit_on_2_fsdp_3_ddp_and_2_pipeline_ranks),
@@ -603,7 +634,7 @@ int main(void) {
       cmocka_unit_test(keep_2_leaves_the_last_two_checkpoints_of_a_run),
       cmocka_unit_test(a_damaged_checkpoint_stops_the_trainers_naming_the_file),
   };
-  enum { FORMAT_TESTS = 7 };
+  enum { FORMAT_TESTS = 8 };
   size_t n = sizeof(tests) / sizeof(tests[0]);
   if (!why) return _cmocka_run_group_tests("test_ckpt", tests, n, unbroken_setup, unbroken_teardown);
   tu_skip(tests, FORMAT_TESTS, n, why);
