@@ -60,8 +60,8 @@ void gpt_ckpt_print_origin(const gpt_ckpt_origin *o, int global_batch, int group
     printf("# resumed from %s (step %ld)\n", o->path, o->step);
     return;
   }
-  printf("# resumed from %s (step %ld, written by %s on %d ranks, global batch %d)\n", o->path, o->step, o->trainer,
-         o->world, o->global_batch);
+  printf("# resumed from %s (step %ld, written by %s on %d rank%s, global batch %d)\n", o->path, o->step, o->trainer,
+         o->world, o->world == 1 ? "" : "s", o->global_batch);
   if (o->global_batch != global_batch)
     printf("# note: the global batch was %d sequences and is %d now: the data order differs from an unbroken run\n",
            o->global_batch, global_batch);
