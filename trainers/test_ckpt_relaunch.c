@@ -7,8 +7,9 @@
  * STEPS steps; then the same run with a checkpoint every SAVE_EVERY steps, launched in the
  * background, whose rank `victim` is SIGKILLed once the first checkpoint is complete.
  * Every surviving rank must exit with "stopped at step S; last complete checkpoint: DIR
- * (step K); relaunch with --resume DIR --steps N to end at step STEPS", DIR complete on
- * disk. The relaunch takes those flags as printed, on another launcher or rank count:
+ * (step K); relaunch with --resume DIR --steps N to end at step T", DIR complete on disk
+ * and K + N = T. The relaunch resumes DIR as printed, for STEPS - K steps, on another
+ * launcher or rank count:
  * FSDP on 2 ranks x 4 sequences started torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT; no weftrun), MoE on 4 ranks again and on 2 ranks with 2 capacity groups
  * each, the pipeline on 3 stages. Its final checkpoint is compared with the unbroken
@@ -34,7 +35,9 @@
 #include "trainers/test_spawn.h"
 #include "trainers/test_util.h"
 
-enum { STEPS = 100, SAVE_EVERY = 4 };
+/* The killed run aims at KILLED_STEPS, so it is always still running when its rank is
+ * killed; its state at any step is the unbroken run's (no schedule depends on --steps). */
+enum { STEPS = 100, SAVE_EVERY = 4, KILLED_STEPS = 100000 };
 
 #define TINY "--dmodel 32 --heads 2 --seq 16 --eval-batches 0 --peak-gflops 100 --log none --plot none"
 
@@ -63,19 +66,20 @@ static stop_note read_stop_note(const char *dir, int survivors) {
     long end;
     if (p && sscanf(p, "last complete checkpoint: %4199s (step %ld); relaunch with --resume %*s --steps %ld to end at "
                        "step %ld", n.ckpt, &n.ckpt_step, &n.steps_left, &end) == 4)
-      assert_int_equal(end, STEPS);
+      assert_int_equal(end, KILLED_STEPS);
   }
   fclose(f);
   if (!n.ckpt[0]) fail_msg("no survivor named a checkpoint");
-  assert_int_equal(n.ckpt_step + n.steps_left, STEPS);
+  assert_int_equal(n.ckpt_step + n.steps_left, KILLED_STEPS);
+  if (n.ckpt_step >= STEPS) fail_msg("killed only at step %ld", n.ckpt_step);
   return n;
 }
 
 /* The run of s with checkpoints, its victim SIGKILLed after the first checkpoint. */
 static stop_note kill_mid_run(const scenario *s, const char *dir) {
   char args[8192], first[4400];
-  snprintf(args, sizeof(args), TINY " %s --steps %d --checkpoint-dir %s/run --save-every %d", s->flags, STEPS, dir,
-           SAVE_EVERY);
+  snprintf(args, sizeof(args), TINY " %s --steps %d --checkpoint-dir %s/run --save-every %d", s->flags, KILLED_STEPS,
+           dir, SAVE_EVERY);
   pid_t job = ts_spawn(dir, s->nranks, s->prog, 120, args, "WEFT_TIMEOUT_MS=30000");
   snprintf(first, sizeof(first), "%s/run/step-%08d/manifest", dir, SAVE_EVERY);
   ts_wait_for_file(job, dir, first, 60);
@@ -133,7 +137,7 @@ static void lose_a_rank_and_relaunch(const scenario *s, const relaunch *r, int n
   stop_note note = kill_mid_run(s, killed);
   for (int i = 0; i < n; i++) {
     snprintf(args, sizeof(args), TINY " %s --resume %s --steps %ld --checkpoint-dir %s/run", r[i].flags, note.ckpt,
-             note.steps_left, again);
+             STEPS - note.ckpt_step, again);
     if (r[i].torchrun)
       assert_int_equal(ts_launch_torchrun(again, r[i].nranks, s->prog, 120, args), 0);
     else
