@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "trainers/atomic_file.h"
+
 #define CKPT_MAGIC "WEFTGPT1"
 #define CKPT_VERSION 1
 
@@ -19,21 +21,9 @@ typedef struct ckpt_header {
   uint64_t nparams;
 } ckpt_header;
 
-static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
-  const unsigned char *b = p;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static int write_all(FILE *f, const void *p, size_t n, uint64_t *h) {
-  *h = fnv1a(*h, p, n);
-  return fwrite(p, 1, n, f) == n ? 0 : -1;
-}
-
 static int read_all(FILE *f, void *p, size_t n, uint64_t *h) {
   if (fread(p, 1, n, f) != n) return -1;
-  *h = fnv1a(*h, p, n);
+  *h = gpt_fnv1a(*h, p, n);
   return 0;
 }
 
@@ -54,25 +44,16 @@ int gpt_checkpoint_save(const char *path, const gpt_model *m, const gpt_tokenize
   memcpy(h.rng, st->rng.s, sizeof(h.rng));
   h.nparams = m->lay.total;
 
-  char tmp[4096];
-  snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    snprintf(err, errlen, "checkpoint save: cannot create %s: %s", tmp, strerror(errno));
-    return -1;
-  }
-  uint64_t sum = 0xcbf29ce484222325ull;
+  gpt_afile a;
+  if (gpt_afile_open(&a, path, err, errlen)) return -1;
   size_t bytes = m->lay.total * sizeof(float);
-  int rc = write_all(f, &h, sizeof(h), &sum) | write_all(f, m->params, bytes, &sum) |
-           write_all(f, st->adam_m, bytes, &sum) | write_all(f, st->adam_v, bytes, &sum);
-  rc |= fwrite(&sum, sizeof(sum), 1, f) == 1 ? 0 : -1;
-  rc |= fclose(f);
-  if (rc || rename(tmp, path)) {
-    snprintf(err, errlen, "checkpoint save: writing %s failed: %s", path, strerror(errno));
-    remove(tmp);
-    return -1;
-  }
-  return 0;
+  gpt_afile_write(&a, &h, sizeof(h));
+  gpt_afile_write(&a, m->params, bytes);
+  gpt_afile_write(&a, st->adam_m, bytes);
+  gpt_afile_write(&a, st->adam_v, bytes);
+  uint64_t sum = a.sum;
+  gpt_afile_write(&a, &sum, sizeof(sum));
+  return gpt_afile_commit(&a, err, errlen) ? -1 : 0;
 }
 
 static FILE *open_header(const char *path, ckpt_header *h, uint64_t *sum, char *err, size_t errlen) {
@@ -81,7 +62,7 @@ static FILE *open_header(const char *path, ckpt_header *h, uint64_t *sum, char *
     snprintf(err, errlen, "checkpoint %s: cannot open: %s", path, strerror(errno));
     return NULL;
   }
-  *sum = 0xcbf29ce484222325ull;
+  *sum = GPT_FNV1A_INIT;
   if (read_all(f, h, sizeof(*h), sum) || memcmp(h->magic, CKPT_MAGIC, 8) || h->version != CKPT_VERSION ||
       h->header_bytes != sizeof(*h)) {
     snprintf(err, errlen, "checkpoint %s: not a weft GPT checkpoint (version %d)", path, CKPT_VERSION);

@@ -3,7 +3,9 @@
  * File: a fixed header (magic "WEFTGPT1", format version, model config, the tokenizer's
  * bytes, step, the batch RNG's state, the parameter count), then the parameters and both
  * AdamW moments as raw little-endian fp32, then a 64-bit FNV-1a checksum of everything
- * before it. Written to PATH.tmp and renamed, so a crash never leaves half a checkpoint.
+ * before it. Written to a temporary, fsynced and renamed (atomic_file.h), so a crash
+ * never leaves half a checkpoint. This single-file form is --save's (rank 0 gathers the
+ * whole state); the periodic, sharded checkpoints of --checkpoint-dir are ckpt.h's.
  * Everything that decides the next step is in the file, so a resumed run continues
  * bit-identically to one that never stopped (same binary, same flags).
  */

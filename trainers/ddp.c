@@ -61,8 +61,8 @@ static void usage(FILE *f) {
           "  --peak-gflops X    per-rank peak for MFU; 0 = measure at start-up (0)\n"
           "  --log CSV          per-step log (weft-train-ddp.csv; \"none\" = no log)\n"
           "  --plot PNG         loss plot from the log (weft-train-ddp.png; \"none\" = no plot)\n"
-          "  --save CKPT        rank 0 writes a weft-train checkpoint at the end\n"
-          "  --resume CKPT      every rank continues from a checkpoint (of weft-train or this)\n");
+          "  --save CKPT        rank 0 writes a single-file weft-train checkpoint at the end\n");
+  gpt_trainer_ckpt_usage(f, 18);
 }
 
 static int parse(int argc, char **argv, ddp_flags *f) {
@@ -73,7 +73,7 @@ static int parse(int argc, char **argv, ddp_flags *f) {
       {"no-overlap", GPT_FLAG_SWITCH, &f->no_overlap, 0, 0},
       {"no-register", GPT_FLAG_SWITCH, &f->no_register, 0, 0},
   };
-  return gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_LOG, own,
+  return gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_SAVE | GPT_FLAGS_LOG, own,
                            (int)(sizeof(own) / sizeof(own[0])), usage);
 }
 
@@ -202,11 +202,24 @@ static void print_header(const void *self) {
   gpt_report_columns("", "");
 }
 
+/* Replicas are identical, so rank r writes the r-th of N equal slices of the state. */
+static int save(void *self, char *err, size_t errlen) {
+  ddp *d = self;
+  gpt_run *r = &d->dp.base;
+  size_t total = r->m->lay.total, N = (size_t)d->dp.dist.nranks, chunk = (total + N - 1) / N;
+  size_t lo = (size_t)d->dp.dist.rank * chunk < total ? (size_t)d->dp.dist.rank * chunk : total;
+  size_t hi = lo + chunk < total ? lo + chunk : total;
+  gpt_ckpt_seg seg = {lo, lo, hi - lo};
+  gpt_ckpt_local own = {{r->m->params, r->st.adam_m, r->st.adam_v}, &seg, 1};
+  return gpt_dp_save(&d->dp, PROG, &own, err, errlen);
+}
+
 /* Runs the steps; rank 0 prints and logs. */
 static int train(void *self, char *err, size_t errlen) {
   ddp *d = self;
   return gpt_run_steps(&(gpt_steps){.self = d, .flags = &d->f.c, .rep = &d->dp.rep, .step = &d->dp.base.st.step,
-                                    .step_fn = step, .eval = eval});
+                                    .step_fn = step, .eval = eval, .ckpt = &d->dp.ckpt, .save = save},
+                       err, errlen);
 }
 
 static void summary(const ddp *d) {
@@ -265,6 +278,6 @@ int main(int argc, char **argv) {
                     .first_bucket_mb = 1.0f};
   if (parse(argc, argv, &d.f)) return 2;
   return gpt_program_run(&(gpt_program){.prog = PROG, .self = &d, .dist = &d.dp.dist, .rep = &d.dp.rep, .flags = &d.f.c,
-                                        .err_names_rank = 1, .setup = setup, .header = print_header, .train = train,
-                                        .finish = finish, .teardown = teardown});
+                                        .err_names_rank = 1, .ckpt = &d.dp.ckpt, .setup = setup, .header = print_header,
+                                        .train = train, .finish = finish, .teardown = teardown});
 }

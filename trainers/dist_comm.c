@@ -51,3 +51,37 @@ int gpt_dist_measure_peak(const gpt_dist *d, float given, gpt_peak *p) {
   p->sgemm_gflops = v[1];
   return 0;
 }
+
+/* A failed checkpoint collective, as gpt_dist_fail says it, into err. */
+static int ckpt_fail(const gpt_dist *d, const char *what, weft_status_t st, char *err, size_t errlen) {
+  snprintf(err, errlen, "%s: %s: %s", what, weft_get_error_string(st), weft_get_last_error(d->comm));
+  return -1;
+}
+
+static int ckpt_bcast(void *ctx, void *buf, size_t bytes, char *err, size_t errlen) {
+  const gpt_dist *d = ctx;
+  weft_status_t st = weft_broadcast(buf, buf, bytes, WEFT_UINT8, 0, d->comm, NULL);
+  return st == WEFT_SUCCESS ? 0 : ckpt_fail(d, "checkpoint broadcast", st, err, errlen);
+}
+
+static int ckpt_gather(void *ctx, const void *mine, void *all, size_t bytes, char *err, size_t errlen) {
+  const gpt_dist *d = ctx;
+  weft_status_t st = weft_gather(mine, all, bytes, WEFT_UINT8, 0, d->comm, NULL);
+  return st == WEFT_SUCCESS ? 0 : ckpt_fail(d, "checkpoint gather of the shard reports", st, err, errlen);
+}
+
+gpt_ckpt_group gpt_dist_ckpt_group(const gpt_dist *d) {
+  return (gpt_ckpt_group){.rank = d->rank, .nranks = d->nranks, .ctx = (void *)d, .bcast = ckpt_bcast,
+                          .gather = ckpt_gather};
+}
+
+int gpt_dist_ckpt_save(const gpt_dist *d, gpt_ckpt_track *t, const gpt_ckpt_save_req *r, char *err, size_t errlen) {
+  gpt_ckpt_group g = gpt_dist_ckpt_group(d);
+  gpt_ckpt_saved saved;
+  if (gpt_ckpt_save(&g, r, &saved, err, errlen)) {
+    gpt_ckpt_failed_note(t, &saved, r->step);
+    return -1;
+  }
+  gpt_ckpt_saved_note(t, &saved, r->step, d->rank);
+  return 0;
+}

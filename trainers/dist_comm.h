@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <weft.h>
 
+#include "trainers/ckpt.h"
 #include "trainers/metrics.h"
 
 typedef struct gpt_dist {
@@ -34,6 +35,12 @@ int gpt_dist_reduce(const gpt_dist *d, void *v, size_t n, weft_datatype_t type, 
                     const char *what);
 /* The mean over ranks of n doubles, in place. */
 int gpt_dist_average(const gpt_dist *d, double *v, size_t n, const char *what);
+
+/* The communicator as checkpoints see it (ckpt.h): weft_broadcast from rank 0 and
+ * weft_gather to rank 0 of bytes, blocking. d must outlive the group. */
+gpt_ckpt_group gpt_dist_ckpt_group(const gpt_dist *d);
+/* gpt_ckpt_save over d, then gpt_ckpt_saved_note into t. Collective; -1 with err. */
+int gpt_dist_ckpt_save(const gpt_dist *d, gpt_ckpt_track *t, const gpt_ckpt_save_req *r, char *err, size_t errlen);
 
 /* given > 0: that peak, marked "given". Otherwise a barrier, gpt_measure_peak on every
  * rank, and the highest FMA and sgemm figures of any rank (the least disturbed). */

@@ -6,7 +6,13 @@
 
 int gpt_dp_init(gpt_dp *d, const char *prog, const gpt_trainer_flags *f, int accum, char *err, size_t errlen) {
   if (gpt_dist_join(&d->dist, prog, "N", err, errlen)) return -1;
-  if (gpt_run_init(&d->base, &f->run, err, errlen)) return -1;
+  gpt_run_opts o = f->run;
+  int is_file; /* gpt_run_init tells the two forms apart again */
+  gpt_ckpt_group g = gpt_dist_ckpt_group(&d->dist);
+  if (o.resume && gpt_ckpt_resolve_group(&g, o.resume, d->resume, sizeof(d->resume), &is_file, err, errlen)) return -1;
+  if (o.resume) o.resume = d->resume;
+  if (gpt_run_init(&d->base, &o, err, errlen)) return -1;
+  gpt_ckpt_track_init(&d->ckpt, f->ckpt_dir, f->save_every, f->keep, &d->base.from, &d->base.st.step, f->steps);
   const gpt_config *c = &d->base.m->cfg;
   d->accum = accum;
   d->G = d->dist.nranks * accum * d->base.o.batch;
@@ -66,6 +72,14 @@ void gpt_dp_print_batch(const gpt_dp *d) {
   int T = d->base.m->cfg.seq;
   printf("# batch %d per rank x accum %d x %d ranks = %d sequences (%d tokens) per step\n", d->base.o.batch,
          d->accum, d->dist.nranks, d->G, d->G * T);
+  gpt_ckpt_print_origin(&d->base.from, d->G, 0);
+}
+
+int gpt_dp_save(gpt_dp *d, const char *prog, const gpt_ckpt_local *own, char *err, size_t errlen) {
+  gpt_ckpt_seg whole;
+  gpt_ckpt_save_req r = gpt_run_save_req(&d->base, prog, d->ckpt.root, d->ckpt.keep, d->G, &whole);
+  r.own = *own;
+  return gpt_dist_ckpt_save(&d->dist, &d->ckpt, &r, err, errlen);
 }
 
 void gpt_dp_plot(gpt_dp *d, const char *prog, const gpt_trainer_flags *f) {

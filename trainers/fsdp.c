@@ -40,6 +40,8 @@ typedef struct fsdp {
   fsdp_flags f;
   gpt_dp dp; /* data, batch RNG, step count, the model's activations (no full params), job, report */
   fsdp_engine eng;
+  gpt_ckpt_seg *segs; /* this rank's shards as checkpoint segments (one per unit it holds floats of) */
+  int nsegs;
 } fsdp;
 
 static void usage(FILE *f) {
@@ -57,8 +59,8 @@ static void usage(FILE *f) {
           "  --peak-gflops X    per-rank peak for MFU; 0 = measure at start-up (0)\n"
           "  --log CSV          per-step log (weft-train-fsdp.csv; \"none\" = no log)\n"
           "  --plot PNG         loss plot from the log (weft-train-fsdp.png; \"none\" = no plot)\n"
-          "  --save CKPT        rank 0 writes a weft-train checkpoint at the end\n"
-          "  --resume CKPT      every rank continues from a checkpoint (of weft-train, -ddp or this)\n");
+          "  --save CKPT        rank 0 gathers a single-file weft-train checkpoint at the end\n");
+  gpt_trainer_ckpt_usage(f, 18);
 }
 
 static int parse(int argc, char **argv, fsdp_flags *f) {
@@ -66,7 +68,7 @@ static int parse(int argc, char **argv, fsdp_flags *f) {
       {"accum", GPT_FLAG_INT, &f->accum, 1, 65536},
       {"no-overlap", GPT_FLAG_SWITCH, &f->no_overlap, 0, 0},
   };
-  return gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_LOG, own,
+  return gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_SAVE | GPT_FLAGS_LOG, own,
                            (int)(sizeof(own) / sizeof(own[0])), usage);
 }
 
@@ -158,10 +160,33 @@ static int shard_model(fsdp *d, char *err, size_t errlen) {
   return 0;
 }
 
+/* Each rank writes its own shards: unit u's flat range [lo, hi) lives at local_off[u]. The
+ * padding is not written; a loader on any number of ranks takes the ranges it needs. */
+static int plan_segments(fsdp *d, char *err, size_t errlen) {
+  const fsdp_plan *p = &d->eng.plan;
+  d->segs = calloc((size_t)p->nunits, sizeof(*d->segs));
+  if (!d->segs) {
+    snprintf(err, errlen, "out of memory for the checkpoint segments");
+    return -1;
+  }
+  for (int u = 0; u < p->nunits; u++) {
+    size_t lo, hi;
+    fsdp_shard_range(p, &d->dp.base.m->lay, u, d->dp.dist.rank, &lo, &hi);
+    if (lo < hi) d->segs[d->nsegs++] = (gpt_ckpt_seg){lo, p->local_off[u], hi - lo};
+  }
+  return 0;
+}
+
+static int save(void *self, char *err, size_t errlen) {
+  fsdp *d = self;
+  gpt_ckpt_local own = {{d->eng.params, d->eng.adam_m, d->eng.adam_v}, d->segs, d->nsegs};
+  return gpt_dp_save(&d->dp, PROG, &own, err, errlen);
+}
+
 static int setup(void *self, char *err, size_t errlen) {
   fsdp *d = self;
   if (gpt_dp_init(&d->dp, PROG, &d->f.c, d->f.accum, err, errlen)) return -1;
-  if (shard_model(d, err, errlen)) return -1;
+  if (shard_model(d, err, errlen) || plan_segments(d, err, errlen)) return -1;
   return gpt_dp_measure_peak(&d->dp, d->f.c.peak_gflops, err, errlen);
 }
 
@@ -194,7 +219,8 @@ static void print_header(const void *self) {
 static int train(void *self, char *err, size_t errlen) {
   fsdp *d = self;
   return gpt_run_steps(&(gpt_steps){.self = d, .flags = &d->f.c, .rep = &d->dp.rep, .step = &d->dp.base.st.step,
-                                    .step_fn = step, .eval = eval});
+                                    .step_fn = step, .eval = eval, .ckpt = &d->dp.ckpt, .save = save},
+                       err, errlen);
 }
 
 static void summary(const fsdp *d) {
@@ -253,6 +279,7 @@ static int finish(void *self, char *err, size_t errlen) {
 static void teardown(void *self) {
   fsdp *d = self;
   if (d->eng.params) fsdp_engine_free(&d->eng);
+  free(d->segs);
   gpt_dp_free(&d->dp);
 }
 
@@ -261,6 +288,6 @@ int main(int argc, char **argv) {
   d.f = (fsdp_flags){.c = gpt_trainer_defaults(PROG ".csv", PROG ".png"), .accum = 1};
   if (parse(argc, argv, &d.f)) return 2;
   return gpt_program_run(&(gpt_program){.prog = PROG, .self = &d, .dist = &d.dp.dist, .rep = &d.dp.rep, .flags = &d.f.c,
-                                        .err_names_rank = 1, .setup = setup, .header = print_header, .train = train,
-                                        .finish = finish, .teardown = teardown});
+                                        .err_names_rank = 1, .ckpt = &d.dp.ckpt, .setup = setup, .header = print_header,
+                                        .train = train, .finish = finish, .teardown = teardown});
 }

@@ -38,6 +38,7 @@
 
 #include "trainers/adamw.h"
 #include "trainers/data.h"
+#include "trainers/moe_ckpt.h"
 #include "trainers/moe_model.h"
 #include "trainers/trainer_main.h"
 
@@ -49,6 +50,7 @@
 typedef struct moe_flags {
   gpt_trainer_flags c; /* c.run: data, model, batch per rank, AdamW, clip, eval batches */
   moe_config mc;
+  moe_given given; /* model flags given, checked against a resumed checkpoint */
   const char *dump;
   int groups, load_every;
 } moe_flags;
@@ -64,6 +66,12 @@ typedef struct moe_trainer {
   gpt_rng rng;
   long step;
   gpt_report rep; /* peak (averaged over ranks), log, totals */
+  char resume[4200];         /* the checkpoint --resume resolved to on rank 0 */
+  gpt_ckpt_origin from;      /* and what it was */
+  gpt_ckpt_model from_model; /* its model, for the routing note */
+  gpt_ckpt_track ckpt;       /* --checkpoint-dir: when to save, the last complete checkpoint */
+  gpt_ckpt_seg *own, *need;  /* this rank's part of the full layout, written / read (moe_ckpt.h) */
+  int nown, nneed;
 } moe_trainer;
 
 static void usage(FILE *f) {
@@ -89,12 +97,14 @@ static void usage(FILE *f) {
           "  --plot PNG           loss plot from the log (weft-train-moe.png; \"none\" = no plot)\n"
           "  --dump-params FILE   rank 0 writes every parameter (all experts, 1-process layout) as\n"
           "                       raw float32 at the end\n");
+  gpt_trainer_ckpt_usage(f, 20);
+  fprintf(f, "                       (sharded checkpoints only; the experts must split over the ranks)\n");
 }
 
 static int parse(int argc, char **argv, moe_flags *f) {
   const gpt_flag own[] = {
       {"dump-params", GPT_FLAG_STR, &f->dump, 0, 0},
-      {"experts", GPT_FLAG_INT, &f->mc.experts, 1, 4096},
+      {"experts", GPT_FLAG_INT, &f->mc.experts, 1, 4096}, /* 0 until given: 4 */
       {"topk", GPT_FLAG_INT, &f->mc.topk, 1, 2},
       {"expert-hidden", GPT_FLAG_INT, &f->mc.hidden, 0, 1 << 20},
       {"groups", GPT_FLAG_INT, &f->groups, 1, 65536},
@@ -102,8 +112,11 @@ static int parse(int argc, char **argv, moe_flags *f) {
       {"capacity-factor", GPT_FLAG_FLOAT, &f->mc.capacity_factor, 0, 0},
       {"aux-alpha", GPT_FLAG_FLOAT, &f->mc.aux_alpha, 0, 0},
   };
-  if (gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_LOG, own, (int)(sizeof(own) / sizeof(own[0])), usage))
+  if (gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_LOG, own,
+                        (int)(sizeof(own) / sizeof(own[0])), usage))
     return -1;
+  f->given = (moe_given){.model = f->c.run.given, .experts = f->mc.experts, .hidden = f->mc.hidden};
+  if (f->mc.experts == 0) f->mc.experts = 4;
   f->mc.dmodel = f->c.run.model.dmodel;
   if (f->mc.hidden == 0) f->mc.hidden = 4 * f->c.run.model.dmodel;
   return 0;
@@ -216,28 +229,79 @@ static int print_load(moe_trainer *t) {
   return rc;
 }
 
+/* Rank 0 resolves --resume for all; the model's shape then comes from the manifest. */
+static int resume_shape(moe_trainer *t, gpt_ckpt_manifest *man, char *err, size_t errlen) {
+  gpt_ckpt_group g = gpt_dist_ckpt_group(&t->dist);
+  int is_file;
+  if (gpt_ckpt_resolve_group(&g, t->f.c.run.resume, t->resume, sizeof(t->resume), &is_file, err, errlen)) return -1;
+  if (is_file) {
+    snprintf(err, errlen, "%s is a single-file dense checkpoint; " PROG " resumes its own sharded checkpoints "
+             "(--checkpoint-dir)", t->resume);
+    return -1;
+  }
+  if (gpt_ckpt_manifest_read(t->resume, man, err, errlen)) return -1;
+  return moe_ckpt_shape(t->resume, man, &t->ds.tok, &t->f.given, t->dist.nranks, &t->f.c.run.model, &t->f.mc, err,
+                        errlen);
+}
+
+/* Every rank reads the replicated part and its experts from whichever shards hold them. */
+static int resume_state(moe_trainer *t, const gpt_ckpt_manifest *man, char *err, size_t errlen) {
+  if (man->model.floats != moe_model_full_size(t->m)) {
+    snprintf(err, errlen, "checkpoint %s/manifest: %llu floats, but its model config has %zu", t->resume,
+             (unsigned long long)man->model.floats, moe_model_full_size(t->m));
+    return -1;
+  }
+  gpt_ckpt_local need = {{t->m->params, t->adam_m, t->adam_v}, t->need, t->nneed};
+  if (gpt_ckpt_load(t->resume, man, &need, err, errlen)) return -1;
+  t->step = man->step;
+  t->rng = man->rng;
+  gpt_ckpt_origin_of(&t->from, t->resume, man);
+  t->from_model = man->model;
+  return 0;
+}
+
+/* The model (from the flags or the checkpoint's shape), its state, the checkpoint maps. */
+static int build(moe_trainer *t, char *err, size_t errlen) {
+  gpt_ckpt_manifest man = {0};
+  int rc = t->f.c.run.resume ? resume_shape(t, &man, err, errlen) : 0;
+  t->f.c.run.model.vocab = t->ds.tok.vocab;
+  moe_exchange ex = {.comm = t->dist.comm, .rank = t->dist.rank, .nranks = t->dist.nranks};
+  if (rc == 0) t->m = moe_model_create(&t->f.c.run.model, &t->f.mc, t->f.c.run.batch, t->f.groups, ex, err, errlen);
+  if (!t->m) rc = -1;
+  size_t n = rc == 0 ? t->m->lay.total : 0;
+  t->adam_m = n ? calloc(n, sizeof(float)) : NULL;
+  t->adam_v = n ? calloc(n, sizeof(float)) : NULL;
+  t->own = n ? calloc((size_t)t->m->layers + 1, sizeof(gpt_ckpt_seg)) : NULL;
+  t->need = n ? calloc((size_t)t->m->layers + 1, sizeof(gpt_ckpt_seg)) : NULL;
+  if (rc == 0 && (!t->adam_m || !t->adam_v || !t->own || !t->need))
+    rc = -1, snprintf(err, errlen, "out of memory for the optimizer state");
+  if (rc == 0) {
+    t->nown = moe_ckpt_segments(t->m, t->dist.rank == 0, t->own);
+    t->nneed = moe_ckpt_segments(t->m, 1, t->need);
+    moe_model_init_params(t->m, (uint64_t)t->f.c.seed);
+    gpt_rng_seed(&t->rng, (uint64_t)t->f.c.seed ^ BATCH_SEED_SALT);
+  }
+  if (rc == 0 && t->f.c.run.resume) rc = resume_state(t, &man, err, errlen);
+  gpt_ckpt_manifest_free(&man);
+  return rc;
+}
+
 static int setup(void *self, char *err, size_t errlen) {
   moe_trainer *t = self;
   if (gpt_dist_join(&t->dist, PROG, "N", err, errlen)) return -1;
-  if (gpt_dataset_load(&t->ds, t->f.c.run.data, 0.9, err, errlen)) return -1;
+  if (gpt_dataset_load(&t->ds, t->f.c.run.data, 0.9, err, errlen) || build(t, err, errlen)) return -1;
   size_t T = (size_t)t->f.c.run.model.seq;
   if (t->ds.nval <= T + 1 || t->ds.ntrain <= T + 1) {
     snprintf(err, errlen, "%s is too short for sequences of %zu tokens", t->f.c.run.data, T);
     return -1;
   }
-  t->f.c.run.model.vocab = t->ds.tok.vocab;
-  moe_exchange ex = {.comm = t->dist.comm, .rank = t->dist.rank, .nranks = t->dist.nranks};
-  t->m = moe_model_create(&t->f.c.run.model, &t->f.mc, t->f.c.run.batch, t->f.groups, ex, err, errlen);
-  if (!t->m) return -1;
-  moe_model_init_params(t->m, (uint64_t)t->f.c.seed);
-  gpt_rng_seed(&t->rng, (uint64_t)t->f.c.seed ^ BATCH_SEED_SALT);
+  const gpt_trainer_flags *f = &t->f.c;
+  gpt_ckpt_track_init(&t->ckpt, f->ckpt_dir, f->save_every, f->keep, &t->from, &t->step, f->steps);
   t->G = t->dist.nranks * t->f.c.run.batch;
   t->gx = malloc((size_t)t->G * T * sizeof(int));
   t->gy = malloc((size_t)t->G * T * sizeof(int));
-  t->adam_m = calloc(t->m->lay.total, sizeof(float));
-  t->adam_v = calloc(t->m->lay.total, sizeof(float));
-  if (!t->gx || !t->gy || !t->adam_m || !t->adam_v) {
-    snprintf(err, errlen, "out of memory for the batch and the optimizer state");
+  if (!t->gx || !t->gy) {
+    snprintf(err, errlen, "out of memory for the batch");
     return -1;
   }
   t->rep.rank = t->dist.rank;
@@ -265,6 +329,8 @@ static void print_header(const void *self) {
          m->lay.total - m->rep_total, moe_model_full_size(m), moe_num_params_active(c, mc));
   printf("# batch %d per rank x %d ranks = %d sequences (%d tokens) per step, %d capacity groups per rank\n",
          t->f.c.run.batch, t->dist.nranks, t->G, t->G * c->seq, t->f.groups);
+  gpt_ckpt_print_origin(&t->from, t->G, t->dist.nranks * t->f.groups);
+  if (t->from.path[0]) moe_ckpt_print_routing(&t->from_model, mc);
   gpt_report_peak(&t->rep, 0, " (active parameters)", "");
   char aux[16];
   snprintf(aux, sizeof(aux), " %9s", "aux");
@@ -279,10 +345,27 @@ static int load_due(void *self, long step, int last) {
   return ((le > 0 && step % le == 0) || last) ? print_load(t) : 0;
 }
 
+/* Rank 0 writes the replicated part and its experts, every other rank its experts. */
+static int save(void *self, char *err, size_t errlen) {
+  moe_trainer *t = self;
+  gpt_ckpt_save_req r = {.root = t->ckpt.root,
+                         .keep = t->ckpt.keep,
+                         .trainer = PROG,
+                         .model = moe_ckpt_model(t->m, &t->ds.tok),
+                         .step = t->step,
+                         .rng = t->rng,
+                         .global_batch = t->G,
+                         .groups = t->dist.nranks * t->f.groups,
+                         .own = {{t->m->params, t->adam_m, t->adam_v}, t->own, t->nown}};
+  return gpt_dist_ckpt_save(&t->dist, &t->ckpt, &r, err, errlen);
+}
+
 static int train(void *self, char *err, size_t errlen) {
   moe_trainer *t = self;
-  return gpt_run_steps(&(gpt_steps){.self = t, .flags = &t->f.c, .rep = &t->rep, .step = &t->step,
-                                    .aux_column = 1, .step_fn = step, .eval = eval, .before_eval = load_due});
+  return gpt_run_steps(&(gpt_steps){.self = t, .flags = &t->f.c, .rep = &t->rep, .step = &t->step, .aux_column = 1,
+                                    .step_fn = step, .eval = eval, .before_eval = load_due, .ckpt = &t->ckpt,
+                                    .save = save},
+                       err, errlen);
 }
 
 static void summary(const moe_trainer *t) {
@@ -359,17 +442,19 @@ static void teardown(void *self) {
   free(t->gy);
   free(t->adam_m);
   free(t->adam_v);
+  free(t->own);
+  free(t->need);
   if (t->dist.comm) weft_comm_destroy(t->dist.comm);
 }
 
 int main(int argc, char **argv) {
   static moe_trainer t;
   t.f = (moe_flags){.c = gpt_trainer_defaults(PROG ".csv", PROG ".png"),
-                    .mc = {.experts = 4, .topk = 1, .capacity_factor = 1.25f, .aux_alpha = 0.01f},
+                    .mc = {.topk = 1, .capacity_factor = 1.25f, .aux_alpha = 0.01f},
                     .groups = 1,
                     .load_every = 10};
   if (parse(argc, argv, &t.f)) return 2;
   return gpt_program_run(&(gpt_program){.prog = PROG, .self = &t, .dist = &t.dist, .rep = &t.rep, .flags = &t.f.c,
-                                        .err_names_rank = 1, .setup = setup, .header = print_header, .train = train,
-                                        .finish = finish, .teardown = teardown});
+                                        .err_names_rank = 1, .ckpt = &t.ckpt, .setup = setup, .header = print_header,
+                                        .train = train, .finish = finish, .teardown = teardown});
 }

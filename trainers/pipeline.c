@@ -49,8 +49,8 @@ static void usage(FILE *f) {
           "  --peak-gflops X      per-rank peak for MFU; 0 = measure at start-up (0)\n"
           "  --log CSV            per-step log (weft-train-pipeline.csv; \"none\" = no log)\n"
           "  --plot PNG           loss plot (weft-train-pipeline.png; \"none\" = no plot)\n"
-          "  --save CKPT          rank 0 gathers the stages and writes a weft-train checkpoint\n"
-          "  --resume CKPT        every stage continues from a checkpoint (weft-train's or this)\n");
+          "  --save CKPT          rank 0 gathers the stages and writes a single-file weft-train checkpoint\n");
+  gpt_trainer_ckpt_usage(f, 20);
 }
 
 static int parse(int argc, char **argv, pp_flags *f) {
@@ -59,7 +59,7 @@ static int parse(int argc, char **argv, pp_flags *f) {
       {"microbatches", GPT_FLAG_INT, &f->M, 1, 65536},
       {"stages", GPT_FLAG_INT, &f->stages, 1, 4096},
   };
-  if (gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_LOG, own,
+  if (gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_SAVE | GPT_FLAGS_LOG, own,
                         (int)(sizeof(own) / sizeof(own[0])), usage))
     return -1;
   if (!pp_schedule_parse(f->schedule, &f->sched)) return 0;
@@ -139,9 +139,40 @@ static int join(pp_trainer *t, char *err, size_t errlen) {
   return 0;
 }
 
+/* Builds (or resumes: rank 0 resolves --resume for all) the model, every stage the whole
+ * flat layout, and sets up the checkpoint tracker. */
+static int init_run(pp_trainer *t, char *err, size_t errlen) {
+  gpt_run_opts o = t->f.c.run;
+  int is_file; /* gpt_run_init tells the two forms apart again */
+  gpt_ckpt_group g = gpt_dist_ckpt_group(&t->dist);
+  if (o.resume && gpt_ckpt_resolve_group(&g, o.resume, t->resume, sizeof(t->resume), &is_file, err, errlen)) return -1;
+  if (o.resume) o.resume = t->resume;
+  if (gpt_run_init(&t->base, &o, err, errlen)) return -1;
+  const gpt_trainer_flags *f = &t->f.c;
+  gpt_ckpt_track_init(&t->ckpt, f->ckpt_dir, f->save_every, f->keep, &t->base.from, &t->base.st.step, f->steps);
+  return 0;
+}
+
+/* A stage writes the ranges it updates: every float has one writer (the last stage's wte
+ * copy is stage 0's), so any number of stages can load the checkpoint. */
+static void plan_segments(pp_trainer *t) {
+  for (int i = 0; i < t->stage.nranges; i++) {
+    const pp_range *r = &t->stage.ranges[i];
+    if (!r->copy) t->segs[t->nsegs++] = (gpt_ckpt_seg){r->lo, r->lo, r->hi - r->lo};
+  }
+}
+
+static int save(pp_trainer *t, char *err, size_t errlen) {
+  gpt_ckpt_seg whole;
+  gpt_ckpt_save_req r = gpt_run_save_req(&t->base, PROG, t->ckpt.root, t->ckpt.keep, t->G, &whole);
+  r.own.seg = t->segs;
+  r.own.nseg = t->nsegs;
+  return gpt_dist_ckpt_save(&t->dist, &t->ckpt, &r, err, errlen);
+}
+
 static int setup(void *self, char *err, size_t errlen) {
   pp_trainer *t = self;
-  if (join(t, err, errlen) || gpt_run_init(&t->base, &t->f.c.run, err, errlen)) return -1;
+  if (join(t, err, errlen) || init_run(t, err, errlen)) return -1;
   gpt_run *r = &t->base;
   t->G = t->f.M * r->o.batch;
   size_t n = (size_t)t->G * r->m->cfg.seq;
@@ -157,6 +188,7 @@ static int setup(void *self, char *err, size_t errlen) {
   if (pp_stage_init(&t->stage, r->m, t->dist.comm, t->dist.rank, t->dist.nranks, t->f.M, r->o.batch, t->f.sched, err,
                     errlen))
     return -1;
+  plan_segments(t);
   t->rep.rank = t->dist.rank;
   t->rep.nranks = t->dist.nranks;
   t->rep.flops_per_token = gpt_flops_per_token(&r->m->cfg);
@@ -178,6 +210,7 @@ static int train(void *self, char *err, size_t errlen) {
       gpt_report_eval(&t->rep, s.val_loss);
     }
     pp_report_step(t, &s);
+    if (gpt_ckpt_due(&t->ckpt, t->base.st.step, i == t->f.c.steps - 1) && save(t, err, errlen)) return -1;
   }
   return 0;
 }
@@ -200,7 +233,7 @@ static int check_tied(pp_trainer *t, char *err, size_t errlen) {
 }
 
 /* Every stage contributes its parameters and AdamW moments; rank 0 writes the file. */
-static int save(pp_trainer *t, char *err, size_t errlen) {
+static int save_file(pp_trainer *t, char *err, size_t errlen) {
   gpt_run *r = &t->base;
   float *tmp = malloc(r->m->lay.total * sizeof(float));
   if (!tmp) {
@@ -221,7 +254,7 @@ static int finish(void *self, char *err, size_t errlen) {
   pp_trainer *t = self;
   if (check_tied(t, err, errlen)) return -1;
   if (t->dist.rank == 0) pp_report_summary(t);
-  if (t->f.c.save && save(t, err, errlen)) return -1;
+  if (t->f.c.save && save_file(t, err, errlen)) return -1;
   if (t->dist.rank == 0) pp_report_plot(t);
   return 0;
 }
@@ -245,7 +278,8 @@ int main(int argc, char **argv) {
   if (parse(argc, argv, &t.f)) return 2;
   /* Stage errors name their rank themselves. */
   return gpt_program_run(&(gpt_program){.prog = PROG, .self = &t, .dist = &t.dist, .rep = &t.rep, .flags = &t.f.c,
-                                        .log_columns = ",bubble,bubble_theory", .err_names_rank = 0, .setup = setup,
+                                        .log_columns = ",bubble,bubble_theory", .err_names_rank = 0, .ckpt = &t.ckpt,
+                                        .setup = setup,
                                         .header = pp_report_header, .train = train, .finish = finish,
                                         .teardown = teardown});
 }

@@ -44,6 +44,10 @@ typedef struct pp_trainer {
   double *statv; /* 2 + 3P doubles for the step statistics */
   gpt_report rep; /* peak (averaged over ranks), log, step times; peak_mib of the largest stage */
   double *wait_s, *time_s; /* per stage, summed over steps 2.. (step 1 also when alone) */
+  char resume[4200];       /* the checkpoint --resume resolved to on rank 0, "" when fresh */
+  gpt_ckpt_track ckpt;     /* --checkpoint-dir: when to save, the last complete checkpoint */
+  gpt_ckpt_seg segs[2];    /* this stage's own ranges (the wte copy excluded) */
+  int nsegs;
 } pp_trainer;
 
 /* Rank 0: the header (a gpt_program callback: self is the pp_trainer). The CSV log has

@@ -35,6 +35,7 @@ static void print_header(const pp_trainer *t) {
   printf("# microbatch %d x %d microbatches = %d sequences (%d tokens) per step; messages of %.2f MiB\n",
          t->base.o.batch, t->f.M, t->G, t->G * c->seq, t->stage.msg * 4.0 / (1024 * 1024));
   print_stages(t);
+  gpt_ckpt_print_origin(&t->base.from, t->G, 0);
   gpt_report_peak(&t->rep, 0, "", ", bubbles count as lost time");
   printf(
       "# comm_ms: time in weft calls (p2p, wte and norm exchange), mean over stages; expo_ms: its part\n"

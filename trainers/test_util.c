@@ -74,6 +74,18 @@ void tu_run(const char *dir, int nranks, const char *prog, int timeout_s, const 
   assert_int_equal(tu_launch(dir, nranks, prog, timeout_s, args, 0), 0);
 }
 
+int tu_output_count(const char *dir, const char *needle) {
+  char path[4200], line[8192];
+  snprintf(path, sizeof(path), "%s/out", dir);
+  FILE *f = fopen(path, "r");
+  int n = 0;
+  while (f && fgets(line, sizeof(line), f)) n += strstr(line, needle) != NULL;
+  if (f) fclose(f);
+  return n;
+}
+
+int tu_output_has(const char *dir, const char *needle) { return tu_output_count(dir, needle) > 0; }
+
 int tu_launch_tiny(const char *dir, int nranks, const char *prog, tu_tiny t, const char *extra, int expect_fail) {
   char args[16384];
   snprintf(args, sizeof(args),
@@ -117,6 +129,54 @@ float *tu_read_checkpoint(const char *dir, const gpt_model *like, long step) {
   free(st.adam_v);
   gpt_model_free(m);
   return params;
+}
+
+float *tu_read_sharded(const char *dir, gpt_ckpt_manifest *m) {
+  char err[2048];
+  if (gpt_ckpt_manifest_read(dir, m, err, sizeof(err))) fail_msg("%s", err);
+  size_t n = m->model.floats;
+  float *all = malloc(3 * n * sizeof(float));
+  assert_non_null(all);
+  gpt_ckpt_seg whole = {0, 0, n};
+  gpt_ckpt_local need = {{all, all + n, all + 2 * n}, &whole, 1};
+  if (gpt_ckpt_load(dir, m, &need, err, sizeof(err))) fail_msg("%s", err);
+  return all;
+}
+
+void tu_expect_same_sharded(const char *dir_a, const char *dir_b) {
+  gpt_ckpt_manifest a, b;
+  float *sa = tu_read_sharded(dir_a, &a), *sb = tu_read_sharded(dir_b, &b);
+  assert_int_equal(a.step, b.step);
+  assert_memory_equal(&a.rng, &b.rng, sizeof(a.rng));
+  assert_int_equal(a.model.floats, b.model.floats);
+  const char *what[3] = {"parameters", "AdamW m", "AdamW v"};
+  size_t n = a.model.floats, at;
+  for (int i = 0; i < 3; i++)
+    if (memcmp(sa + i * n, sb + i * n, n * sizeof(float))) {
+      double worst = tu_max_abs_diff(sa + i * n, sb + i * n, n, &at);
+      fail_msg("%s differ from %s's: %s up to %.3g (float %zu)", dir_a, dir_b, what[i], worst, at);
+    }
+  free(sa);
+  free(sb);
+  gpt_ckpt_manifest_free(&a);
+  gpt_ckpt_manifest_free(&b);
+}
+
+void tu_expect_sharded_within(const char *want_dir, const char *got_dir, double tol, const char *what) {
+  gpt_ckpt_manifest a, b;
+  float *want = tu_read_sharded(want_dir, &a), *got = tu_read_sharded(got_dir, &b);
+  size_t at, n = a.model.floats;
+  assert_int_equal(b.model.floats, n);
+  double worst = tu_max_abs_diff(got, want, n, &at);
+  print_message("# %s: parameters within %.3g (float %zu), %s bit for bit\n", what, worst, at,
+                memcmp(got, want, n * sizeof(float)) ? "not" : "even");
+  assert_int_equal(b.step, a.step);
+  assert_memory_equal(&a.rng, &b.rng, sizeof(a.rng));
+  tu_expect_params(got, want, n, tol);
+  free(want);
+  free(got);
+  gpt_ckpt_manifest_free(&a);
+  gpt_ckpt_manifest_free(&b);
 }
 
 float *tu_read_floats(const char *path, size_t *n) {

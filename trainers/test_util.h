@@ -39,6 +39,10 @@ int tu_launch(const char *dir, int nranks, const char *prog, int timeout_s, cons
 /* tu_launch, asserting success. */
 void tu_run(const char *dir, int nranks, const char *prog, int timeout_s, const char *args);
 
+/* How many lines of dir/out (a launch's output) contain needle; whether any does. */
+int tu_output_count(const char *dir, const char *needle);
+int tu_output_has(const char *dir, const char *needle);
+
 /* The tests' tiny run: seq 16, d 32, 2 heads, `layers` layers, `steps` steps,
  * eval_batches validation batches, a fixed MFU peak (no measurement), the CSV log in
  * dir/log.csv, no plot, and out_flag ("--save", "--dump-params") writing dir/ckpt; then
@@ -55,6 +59,16 @@ void tu_read_losses(const char *dir, float *loss, int steps, float *val);
 /* The parameters of the checkpoint dir/ckpt of a model shaped like like (asserting it is
  * at step `step`); caller frees. */
 float *tu_read_checkpoint(const char *dir, const gpt_model *like, long step);
+/* The whole state of the sharded checkpoint dir (ckpt.h): 3 x m->model.floats floats,
+ * parameters then AdamW m then v, read with the trainers' own loader (asserting it
+ * succeeds); *m gets its manifest (gpt_ckpt_manifest_free). Caller frees. */
+float *tu_read_sharded(const char *dir, gpt_ckpt_manifest *m);
+/* Asserts two sharded checkpoints hold the same step, batch RNG and state, bit for bit. */
+void tu_expect_same_sharded(const char *dir_a, const char *dir_b);
+/* Asserts got holds want's step and batch RNG, and parameters within tol of want's;
+ * prints the largest difference (and whether they are identical) after what. */
+void tu_expect_sharded_within(const char *want, const char *got, double tol, const char *what);
+
 /* A raw float32 file; *n gets its length in floats. Caller frees. */
 float *tu_read_floats(const char *path, size_t *n);
 

@@ -6,8 +6,9 @@
  * Prints one line per step (loss, gradient norm, ms, tokens/s, GFLOP/s and MFU against
  * --peak-gflops by the PaLM formula, gpt.h) and the validation loss every --eval-every
  * steps and at the end. OpenBLAS runs on one thread (backend_cpu.c), so the same flags give
- * the same losses bit for bit; --save writes a checkpoint at the end, --resume continues
- * from one (the model shape then comes from the file).
+ * the same losses bit for bit; --save writes a checkpoint at the end, --checkpoint-dir DIR
+ * one every --save-every steps (ckpt.h: the same sharded format the distributed trainers
+ * write, as one shard), --resume continues from either (the model shape then comes from it).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,8 +31,9 @@ static void usage(FILE *f) {
           "  --seed N           initialisation and batch seed (1)\n"
           "  --eval-every K     validation loss every K steps, 0 = only at the end (50)\n"
           "  --eval-batches N   validation batches per evaluation (8)\n"
-          "  --save CKPT        write a checkpoint at the end    --resume CKPT  continue from one\n"
+          "  --save CKPT        write a single-file checkpoint at the end\n"
           "  --peak-gflops X    the core's fp32 peak for the MFU column (112)\n");
+  gpt_trainer_ckpt_usage(f, 18);
 }
 
 static double now_s(void) {
@@ -41,7 +43,7 @@ static double now_s(void) {
 }
 
 static int parse_flags(int argc, char **argv, train_flags *f) {
-  return gpt_trainer_parse("weft-train", argc, argv, f, GPT_FLAGS_CHECKPOINT, NULL, 0, usage);
+  return gpt_trainer_parse("weft-train", argc, argv, f, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_SAVE, NULL, 0, usage);
 }
 
 static void print_model(const gpt_run *r, const train_flags *f) {
@@ -52,12 +54,24 @@ static void print_model(const gpt_run *r, const train_flags *f) {
          c->dmodel, c->heads, c->seq, r->m->lay.total, gpt_num_params_nonembedding(c), r->o.batch);
   printf("# %.3f MFLOP/token (6N + 12LHQT), MFU against %.0f GFLOP/s, backend %s, 1 thread\n",
          gpt_flops_per_token(c) / 1e6, f->peak_gflops, r->m->be->name);
-  printf("# lr %g wd %g clip %g seed %llu%s%s\n", r->o.opt.lr, r->o.opt.weight_decay, r->o.clip,
-         (unsigned long long)r->o.seed, r->o.resume ? ", resumed from " : "", r->o.resume ? r->o.resume : "");
+  printf("# lr %g wd %g clip %g seed %llu\n", r->o.opt.lr, r->o.opt.weight_decay, r->o.clip,
+         (unsigned long long)r->o.seed);
+  gpt_ckpt_print_origin(&r->from, r->o.batch, 0);
   printf("%8s %10s %8s %9s %10s %8s %6s\n", "step", "loss", "gnorm", "ms", "tok/s", "GFLOP/s", "MFU");
 }
 
-static void train(gpt_run *r, const train_flags *f) {
+/* One process: a checkpoint of one shard holding the whole state. */
+static int save(gpt_run *r, gpt_ckpt_track *t, char *err, size_t errlen) {
+  gpt_ckpt_seg whole;
+  gpt_ckpt_save_req q = gpt_run_save_req(r, "weft-train", t->root, t->keep, r->o.batch, &whole);
+  gpt_ckpt_group one = {.rank = 0, .nranks = 1};
+  gpt_ckpt_saved saved;
+  if (gpt_ckpt_save(&one, &q, &saved, err, errlen)) return -1;
+  gpt_ckpt_saved_note(t, &saved, r->st.step, 0);
+  return 0;
+}
+
+static int train(gpt_run *r, const train_flags *f, gpt_ckpt_track *ck, char *err, size_t errlen) {
   double fpt = gpt_flops_per_token(&r->m->cfg), tokens = (double)r->o.batch * r->m->cfg.seq;
   double t_all = 0.0;
   int done = 0;
@@ -71,6 +85,7 @@ static void train(gpt_run *r, const train_flags *f) {
            tokens / dt, gflops, 100.0 * gflops / f->peak_gflops);
     if (f->eval_every > 0 && r->st.step % f->eval_every == 0 && r->o.eval_batches > 0)
       printf("%8ld val_loss %.6f\n", r->st.step, gpt_run_eval(r));
+    if (gpt_ckpt_due(ck, r->st.step, i == f->steps - 1) && save(r, ck, err, errlen)) return -1;
     fflush(stdout);
   }
   if (done && r->o.eval_batches > 0 && (f->eval_every <= 0 || r->st.step % f->eval_every != 0))
@@ -79,6 +94,7 @@ static void train(gpt_run *r, const train_flags *f) {
     printf("# %d steps in %.2f s: %.0f tokens/s, %.2f GFLOP/s, MFU %.1f%%\n", done, t_all,
            tokens * done / t_all, fpt * tokens * done / t_all / 1e9,
            100.0 * fpt * tokens * done / t_all / 1e9 / f->peak_gflops);
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -86,7 +102,7 @@ int main(int argc, char **argv) {
   f.eval_every = 50;
   f.peak_gflops = 112.0f;
   if (parse_flags(argc, argv, &f)) return 2;
-  char err[512];
+  char err[2048];
   gpt_run r;
   if (gpt_run_init(&r, &f.run, err, sizeof(err))) {
     fprintf(stderr, "weft-train: %s\n", err);
@@ -94,9 +110,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   print_model(&r, &f);
-  train(&r, &f);
+  gpt_ckpt_track ck;
+  gpt_ckpt_track_init(&ck, f.ckpt_dir, f.save_every, f.keep, &r.from, &r.st.step, f.steps);
   int rc = 0;
-  if (f.save && gpt_run_save(&r, f.save, err, sizeof(err))) {
+  if (train(&r, &f, &ck, err, sizeof(err))) {
+    fprintf(stderr, "weft-train: %s\n", err);
+    rc = 1;
+  } else if (f.save && gpt_run_save(&r, f.save, err, sizeof(err))) {
     fprintf(stderr, "weft-train: %s\n", err);
     rc = 1;
   } else if (f.save) {

@@ -15,13 +15,14 @@ int gpt_program_run(const gpt_program *p) {
     /* Exit without destroying the communicator (see trainer_main.h). */
     if (err[0] && p->err_names_rank) fprintf(stderr, "%s: rank %d: %s\n", p->prog, p->dist->rank, err);
     if (err[0] && !p->err_names_rank) fprintf(stderr, "%s: %s\n", p->prog, err);
+    gpt_ckpt_print_stop(stderr, p->ckpt, p->prog, p->dist->rank);
     return 1;
   }
   p->teardown(p->self);
   return 0;
 }
 
-int gpt_run_steps(const gpt_steps *l) {
+int gpt_run_steps(const gpt_steps *l, char *err, size_t errlen) {
   const gpt_trainer_flags *f = l->flags;
   for (int i = 0; i < f->steps; i++) {
     gpt_step_stats s = {0};
@@ -40,6 +41,7 @@ int gpt_run_steps(const gpt_steps *l) {
       gpt_report_eval(l->rep, row.val_loss);
     }
     gpt_report_val_log(l->rep, &row, NULL, 0);
+    if (gpt_ckpt_due(l->ckpt, row.step, last) && l->save(l->self, err, errlen)) return -1;
   }
   return 0;
 }
