@@ -50,6 +50,14 @@ DistTestCases.backend_feature["ddp"].add("weft")
 DistTestCases.backend_feature["subgroup"].add("weft")
 DistTestCases.skip_collective["sendrecv anysource"].add("weft")
 
+# TestDistBackend._run turns on DDP's ReplicatedTensor mode, whose import of
+# torch.distributed._shard fails on Debian's torch 1.13 under Python 3.11 (a dataclass with a
+# mutable default: "ValueError: mutable default ... TensorProperties"), for every backend
+# alike. Keep DDP in its ordinary mode, the one users get by default.
+import torch.nn.parallel._replicated_tensor_ddp_utils as _rt  # noqa: E402
+
+_rt._set_ddp_with_replicated_tensor = lambda value: None
+
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest,
