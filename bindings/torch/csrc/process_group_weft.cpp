@@ -1,5 +1,7 @@
 // process_group_weft.cpp: the group's lifetime (communicator, stream, completion thread),
 // Work objects and the split into subgroups. The collectives are in collectives.cpp.
+#include <Python.h>
+
 #include "process_group_weft.hpp"
 
 #include <climits>
@@ -95,7 +97,11 @@ void ProcessGroupWeft::start() {
   init();
 }
 
+// Tensors freed on the completion thread may take the GIL (PyTorch hands a tensor's last
+// reference back to its Python object under the GIL), so the destructor, which Python runs
+// holding the GIL, lets go of it while it waits for that thread.
 ProcessGroupWeft::~ProcessGroupWeft() {
+  PyThreadState *saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   {
     std::lock_guard<std::mutex> g(mu_);
     stop_ = true;
@@ -107,6 +113,7 @@ ProcessGroupWeft::~ProcessGroupWeft() {
     if (first_error_.empty()) weft_comm_destroy(comm_);
     else weft_comm_abort(comm_);
   }
+  if (saved != nullptr) PyEval_RestoreThread(saved);
 }
 
 void ProcessGroupWeft::fail(const char *what, weft_status_t st) {
@@ -165,6 +172,7 @@ void ProcessGroupWeft::completion_loop() {
             weft_get_error_string(st) + "): " + msg));
       w->complete(e);
     }
+    done.clear();  // may free tensors, which may take the GIL: never under mu_
     lk.lock();
     if (pending_.empty()) idle_.notify_all();
   }

@@ -13,6 +13,7 @@ results on real rank processes. TAP, one line per scenario:
     with weft's message;
   - a rank that dies: the survivor raises an exception naming it.
 Usage: /usr/bin/python3 test_backend.py  (weft_torch on PYTHONPATH)."""
+import faulthandler
 import os
 import sys
 import tempfile
@@ -254,7 +255,8 @@ def scenario_peer_dies(rank, world, method):
 # ---- driver ---------------------------------------------------------------------------------
 
 def worker(rank, world, scenario, method, port):
-    import faulthandler; faulthandler.dump_traceback_later(100, exit=True)  # a hang shows where
+    # A rank stuck for 100 s prints where it is and exits, so a hang fails the run, never blocks it.
+    faulthandler.dump_traceback_later(100, exit=True)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)

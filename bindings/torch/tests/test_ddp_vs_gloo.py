@@ -9,6 +9,7 @@ and whether they are bitwise equal). TAP.
 
 Usage: /usr/bin/python3 test_ddp_vs_gloo.py TORCH_GPT_PY [TEXT]   (weft_torch on PYTHONPATH)
 """
+import faulthandler
 import importlib.util
 import os
 import sys
@@ -41,6 +42,7 @@ def text_tokens(path):
 
 
 def worker(rank, backend, gpt_path, text, store, out):
+    faulthandler.dump_traceback_later(200, exit=True)  # a hang fails the run instead of blocking it
     torch.set_num_threads(1)
     dist.init_process_group(backend, init_method="file://" + store, rank=rank, world_size=2)
     g = load_gpt(gpt_path)
