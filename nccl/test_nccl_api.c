@@ -12,6 +12,7 @@
 #include <nccl_weft.h>
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,7 +347,7 @@ static void weft_stream(ncclComm_t comm) {
   EXPECT(ncclWeftStreamDestroy(s), ncclInvalidArgument);
 }
 
-static int rank_main(const ncclUniqueId ids[3]) {
+static int rank_main(const ncclUniqueId ids[4]) {
   int version = 0;
   OK(ncclGetVersion(&version));
   CHECK(version == NCCL_VERSION_CODE, "version %d", version);
@@ -389,6 +390,11 @@ static int rank_main(const ncclUniqueId ids[3]) {
   ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
   bad.magic = 0x1234;
   EXPECT(ncclCommInitRankConfig(&comm, nranks, ids[1], me, &bad), ncclInvalidArgument);
+  ncclConfig_t old = NCCL_CONFIG_INITIALIZER;
+  old.size = offsetof(ncclConfig_t, blocking); /* a caller whose struct ends before blocking */
+  old.blocking = 7;                            /* beyond its size: never read, so no error */
+  EXPECT(ncclCommInitRankConfig(&comm, nranks, ids[3], me, &old), ncclSuccess); /* blocking default */
+  OK(ncclCommDestroy(comm));
   return fails;
 }
 
@@ -408,8 +414,8 @@ static void tap(int ok, const char *fmt, ...) {
 }
 
 static void run_ranks(int n, const char *transport) {
-  ncclUniqueId ids[3];
-  for (int i = 0; i < 3; i++)
+  ncclUniqueId ids[4];
+  for (int i = 0; i < 4; i++)
     if (ncclGetUniqueId(&ids[i]) != ncclSuccess) {
       tap(0, "every call on %d ranks over %s: ncclGetUniqueId: %s", n, transport, ncclGetLastError(NULL));
       return;
