@@ -241,6 +241,32 @@ WEFT_API weft_status_t weft_comm_init_rank_config(weft_comm_t *comm, int nranks,
  */
 WEFT_API weft_status_t weft_comm_init_from_env(weft_comm_t *comm, const weft_config_t *config);
 
+/* The color of a rank that takes part in no child of weft_comm_split (NCCL_SPLIT_NOCOLOR). */
+#define WEFT_SPLIT_NOCOLOR (-1)
+
+/*
+ * weft_comm_split: splits comm into disjoint child communicators, as NCCL's ncclCommSplit.
+ * Collective over comm: every rank of comm calls it, in the same order relative to comm's
+ * other calls. The ranks that pass the same color (>= 0) form one child; in it they are
+ * ordered by key, ties broken by their rank in comm. A rank passing WEFT_SPLIT_NOCOLOR
+ * joins no child and gets *newcomm = NULL. No unique id is needed: each color's lowest
+ * rank of comm creates one (its process then hosts the child's bootstrap root) and it
+ * travels over comm (two all-gathers of 12 and 132 bytes per rank), then every child
+ * initializes as weft_comm_init_rank_config does, transports chosen as there.
+ * config: the child's options (WEFT_CONFIG_INITIALIZER; NULL or an undefined timeout takes
+ * comm's timeout); with config->blocking == 0 it returns WEFT_IN_PROGRESS as
+ * weft_comm_init_rank_config does. The child is independent of comm: destroy each alone.
+ * Errors (the same on every rank when the arguments are bad): WEFT_ERR_INVALID_ARGUMENT
+ * (comm NULL; on any rank: newcomm NULL, a color < 0 other than WEFT_SPLIT_NOCOLOR, or a
+ * config not from WEFT_CONFIG_INITIALIZER: the message names that rank),
+ * WEFT_ERR_INVALID_USAGE (called inside a group, comm aborted or in error), the errors of
+ * a collective on comm, and those of weft_comm_init_rank_config for the child (including
+ * a leader's failure to create the id, naming the leader). On error *newcomm is NULL.
+ * Thread safety: as a collective on comm.
+ */
+WEFT_API weft_status_t weft_comm_split(weft_comm_t comm, int color, int key, weft_comm_t *newcomm,
+                                       const weft_config_t *config);
+
 /*
  * weft_comm_destroy: waits for the communicator's queued operations (up to the
  * timeout), leaves the bootstrap and frees everything: shared-memory segments,

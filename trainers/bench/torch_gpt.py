@@ -17,7 +17,7 @@ OMP_NUM_THREADS=1 in its environment (run.sh sets them; this script sets them to
 absent, before torch loads OpenBLAS).
 
 Output (rank 0): one line per step, then
-    # torch summary: ranks R tokens/s X mfu Y median_step_ms Z warmup W steps S
+    # torch summary: backend NAME ranks R tokens/s X mfu Y median_step_ms Z warmup W steps S
 tokens/s from the median step time of the steps after the warm-up; MFU with the FLOPs
 formula of gpt_flops_per_token (6N + 12LHQT, PaLM appendix B) and the per-rank peak given
 by --peak-gflops (run.sh passes the one weft-train-ddp measured, so both use one peak).
@@ -118,6 +118,8 @@ def parse():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3, help="steps left out of tokens/s")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--backend", default="gloo",
+                    help="torch.distributed backend: gloo, or weft (weft_torch on PYTHONPATH)")
     ap.add_argument("--peak-gflops", type=float, default=0.0, help="per-rank peak for MFU (0: no MFU)")
     return ap.parse_args()
 
@@ -152,7 +154,9 @@ def main():
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if a.backend == "weft":
+        import weft_torch  # noqa: F401  (registers the backend)
+    dist.init_process_group(a.backend, rank=rank, world_size=world)
     train, vocab = load(a.data)
     torch.manual_seed(a.seed)
     model = GPT(vocab, a.seq, a.layers, a.dmodel, a.heads)
@@ -162,8 +166,8 @@ def main():
     fpt = flops_per_token(vocab, a.seq, a.layers, a.dmodel, a.heads)
     tokens = a.batch * a.seq * world
     if rank == 0:
-        print("# torch %s DDP gloo: %d ranks, blas %s, %d thread(s) per rank, vocab %d" %
-              (torch.__version__, world, blas_name(), torch.get_num_threads(), vocab))
+        print("# torch %s DDP %s: %d ranks, blas %s, %d thread(s) per rank, vocab %d" %
+              (torch.__version__, a.backend, world, blas_name(), torch.get_num_threads(), vocab))
         print("# model: layers %d dmodel %d heads %d seq %d, batch %d per rank, %.3f MFLOP/token" %
               (a.layers, a.dmodel, a.heads, a.seq, a.batch, fpt / 1e6))
         print("%6s %10s %9s %9s" % ("step", "loss", "ms", "tok/s"))
@@ -185,8 +189,8 @@ def main():
     tps = tokens / med
     mfu = fpt * tps / (world * a.peak_gflops * 1e9) if a.peak_gflops > 0 else float("nan")
     if rank == 0:
-        print("# torch summary: ranks %d tokens/s %.1f mfu %.4f median_step_ms %.2f warmup %d steps %d" %
-              (world, tps, mfu, med * 1e3, a.warmup, a.steps), flush=True)
+        print("# torch summary: backend %s ranks %d tokens/s %.1f mfu %.4f median_step_ms %.2f warmup %d steps %d" %
+              (a.backend, world, tps, mfu, med * 1e3, a.warmup, a.steps), flush=True)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -1,0 +1,203 @@
+/* nccl_comm.c: NCCL's communicator calls on weft communicators: ids, init (rank, config,
+ * all, scalable), split, shrink, finalize, destroy, abort, revoke and the queries. */
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include "nccl/nccl_internal.h"
+
+NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
+  if (uniqueId == NULL) return nccl__fail(ncclInvalidArgument, "ncclGetUniqueId: uniqueId is NULL");
+  weft_unique_id_t id;
+  weft_status_t st = weft_get_unique_id(&id);
+  if (st == WEFT_SUCCESS) memcpy(uniqueId->internal, id.internal, sizeof(id.internal));
+  return nccl__from_weft(st);
+}
+
+static ncclResult_t init_rank(ncclComm_t *comm, int nranks, const char *idbytes, int rank,
+                              const ncclConfig_t *config, const char *what) {
+  if (comm == NULL) return nccl__fail(ncclInvalidArgument, "%s: comm is NULL", what);
+  *comm = NULL;
+  weft_config_t cfg;
+  ncclResult_t r = nccl__config(config, &cfg, what);
+  if (r != ncclSuccess) return r;
+  weft_unique_id_t id;
+  memcpy(id.internal, idbytes, sizeof(id.internal));
+  weft_comm_t w = NULL;
+  weft_status_t st = weft_comm_init_rank_config(&w, nranks, id, rank, &cfg);
+  if (st != WEFT_SUCCESS && st != WEFT_IN_PROGRESS) return nccl__from_weft(st);
+  r = nccl__wrap(w, rank, nranks, comm);
+  return r != ncclSuccess ? r : nccl__from_weft(st);
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId,
+         int rank, ncclConfig_t *config) {
+  return init_rank(comm, nranks, commId.internal, rank, config, "ncclCommInitRankConfig");
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank) {
+  return init_rank(comm, nranks, commId.internal, rank, NULL, "ncclCommInitRank");
+}
+
+NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks, int myrank, int nId,
+         ncclUniqueId *commIds, ncclConfig_t *config) {
+  if (nId < 1 || commIds == NULL)
+    return nccl__fail(ncclInvalidArgument, "ncclCommInitRankScalable: needs at least one unique id (nId %d)", nId);
+  return init_rank(newcomm, nranks, commIds[0].internal, myrank, config, "ncclCommInitRankScalable");
+}
+
+/* Waits for a non-blocking init; WEFT_IN_PROGRESS while it runs. */
+static weft_status_t wait_init(weft_comm_t w) {
+  weft_status_t st = WEFT_IN_PROGRESS;
+  while (weft_comm_get_async_error(w, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS) sched_yield();
+  return st;
+}
+
+/* ndev ranks in this process: each init starts non-blocking, then all are awaited. */
+NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *devlist) {
+  if (comm == NULL || ndev < 1)
+    return nccl__fail(ncclInvalidArgument, "ncclCommInitAll: comm NULL or ndev %d < 1", ndev);
+  ncclUniqueId id;
+  ncclResult_t r = pncclGetUniqueId(&id);
+  if (r != ncclSuccess) return r;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  for (int i = 0; i < ndev; i++) comm[i] = NULL;
+  for (int i = 0; i < ndev && (r == ncclSuccess || r == ncclInProgress); i++)
+    r = init_rank(&comm[i], ndev, id.internal, i, &cfg, "ncclCommInitAll");
+  for (int i = 0; i < ndev && (r == ncclSuccess || r == ncclInProgress); i++)
+    r = nccl__from_weft(wait_init(comm[i]->w));
+  if (r == ncclSuccess) return r;
+  for (int i = 0; i < ndev; i++)
+    if (comm[i] != NULL) pncclCommAbort(comm[i]), comm[i] = NULL;
+  return r;
+}
+
+NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+         ncclConfig_t *config) {
+  ncclResult_t r = nccl__check_comm(comm, "ncclCommSplit");
+  if (r != ncclSuccess) return r;
+  weft_config_t cfg;
+  r = nccl__config(config, &cfg, "ncclCommSplit");
+  if (r != ncclSuccess) return r;
+  weft_comm_t child = NULL;
+  /* A NULL newcomm is passed on so that every rank learns of it (weft fails all alike). */
+  weft_status_t st = weft_comm_split(comm->w, color, key, newcomm == NULL ? NULL : &child, &cfg);
+  if (newcomm != NULL) *newcomm = NULL;
+  if (st != WEFT_SUCCESS && st != WEFT_IN_PROGRESS) return nccl__from_weft(st);
+  int rank = 0, size = 0;
+  if (child != NULL) weft_comm_user_rank(child, &rank), weft_comm_count(child, &size);
+  r = nccl__wrap(child, rank, size, newcomm);
+  return r != ncclSuccess ? r : nccl__from_weft(st);
+}
+
+static int excluded(const int *list, int n, int rank) {
+  for (int i = 0; i < n; i++)
+    if (list[i] == rank) return 1;
+  return 0;
+}
+
+/* The lowest rank left makes the new id and sends it to the others over comm. */
+static weft_status_t share_shrink_id(ncclComm_t comm, int leader, const int *list, int n,
+                                     weft_unique_id_t *id) {
+  if (comm->rank != leader) return weft_recv(id, sizeof(*id), WEFT_UINT8, leader, comm->w, NULL);
+  weft_status_t st = weft_get_unique_id(id);
+  if (st != WEFT_SUCCESS) return st;
+  weft_group_start();
+  for (int p = 0; p < comm->nranks; p++)
+    if (p != leader && !excluded(list, n, p)) weft_send(id, sizeof(*id), WEFT_UINT8, p, comm->w, NULL);
+  return weft_group_end();
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+         ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
+  ncclResult_t r = nccl__check_comm(comm, "ncclCommShrink");
+  if (r != ncclSuccess) return r;
+  if (newcomm == NULL || excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == NULL) ||
+      (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT))
+    return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommShrink: newcomm NULL, a bad exclude list or flags %d",
+                      comm->rank, shrinkFlags);
+  *newcomm = NULL;
+  if (excluded(excludeRanksList, excludeRanksCount, comm->rank))
+    return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommShrink: an excluded rank must not call it", comm->rank);
+  int leader = -1, newrank = 0, left = 0;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (excluded(excludeRanksList, excludeRanksCount, p)) continue;
+    if (leader < 0) leader = p;
+    if (p < comm->rank) newrank++;
+    left++;
+  }
+  weft_config_t cfg;
+  r = nccl__config(config, &cfg, "ncclCommShrink");
+  if (r != ncclSuccess) return r;
+  weft_unique_id_t id;
+  weft_status_t st = share_shrink_id(comm, leader, excludeRanksList, excludeRanksCount, &id);
+  weft_comm_t w = NULL;
+  if (st == WEFT_SUCCESS) st = weft_comm_init_rank_config(&w, left, id, newrank, &cfg);
+  if (st != WEFT_SUCCESS && st != WEFT_IN_PROGRESS) return nccl__from_weft(st);
+  r = nccl__wrap(w, newrank, left, newcomm);
+  return r != ncclSuccess ? r : nccl__from_weft(st);
+}
+
+static void free_comm(ncclComm_t comm) {
+  pthread_mutex_destroy(&comm->mu);
+  free(comm);
+}
+
+/* Every call completes before it returns here: only a non-blocking init may be running. */
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm) {
+  if (comm == NULL) return nccl__fail(ncclInvalidArgument, "ncclCommFinalize: comm is NULL");
+  weft_status_t st = WEFT_SUCCESS;
+  weft_comm_get_async_error(comm->w, &st);
+  return nccl__from_weft(st);
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess; /* NCCL accepts a NULL communicator here */
+  weft_status_t st = weft_comm_destroy(comm->w);
+  free_comm(comm);
+  return nccl__from_weft(st);
+}
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;
+  weft_status_t st = weft_comm_abort(comm->w);
+  free_comm(comm);
+  return nccl__from_weft(st);
+}
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
+  if (comm == NULL) return nccl__fail(ncclInvalidArgument, "ncclCommRevoke: comm is NULL");
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommRevoke: flags must be 0, got %d", comm->rank, revokeFlags);
+  comm->revoked = 1; /* nothing is in flight: every call completed before it returned */
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError) {
+  if (comm == NULL || asyncError == NULL)
+    return nccl__fail(ncclInvalidArgument, "ncclCommGetAsyncError: NULL argument");
+  weft_status_t st = WEFT_SUCCESS;
+  weft_status_t r = weft_comm_get_async_error(comm->w, &st);
+  if (r != WEFT_SUCCESS) return nccl__from_weft(r);
+  *asyncError = nccl__from_weft(st);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int *count) {
+  if (comm == NULL || count == NULL) return nccl__fail(ncclInvalidArgument, "ncclCommCount: NULL argument");
+  *count = comm->nranks;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int *rank) {
+  if (comm == NULL || rank == NULL) return nccl__fail(ncclInvalidArgument, "ncclCommUserRank: NULL argument");
+  *rank = comm->rank;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device) {
+  if (comm == NULL || device == NULL) return nccl__fail(ncclInvalidArgument, "ncclCommCuDevice: NULL argument");
+  *device = -1;
+  return nccl__fail(ncclInvalidUsage, "rank %d: ncclCommCuDevice: this communicator runs on host "
+                    "memory, with no CUDA device", comm->rank);
+}
