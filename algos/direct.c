@@ -3,9 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "algos/direct.h"
-#include "algos/ring.h"
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
+#include "lib/nt_copy.h"
 #include "lib/dtype.h"
 #include "lib/mem.h"
 #include "lib/select.h"
@@ -67,7 +66,7 @@ int weft__direct_wanted(const weft__task *t) {
 
 void weft__direct_copy(void *dst, const void *src, size_t n, size_t out_bytes) {
   if (dst == src || n == 0) return;
-  if (out_bytes >= weft__copy_stream_threshold()) weft__copy_stream_unfenced(dst, src, n);
+  if (out_bytes >= weft__nt_copy_threshold()) weft__nt_copy_unfenced(dst, src, n);
   else memcpy(dst, src, n);
 }
 
@@ -78,7 +77,7 @@ static void locate(struct weft_comm *comm, const void *p, size_t bytes, uint64_t
   *off = w != NULL ? (uint64_t)((const char *)p - w->base) : 0;
 }
 
-static weft_status_t direct_start(weft__task *t) {
+weft_status_t weft__direct_start(weft__task *t) {
   struct weft_comm *comm = t->comm;
   int n = comm->nranks;
   size_t per = sizeof(direct_desc) + 4 * sizeof(weft__req) + 2 * sizeof(char *);
@@ -209,7 +208,7 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
   return WEFT_IN_PROGRESS;
 }
 
-static weft_status_t direct_progress(weft__task *t) {
+weft_status_t weft__direct_progress(weft__task *t) {
   direct_state *st = t->state;
   if (st->phase == PHASE_EXCHANGE) {
     if (!phase_complete(t, st, 0)) return WEFT_IN_PROGRESS;
@@ -219,18 +218,3 @@ static weft_status_t direct_progress(weft__task *t) {
   }
   return phase_complete(t, st, 2) ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
-
-static const weft__algo direct_algos[] = {
-    {"direct", WEFT__COLL_ALL_REDUCE, direct_start, direct_progress},
-    {"direct", WEFT__COLL_ALL_GATHER, direct_start, direct_progress},
-    {"direct", WEFT__COLL_REDUCE_SCATTER, direct_start, direct_progress},
-    {"direct", WEFT__COLL_ALL_TO_ALL, direct_start, direct_progress},
-    {"direct", WEFT__COLL_BROADCAST, direct_start, direct_progress},
-};
-
-const weft__algo *weft__direct_algo(weft__coll_t coll) {
-  for (size_t i = 0; i < sizeof direct_algos / sizeof *direct_algos; i++)
-    if (direct_algos[i].coll == coll) return &direct_algos[i];
-  return NULL;
-}
-

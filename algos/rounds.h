@@ -11,6 +11,7 @@
 #define WEFT_ALGOS_ROUNDS_H
 #include "lib/comm.h"
 #include "lib/req.h"
+#include "lib/algo.h"
 #include "lib/task.h"
 
 typedef struct weft__rounds {

@@ -51,7 +51,7 @@ struct weft_comm {
   /* A large scratch an algorithm needs for one call (in-place all-to-all's staged input),
    * kept for the next call: allocating it per call cost page faults on every call (64 MiB
    * in place took 47.9 ms against 6.8 ms out of place). Used only under lock (one task at
-   * a time); freed with the communicator (algos/ring.h: weft__comm_scratch). */
+   * a time); freed with the communicator (lib/algo.h: weft__comm_scratch). */
   void *scratch;
   size_t scratch_bytes;
   /* Large uniform collectives so far, and shm placement probes run among them

@@ -2,7 +2,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
+#include "lib/nt_copy.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/req.h"
@@ -36,8 +36,8 @@ void weft__req_post(weft__conn *conn, weft__req *r) {
   *tail = r;
 }
 
-/* The message size weft__copy_part decides by: any size streams when r->stream is set. */
-static size_t copy_bytes(const weft__req *r) { return r->stream ? SIZE_MAX : r->bytes; }
+/* The message size weft__copy_part decides by: any size bypasses the cache when r->nt is set. */
+static size_t copy_bytes(const weft__req *r) { return r->nt ? SIZE_MAX : r->bytes; }
 
 void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
   if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */

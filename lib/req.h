@@ -31,10 +31,10 @@ typedef struct weft__req {
    * (so from cache): an all-gather's own block, fused with its first send (progress_queue) */
   void *copy_to;
   /* 1: the bytes copied into dst (receive) or copy_to (send) bypass the cache
-   * (weft__copy_stream) whatever the message size. Set by an algorithm for the pieces of a
-   * large collective that nothing reads again soon; 0: only messages of at least
-   * weft__copy_stream_threshold() bytes do. Reductions on receive are not affected. */
-  int stream;
+   * (non-temporal stores, weft__nt_copy) whatever the message size. Set by an algorithm
+   * for the pieces of a large collective that nothing reads again soon; 0: only messages
+   * of at least weft__nt_copy_threshold() bytes do. Reductions on receive are not affected. */
+  int nt;
 } weft__req;
 
 typedef struct weft__conn {

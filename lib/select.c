@@ -3,7 +3,8 @@
  *     time = steps * alpha + bytes on the critical path * beta + bytes reduced * gamma,
  * with alpha, beta and gamma per transport from a stored table (model_table below, measured
  * on a 2-core VM with all_reduce_perf; WEFT_TUNER_MODEL replaces it), and the cheapest wins.
- * Candidates and their cost functions are rows of data (candidates[] below), not nested ifs.
+ * Candidates and their cost functions are rows of data, each in its algorithm's file
+ * (lib/algo.h; the registry in algos/registry.c), not nested ifs.
  *
  * Every rank must run the same algorithm, so the choice depends only on values identical on
  * all ranks: the collective, count, datatype, nranks, environment variables that must be
@@ -22,14 +23,12 @@
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "algos/algos.h"
-#include "algos/direct.h"
-#include "algos/hier.h"
-#include "algos/patterns.h"
+#include "lib/algo.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
@@ -62,191 +61,20 @@ static const model_params model_table[WEFT__NUM_TRANSPORTS] = {
     [WEFT__TRANSPORT_SOCKET] = {40.0, 0.25, 0.05, 0.0, 1.5},
 };
 
-/* ---- cost of each algorithm ----------------------------------------------------------- */
-typedef struct {
-  double a;           /* alpha of one step, with oversubscription */
-  double b, g;        /* beta and gamma per byte */
-  double n, bytes, chunk;
-  int L;              /* ceil(log2 n) */
-  int oversub;        /* more ranks on a host than cores */
-  int p2, rem;        /* the recursive-doubling fold */
-  /* Two-level algorithms: the host shape, and both transports' parameters per byte. */
-  int H, Lmin, Lmax;
-  double a_shm, b_shm, g_shm, a_net, b_net, g_net;
-} cost_in;
+/* ---- the candidates: the registry's rows (lib/algo.h) ---------------------------------
+ * A collective's candidates are its rows without `wanted`, in registry order. */
 
-static double ceil_div(double x, double y) { return x <= 0 ? 0 : (double)(long long)((x + y - 1) / y); }
-
-static double ar_ring(const cost_in *c) {
-  double slices = ceil_div(c->bytes, c->n * c->chunk);
-  return slices * 2 * (c->n - 1) * c->a + 2 * (c->n - 1) / c->n * c->bytes * c->b +
-         (c->n - 1) / c->n * c->bytes * c->g;
-}
-static double ar_recursive_doubling(const cost_in *c) {
-  /* Each step moves the whole buffer; the higher rank of a pair also makes a separate pass
-   * to reduce in rank order (measured: 2.4x the ring's per-byte cost). */
-  int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
-  return (lp + fold) * (c->a + c->bytes * c->b) + lp * c->bytes * (c->b + c->g);
-}
-static double ar_rabenseifner(const cost_in *c) {
-  /* Measured: its steps cost about twice a ring step on 4 ranks over 2 cores, since each
-   * waits for a different peer (127 us against the ring's 113 us at 8 B), and its bytes
-   * 1.5 times the ring's (whole halves in flight rather than pipelined slices: 822 us
-   * against 600 us at 256 KiB on 8 ranks). */
-  int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
-  double frac = (double)(c->p2 - 1) / c->p2;
-  return (2 * lp + fold) * 2 * c->a + (2 * frac + fold) * c->bytes * c->b * 1.5 +
-         (frac + fold / 2) * c->bytes * c->g;
-}
-static double ar_tree(const cost_in *c) {
-  /* Up: L levels receiving both halves into scratch and reducing; down: L levels. */
-  return 2 * c->L * c->a + c->L * c->bytes * (3 * c->b + c->g);
-}
-static double ar_hierarchical(const cost_in *c) {
-  /* Only for several hosts with more than one rank on some (else it is the flat ring or
-   * a fold into one rank). W blocks, each with an inter-host ring; on the most crowded host
-   * min(W, Lmax) ranks run the intra-host ring and F - 1 fold into each; on the least
-   * crowded one a rank reduces ceil(W / Lmin) blocks (hierarchical.c). The inter-host rings
-   * of a host share its link, so the network term charges a host's bytes, 2 (H-1)/H B, not
-   * one ring's: conservative. */
-  if (c->H < 2 || c->Lmax < 2) return INFINITY;
-  double W = weft__hier_width(c->Lmax, (size_t)c->bytes), H = c->H, B = c->bytes;
-  double Wl = W < c->Lmax ? W : c->Lmax, F = ceil(c->Lmax / Wl);
-  double served = ceil(W / (c->Lmin < W ? c->Lmin : W));
-  double fold = (F - 1) * (c->a_shm + B * (c->b_shm + c->g_shm));
-  double unfold = F > 1 ? c->a_shm + (F - 1) * B * c->b_shm : 0;
-  double intra = 2 * (Wl - 1) * c->a_shm + 2 * (Wl - 1) / Wl * B * c->b_shm + (Wl - 1) / Wl * B * c->g_shm;
-  double inter = 2 * (H - 1) * c->a_net + 2 * (H - 1) / H * B * c->b_net +
-                 (H - 1) / H * B * served / W * c->g_net;
-  return fold + intra + inter + unfold;
-}
-/* The two-level all-gather and reduce-scatter (all_gather/hierarchical.c, reduce_scatter/
- * hierarchical.c), B bytes per rank: H-1 network steps on W = Lmax rings that share the
- * host's link, which carries the larger of the n - Lmin blocks the least crowded host
- * receives and the (H-1) W slots it forwards; then Lmax - 1 shm steps moving the other
- * ranks' blocks of the host. reduce adds the reductions of both levels. */
-static double two_level_gather(const cost_in *c, int reduce) {
-  if (c->H < 2 || c->Lmax < 2) return INFINITY;
-  double H = c->H, L = c->Lmax, B = c->bytes, n = c->n;
-  double net_blocks = n - c->Lmin > (H - 1) * L ? n - c->Lmin : (H - 1) * L;
-  double intra = (L - 1) * c->a_shm + (L - 1) / L * n * B * (c->b_shm + (reduce ? c->g_shm : 0));
-  double inter = (H - 1) * c->a_net + net_blocks * B * (c->b_net + (reduce ? c->g_net : 0));
-  return intra + inter;
-}
-static double ag_hierarchical(const cost_in *c) { return two_level_gather(c, 0); }
-static double rs_hierarchical(const cost_in *c) { return two_level_gather(c, 1); }
-static double rs_ring(const cost_in *c) {
-  return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * (c->b + c->g);
-}
-static double rs_recursive_doubling(const cost_in *c) {
-  /* The all-reduce's exchange over all n blocks, then this rank's block copied out. */
-  cost_in whole = *c;
-  whole.bytes = c->bytes * c->n;
-  return ar_recursive_doubling(&whole) + c->bytes * c->b;
-}
-static double bc_hierarchical(const cost_in *c) {
-  /* Binomial trees over the hosts' leaders, then within the most crowded host. */
-  if (c->H < 2 || c->Lmax < 2) return INFINITY;
-  return weft__ceil_log2(c->H) * (c->a_net + c->bytes * c->b_net) +
-         weft__ceil_log2(c->Lmax) * (c->a_shm + c->bytes * c->b_shm);
-}
-/* The ring driver's fixed cost per call, in alphas: on 2 ranks, where the ring and Bruck
- * both take one step, the ring all-gather measured 0.31-0.38 us against Bruck's 0.22-0.35 us
- * at 8-512 B (bound, 20,000 calls, in and out of place) and tied at 2 KiB; 0.13 alpha puts the
- * model's crossover there (4 B beta = 0.13 alpha). */
-#define RING_CALL_ALPHAS 0.13
-static double ag_ring(const cost_in *c) {
-  return RING_CALL_ALPHAS * c->a + ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a +
-         (c->n - 1) * c->bytes * c->b;
-}
-static double ag_bruck(const cost_in *c) {
-  /* Plus the copies into and out of the rotated scratch. */
-  return c->L * c->a + (c->n - 1) * c->bytes * c->b + 2 * c->n * c->bytes * c->b;
-}
-static double a2a_pairwise(const cost_in *c) {
-  /* Every message is posted at once, but each peer's is a step of its own to schedule ...
-   * except when ranks outnumber cores: then each of Bruck's dependent steps waits for the
-   * next rank to be scheduled, while the pairwise exchanges complete in whatever order the
-   * ranks run, so they cost one step. Measured with 3 and 4 ranks on the 2 cores, 16 B-8 KiB
-   * (2,000 calls, 2 launches): pairwise 2.7-3.3 us against Bruck's 3.9-5.1 us (3 ranks) and
-   * 4.8-7.0 against 6.1-12.7 us (4 ranks). */
-  double steps = c->oversub ? 1 : c->n - 1;
-  return steps * c->a + (c->n - 1) * c->bytes * c->b;
-}
-static double a2a_bruck(const cost_in *c) {
-  /* About n/2 blocks per step, packed and unpacked, plus the two rotations. */
-  double moved = c->L * (c->n / 2) * c->bytes;
-  return c->L * c->a + moved * c->b * 2 + 2 * c->n * c->bytes * c->b;
-}
-/* The chain driver's fixed cost per call, in alphas, as the ring's: on 2 ranks, where the
- * chain and the binomial tree both take one step and the model tied (the table's first row,
- * chain, won), the chain broadcast measured 0.23 us against the binomial's 0.17-0.18 us at
- * 8 B and 0.26-0.41 against 0.21-0.23 at 512 B, and no faster up to 1 MiB (bound, 2,000
- * calls, in place, 3 launches); reduce alike (0.21-0.24 against 0.18-0.21 us at 8-512 B). */
-#define CHAIN_CALL_ALPHAS 0.13
-static double chain(const cost_in *c, double per_byte) {
-  /* Filling the pipeline takes n-2 chunk steps, then the chunks stream. */
-  double piece = c->bytes < c->chunk ? c->bytes : c->chunk;
-  return CHAIN_CALL_ALPHAS * c->a + (c->n - 2 + ceil_div(c->bytes, c->chunk)) * c->a +
-         (c->n - 2) * piece * per_byte + c->bytes * per_byte;
-}
-static double bc_chain(const cost_in *c) { return chain(c, c->b); }
-static double bc_binomial(const cost_in *c) { return c->L * (c->a + c->bytes * c->b); }
-static double rd_chain(const cost_in *c) { return chain(c, c->b + c->g); }
-static double rd_binomial(const cost_in *c) { return c->L * (c->a + c->bytes * (c->b + c->g)); }
-
-/* ---- the candidates: rows of data --------------------------------------------------- */
-typedef struct {
-  weft__coll_t coll;
-  const weft__algo *algo;
-  double (*cost)(const cost_in *); /* NULL: the only candidate, not modelled */
-  size_t max_bytes;                /* above this the model does not consider it (0: no cap) */
-} candidate;
-
-/* The caps keep whole-message algorithms (no pipelining, scratch as large as the buffer)
- * where they were measured to win: past the caches their rounds stall on memory, which a
- * linear model does not see (recursive doubling went from 59 us at 512 KiB to 306 us at
- * 1 MiB on 2 ranks, while the ring went from 107 to 173 us). */
-static const candidate candidates[] = {
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_ring, ar_ring, 0},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_recursive_doubling, ar_recursive_doubling, 512 << 10},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_rabenseifner, ar_rabenseifner, 1 << 20},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_tree, ar_tree, 512 << 10},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_hierarchical, ar_hierarchical, 0},
-    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_ring, ag_ring, 0},
-    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_bruck, ag_bruck, 256 << 10},
-    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_hierarchical, ag_hierarchical, 0},
-    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_chain, bc_chain, 0},
-    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_binomial, bc_binomial, 1 << 20},
-    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_hierarchical, bc_hierarchical, 0},
-    {WEFT__COLL_REDUCE, &weft__algo_reduce_chain, rd_chain, 0},
-    {WEFT__COLL_REDUCE, &weft__algo_reduce_binomial, rd_binomial, 1 << 20},
-    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_ring, rs_ring, 0},
-    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_recursive_doubling, rs_recursive_doubling, 16 << 10},
-    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_hierarchical, rs_hierarchical, 0},
-    {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_pairwise, a2a_pairwise, 0},
-    {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_bruck, a2a_bruck, 64 << 10},
-    {WEFT__COLL_ALL_TO_ALLV, &weft__algo_all_to_allv_pairwise, NULL, 0},
-    {WEFT__COLL_GATHER, &weft__algo_gather_linear, NULL, 0},
-    {WEFT__COLL_SCATTER, &weft__algo_scatter_linear, NULL, 0},
-    {WEFT__COLL_BARRIER, &weft__algo_barrier_dissemination, NULL, 0},
-    {WEFT__COLL_SEND, &weft__algo_p2p, NULL, 0},
-    {WEFT__COLL_RECV, &weft__algo_p2p, NULL, 0},
-    {WEFT__COLL_P2P_GROUP, &weft__algo_p2p, NULL, 0},
-};
-enum { NCANDIDATES = sizeof(candidates) / sizeof(candidates[0]) };
-
-/* The candidates of coll as indices into candidates[]; returns how many. */
+/* The candidates of coll as indices into weft__algo_table; returns how many. */
 static int rows_of(weft__coll_t coll, int *rows) {
   int k = 0;
-  for (int i = 0; i < NCANDIDATES && k < WEFT__SELECT_MAX_CANDIDATES; i++)
-    if (candidates[i].coll == coll) rows[k++] = i;
+  for (int i = 0; i < weft__algo_table_len && k < WEFT__SELECT_MAX_CANDIDATES; i++)
+    if (weft__algo_table[i]->coll == coll && weft__algo_table[i]->wanted == NULL) rows[k++] = i;
   return k;
 }
 
 int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max) {
   int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(coll, rows);
-  for (int i = 0; i < k && i < max; i++) out[i] = candidates[rows[i]].algo;
+  for (int i = 0; i < k && i < max; i++) out[i] = weft__algo_table[rows[i]];
   return k;
 }
 
@@ -292,7 +120,7 @@ static const model_params *model_for(int transport) {
   return &params[transport == WEFT__TRANSPORT_SHM ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET];
 }
 
-static void make_cost_in(const weft__select_input *in, cost_in *c) {
+static void make_cost_in(const weft__select_input *in, weft__cost_in *c) {
   const model_params *m = model_for(in->transport);
   double scale = in->oversubscribed ? m->oversub_beta : 1;
   c->a = m->alpha_us + (in->oversubscribed ? m->oversub_alpha : 0);
@@ -309,17 +137,17 @@ static void make_cost_in(const weft__select_input *in, cost_in *c) {
   c->Lmin = in->min_local;
   c->Lmax = in->max_local;
   if (in->nhosts < 2) return; /* spare the latency path two more table look-ups */
-  const model_params *shm = model_for(WEFT__TRANSPORT_SHM), *net = model_for(WEFT__TRANSPORT_SOCKET);
-  c->a_shm = shm->alpha_us, c->b_shm = shm->beta_us / 1024, c->g_shm = shm->gamma_us / 1024;
-  c->a_net = net->alpha_us, c->b_net = net->beta_us / 1024, c->g_net = net->gamma_us / 1024;
+  const model_params *in_host = model_for(WEFT__TRANSPORT_SHM), *across = model_for(WEFT__TRANSPORT_SOCKET);
+  c->a_in = in_host->alpha_us, c->b_in = in_host->beta_us / 1024, c->g_in = in_host->gamma_us / 1024;
+  c->a_out = across->alpha_us, c->b_out = across->beta_us / 1024, c->g_out = across->gamma_us / 1024;
 }
 
 double weft__select_cost(const weft__algo *algo, const weft__select_input *in) {
   int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(in->coll, rows);
-  cost_in c;
+  weft__cost_in c;
   make_cost_in(in, &c);
   for (int i = 0; i < k; i++)
-    if (candidates[rows[i]].algo == algo && candidates[rows[i]].cost) return candidates[rows[i]].cost(&c);
+    if (weft__algo_table[rows[i]] == algo && algo->cost) return algo->cost(&c);
   return -1;
 }
 
@@ -360,7 +188,8 @@ static unsigned named_mask(weft__coll_t coll, const char *p, size_t len, int *un
     int found = 0;
     for (int i = 0; i < k; i++) {
       char have[64];
-      squash(candidates[rows[i]].algo->name, strlen(candidates[rows[i]].algo->name), have, sizeof(have));
+      const char *name = weft__algo_table[rows[i]]->name;
+      squash(name, strlen(name), have, sizeof(have));
       if (strcmp(want, have) == 0) mask |= 1u << i, found = 1;
     }
     if (!found && want[0] != '\0') *unknown = 1;
@@ -426,8 +255,8 @@ static void filter_from_env(weft__algo_filter *out) {
 }
 
 /* ---- resolving ------------------------------------------------------------------------ */
-/* 1 when candidate c may run in.bytes under the model (its cap). */
-static int within_cap(const candidate *c, const weft__select_input *in) {
+/* 1 when row c may run in.bytes under the model (its cap). */
+static int within_cap(const weft__algo *c, const weft__select_input *in) {
   return c->max_bytes == 0 || in->bytes <= c->max_bytes;
 }
 
@@ -437,28 +266,28 @@ const weft__algo *weft__select_resolve(const weft__select_input *in, const weft_
   unsigned allowed = f ? f->allowed[in->coll] : ~0u;
   int any_in_cap = 0;
   for (int i = 0; i < k; i++)
-    if (((allowed >> i) & 1) && within_cap(&candidates[rows[i]], in)) any_in_cap = 1;
+    if (((allowed >> i) & 1) && within_cap(weft__algo_table[rows[i]], in)) any_in_cap = 1;
   const weft__algo *best = NULL;
   double best_cost = 0;
   size_t used = 0;
-  cost_in ci;
+  weft__cost_in ci;
   if (k > 1) make_cost_in(in, &ci);
   if (why && whylen) why[0] = '\0';
   for (int i = 0; i < k; i++) {
-    const candidate *c = &candidates[rows[i]];
+    const weft__algo *c = weft__algo_table[rows[i]];
     int ok = (allowed >> i) & 1, capped = !within_cap(c, in);
     double cost = c->cost && k > 1 ? c->cost(&ci) : 0;
     if (why && used < whylen && (k > 1 || !ok))
       used += (size_t)snprintf(why + used, whylen - used, "%s%s %.1f us%s", used ? ", " : "",
-                               c->algo->name, cost,
+                               c->name, cost,
                                !ok ? " (excluded by WEFT_ALGO)" : capped ? " (above its size cap)"
                                : isinf(cost) ? " (not for this host layout)" : "");
     /* A forced algorithm runs at any size; the model alone keeps to the caps. */
     if (!ok || (capped && any_in_cap)) continue;
-    if (best == NULL || cost < best_cost) best = c->algo, best_cost = cost;
+    if (best == NULL || cost < best_cost) best = c, best_cost = cost;
   }
   if (why && used == 0) snprintf(why, whylen, "the only algorithm");
-  return best ? best : (k > 0 ? candidates[rows[0]].algo : NULL);
+  return best ? best : (k > 0 ? weft__algo_table[rows[0]] : NULL);
 }
 
 /* The bytes the model sees: count * size, i.e. the whole buffer, or the block per rank of an
@@ -489,13 +318,12 @@ static int has_two_level(weft__coll_t coll) {
          coll == WEFT__COLL_BROADCAST;
 }
 
-/* The host shape from the communicator's system view (O(hosts)); from the peers' host
- * identities when there is none. */
+/* The host shape from the communicator's system view (O(hosts)); none (which rules the
+ * two-level algorithms out) beyond WEFT__HIER_MAX_HOSTS hosts. */
 static void host_shape(const struct weft_comm *comm, weft__select_input *in) {
   const weft__topo_system *sys = comm->topo;
   if (sys == NULL || sys->nhosts > WEFT__HIER_MAX_HOSTS) {
-    weft__hier_shape sh = weft__hier_shape_of(comm->peers, comm->nranks);
-    in->nhosts = sh.nhosts, in->min_local = sh.min_local, in->max_local = sh.max_local;
+    in->nhosts = in->min_local = in->max_local = 0;
     return;
   }
   in->nhosts = sys->nhosts, in->min_local = comm->nranks, in->max_local = 0;
@@ -569,26 +397,43 @@ void weft__select_comm_free(struct weft_comm *comm) {
   free(atomic_exchange_explicit(&comm->tuner, NULL, memory_order_acq_rel));
 }
 
-/* The row of candidates[] holding algo for coll, or -1. */
-static int row_of(weft__coll_t coll, const weft__algo *algo) {
-  for (int i = 0; i < NCANDIDATES; i++)
-    if (candidates[i].coll == coll && candidates[i].algo == algo) return i;
+/* The row of weft__algo_table holding algo, or -1. */
+static int row_of(const weft__algo *algo) {
+  for (int i = 0; i < weft__algo_table_len; i++)
+    if (weft__algo_table[i] == algo) return i;
   return -1;
 }
 
 static const weft__algo *resolve_cached(struct weft__tuner_cache *c, weft__select_input *in) {
   uint64_t e = atomic_load_explicit(&c->last[in->coll], memory_order_relaxed);
-  if (e != 0 && e >> 8 == (uint64_t)in->bytes) return candidates[(e & 0xff) - 1].algo;
+  if (e != 0 && e >> 8 == (uint64_t)in->bytes) return weft__algo_table[(e & 0xff) - 1];
   const weft__algo *a = weft__select_resolve(in, &c->filter, NULL, 0);
-  int row = a != NULL ? row_of(in->coll, a) : -1;
+  int row = a != NULL ? row_of(a) : -1;
   if (row >= 0 && row < 255 && (uint64_t)in->bytes < (UINT64_C(1) << 56))
     atomic_store_explicit(&c->last[in->coll], ((uint64_t)in->bytes << 8) | (uint64_t)(row + 1),
                           memory_order_relaxed);
   return a;
 }
 
+/* Per collective, its row with `wanted` (at most one; the direct algorithm), found once. */
+static const weft__algo *wanted_row(weft__coll_t coll) {
+  static const weft__algo *rows[WEFT__NUM_COLLS];
+  static atomic_int ready;
+  if (!atomic_load_explicit(&ready, memory_order_acquire)) {
+    const weft__algo *found[WEFT__NUM_COLLS] = {0};
+    for (int i = 0; i < weft__algo_table_len; i++)
+      if (weft__algo_table[i]->wanted != NULL && found[weft__algo_table[i]->coll] == NULL)
+        found[weft__algo_table[i]->coll] = weft__algo_table[i];
+    for (int c = 0; c < WEFT__NUM_COLLS; c++) rows[c] = found[c]; /* same values in every thread */
+    atomic_store_explicit(&ready, 1, memory_order_release);
+  }
+  return rows[coll];
+}
+
 const weft__algo *weft__select_algo(const weft__task *t) {
-  if ((unsigned)t->coll < WEFT__NUM_COLLS && weft__direct_wanted(t)) return weft__direct_algo(t->coll);
+  if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
+  const weft__algo *w = wanted_row(t->coll);
+  if (w != NULL && w->wanted(t)) return w;
   return weft__select_modelled(t);
 }
 

@@ -3,7 +3,7 @@
 #ifndef WEFT_SELECT_H
 #define WEFT_SELECT_H
 #include <stddef.h>
-#include "lib/task.h"
+#include "lib/algo.h"
 
 enum { WEFT__SELECT_MAX_CANDIDATES = 5 };
 

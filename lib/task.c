@@ -23,6 +23,7 @@
 #include "lib/dtype.h"
 #include "lib/env.h"
 #include "lib/status.h"
+#include "lib/algo.h"
 #include "lib/task.h"
 #include "transports/shm/shm_placement.h"
 #include "transports/transport.h"

@@ -38,14 +38,8 @@ typedef enum {
 const char *weft__coll_name(weft__coll_t coll);
 
 struct weft__task;
-typedef struct weft__algo {
-  const char *name; /* "ring", "chain", "pairwise", ... */
-  weft__coll_t coll;
-  /* Allocates t->state, posts the first requests. Errors end the task. */
-  weft_status_t (*start)(struct weft__task *t);
-  /* Advances after requests moved: WEFT_IN_PROGRESS, WEFT_SUCCESS when done, or an error. */
-  weft_status_t (*progress)(struct weft__task *t);
-} weft__algo;
+/* An algorithm: its row of the registry (lib/algo.h). */
+typedef struct weft__algo weft__algo;
 
 /* One send or receive of a group (kept as a list on the group's task). */
 typedef struct weft__p2p_op {
@@ -102,25 +96,12 @@ weft_status_t weft__task_run(weft__task *t);
 /* A short description for error messages: "all_reduce #42 (1024 x float32 sum)". */
 const char *weft__task_describe(const weft__task *t, char *buf, size_t len);
 
-/* Picks the algorithm for t: the direct one when its buffers may be in registered windows
- * (algos/direct.h), else the tuner's choice. */
+/* Picks the algorithm for t: a row whose `wanted` says so (the direct algorithms, when its
+ * buffers may be in registered windows), else the tuner's choice (lib/select.c). */
 const weft__algo *weft__select_algo(const weft__task *t);
-/* The tuner's choice for t (the cost model, or what WEFT_ALGO forces), direct aside. */
+/* The tuner's choice for t (the cost model, or what WEFT_ALGO forces), `wanted` rows aside. */
 const weft__algo *weft__select_modelled(const weft__task *t);
 /* Frees the tuner's per-communicator cache (comm.c, at destroy). */
 void weft__select_comm_free(struct weft_comm *comm);
 
-/* Algorithms. */
-extern const weft__algo weft__algo_all_reduce_ring;
-extern const weft__algo weft__algo_reduce_scatter_ring;
-extern const weft__algo weft__algo_reduce_scatter_recursive_doubling;
-extern const weft__algo weft__algo_all_gather_ring;
-extern const weft__algo weft__algo_broadcast_chain;
-extern const weft__algo weft__algo_reduce_chain;
-extern const weft__algo weft__algo_all_to_all_pairwise;
-extern const weft__algo weft__algo_all_to_allv_pairwise;
-extern const weft__algo weft__algo_gather_linear;
-extern const weft__algo weft__algo_scatter_linear;
-extern const weft__algo weft__algo_barrier_dissemination;
-extern const weft__algo weft__algo_p2p;
 #endif

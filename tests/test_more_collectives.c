@@ -395,15 +395,15 @@ static void bad_arguments_fail_at_the_call(void **state) {
   harness_run_simple(2, "shm", bad_args_body, NULL);
 }
 
-/* The pairwise exchanges with a window of 2 steps in flight (algos/window.h), so steps are
+/* The pairwise exchanges with a window of 2 steps in flight (algos/throttle.h), so steps are
  * posted from progress as earlier ones complete. Forked ranks read the variable afresh. */
 static int window_of_two(void **state) {
   (void)state;
-  return setenv("WEFT_A2A_WINDOW", "2", 1);
+  return setenv("WEFT_A2A_THROTTLE", "2", 1);
 }
 static int window_default(void **state) {
   (void)state;
-  return unsetenv("WEFT_A2A_WINDOW");
+  return unsetenv("WEFT_A2A_THROTTLE");
 }
 
 #define KIB4 ((size_t)4096)

@@ -69,5 +69,11 @@ static weft_status_t bk_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_all_gather_bruck = {"bruck", WEFT__COLL_ALL_GATHER, bk_start,
-                                                bk_progress};
+/* Plus the copies into and out of the rotated scratch. */
+static double bk_cost(const weft__cost_in *c) {
+  return c->L * c->a + (c->n - 1) * c->bytes * c->b + 2 * c->n * c->bytes * c->b;
+}
+
+const weft__algo weft__algo_all_gather_bruck = {
+    .name = "bruck", .coll = WEFT__COLL_ALL_GATHER, .start = bk_start, .progress = bk_progress,
+    .cost = bk_cost, .max_bytes = 256 << 10};

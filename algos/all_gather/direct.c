@@ -28,3 +28,7 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
 }
 
 const weft__direct_ops weft__direct_all_gather = {extents, work};
+
+const weft__algo weft__algo_all_gather_direct = {
+    .name = "direct", .coll = WEFT__COLL_ALL_GATHER, .start = weft__direct_start,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted};

@@ -102,5 +102,8 @@ static weft_status_t hag_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_all_gather_hierarchical = {"hierarchical", WEFT__COLL_ALL_GATHER, hag_start,
-                                                       hag_progress};
+static double hag_cost(const weft__cost_in *c) { return weft__hier_gather_cost(c, 0); }
+
+const weft__algo weft__algo_all_gather_hierarchical = {
+    .name = "hierarchical", .coll = WEFT__COLL_ALL_GATHER, .start = hag_start,
+    .progress = hag_progress, .cost = hag_cost};

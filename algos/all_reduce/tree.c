@@ -22,6 +22,7 @@
  * reduction and scan" (Parallel Computing 2009); NCCL 2.4's double binary trees. */
 #include <string.h>
 #include "algos/patterns.h"
+#include "lib/algo.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
@@ -158,4 +159,11 @@ static weft_status_t tr_progress(weft__task *t) {
   return WEFT_SUCCESS;
 }
 
-const weft__algo weft__algo_all_reduce_tree = {"tree", WEFT__COLL_ALL_REDUCE, tr_start, tr_progress};
+/* Up: L levels receiving both halves into scratch and reducing; down: L levels. */
+static double tr_cost(const weft__cost_in *c) {
+  return 2 * c->L * c->a + c->L * c->bytes * (3 * c->b + c->g);
+}
+
+const weft__algo weft__algo_all_reduce_tree = {
+    .name = "tree", .coll = WEFT__COLL_ALL_REDUCE, .start = tr_start, .progress = tr_progress,
+    .cost = tr_cost, .max_bytes = 512 << 10};

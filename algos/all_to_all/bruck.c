@@ -84,5 +84,12 @@ static weft_status_t bk_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_all_to_all_bruck = {"bruck", WEFT__COLL_ALL_TO_ALL, bk_start,
-                                                bk_progress};
+/* About n/2 blocks per step, packed and unpacked, plus the two rotations. */
+static double bk_cost(const weft__cost_in *c) {
+  double moved = c->L * (c->n / 2) * c->bytes;
+  return c->L * c->a + moved * c->b * 2 + 2 * c->n * c->bytes * c->b;
+}
+
+const weft__algo weft__algo_all_to_all_bruck = {
+    .name = "bruck", .coll = WEFT__COLL_ALL_TO_ALL, .start = bk_start, .progress = bk_progress,
+    .cost = bk_cost, .max_bytes = 64 << 10};

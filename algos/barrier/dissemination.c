@@ -60,5 +60,6 @@ static weft_status_t barrier_progress(weft__task *t) {
   return WEFT_SUCCESS;
 }
 
-const weft__algo weft__algo_barrier_dissemination = {"dissemination", WEFT__COLL_BARRIER, barrier_start,
-                                                     barrier_progress};
+const weft__algo weft__algo_barrier_dissemination = {
+    .name = "dissemination", .coll = WEFT__COLL_BARRIER, .start = barrier_start,
+    .progress = barrier_progress};

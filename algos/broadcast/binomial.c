@@ -58,5 +58,8 @@ static weft_status_t bc_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_broadcast_binomial = {"binomial", WEFT__COLL_BROADCAST, bc_start,
-                                                  bc_progress};
+static double bc_cost(const weft__cost_in *c) { return c->L * (c->a + c->bytes * c->b); }
+
+const weft__algo weft__algo_broadcast_binomial = {
+    .name = "binomial", .coll = WEFT__COLL_BROADCAST, .start = bc_start, .progress = bc_progress,
+    .cost = bc_cost, .max_bytes = 1 << 20};

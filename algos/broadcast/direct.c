@@ -29,3 +29,7 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
 }
 
 const weft__direct_ops weft__direct_broadcast = {extents, work};
+
+const weft__algo weft__algo_broadcast_direct = {
+    .name = "direct", .coll = WEFT__COLL_BROADCAST, .start = weft__direct_start,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted};

@@ -18,6 +18,7 @@
  * Picked by the tuner (lib/select.c) for several hosts with more than one rank on some.
  * Sources: Open MPI's coll/han broadcast (inter-node then intra-node), MPICH's
  * SMP-aware broadcast; binomial trees as in Thakur, Rabenseifner & Gropp 2005. */
+#include <math.h>
 #include <string.h>
 #include "algos/hier.h"
 #include "algos/patterns.h"
@@ -109,5 +110,13 @@ static weft_status_t hbc_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_broadcast_hierarchical = {"hierarchical", WEFT__COLL_BROADCAST, hbc_start,
-                                                      hbc_progress};
+/* Binomial trees over the hosts' leaders, then within the most crowded host. */
+static double hbc_cost(const weft__cost_in *c) {
+  if (c->H < 2 || c->Lmax < 2) return INFINITY;
+  return weft__ceil_log2(c->H) * (c->a_out + c->bytes * c->b_out) +
+         weft__ceil_log2(c->Lmax) * (c->a_in + c->bytes * c->b_in);
+}
+
+const weft__algo weft__algo_broadcast_hierarchical = {
+    .name = "hierarchical", .coll = WEFT__COLL_BROADCAST, .start = hbc_start,
+    .progress = hbc_progress, .cost = hbc_cost};

@@ -7,7 +7,7 @@
  * (count 0, the same on every rank) moves nothing on any rank.
  * Bytes: each non-root sends count * size; the root receives (n-1) * count * size, which
  * bounds the time by the root's link: (n-1) beta count size. Latency term: 1 step (the n-1
- * messages overlap at the root). Scratch: none. Picked for every gather today; a binomial
+ * messages overlap at the root). Scratch: none. The only gather; a binomial
  * tree (log2 n steps) would win for small messages on many ranks.
  * Sources: MPI_Gather's semantics; Open MPI coll/base "linear" gather; NCCL's gather as
  * grouped send/recv. */
@@ -60,4 +60,5 @@ static weft_status_t gather_progress(weft__task *t) {
   return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
 
-const weft__algo weft__algo_gather_linear = {"linear", WEFT__COLL_GATHER, gather_start, gather_progress};
+const weft__algo weft__algo_gather_linear = {
+    .name = "linear", .coll = WEFT__COLL_GATHER, .start = gather_start, .progress = gather_progress};

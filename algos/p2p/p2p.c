@@ -112,5 +112,10 @@ static weft_status_t p2p_progress(weft__task *t) {
   return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
 
-/* Serves WEFT__COLL_SEND, WEFT__COLL_RECV and WEFT__COLL_P2P_GROUP (see lib/select.c). */
-const weft__algo weft__algo_p2p = {"p2p", WEFT__COLL_SEND, p2p_start, p2p_progress};
+/* One algorithm, three rows: a send, a receive, and the sends and receives of a group. */
+const weft__algo weft__algo_send = {
+    .name = "p2p", .coll = WEFT__COLL_SEND, .start = p2p_start, .progress = p2p_progress};
+const weft__algo weft__algo_recv = {
+    .name = "p2p", .coll = WEFT__COLL_RECV, .start = p2p_start, .progress = p2p_progress};
+const weft__algo weft__algo_p2p_group = {
+    .name = "p2p", .coll = WEFT__COLL_P2P_GROUP, .start = p2p_start, .progress = p2p_progress};

@@ -71,4 +71,8 @@ static weft_status_t rd_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_reduce_binomial = {"binomial", WEFT__COLL_REDUCE, rd_start, rd_progress};
+static double rd_cost(const weft__cost_in *c) { return c->L * (c->a + c->bytes * (c->b + c->g)); }
+
+const weft__algo weft__algo_reduce_binomial = {
+    .name = "binomial", .coll = WEFT__COLL_REDUCE, .start = rd_start, .progress = rd_progress,
+    .cost = rd_cost, .max_bytes = 1 << 20};

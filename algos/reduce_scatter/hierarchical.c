@@ -133,5 +133,8 @@ static weft_status_t hrs_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_reduce_scatter_hierarchical = {"hierarchical", WEFT__COLL_REDUCE_SCATTER,
-                                                           hrs_start, hrs_progress};
+static double hrs_cost(const weft__cost_in *c) { return weft__hier_gather_cost(c, 1); }
+
+const weft__algo weft__algo_reduce_scatter_hierarchical = {
+    .name = "hierarchical", .coll = WEFT__COLL_REDUCE_SCATTER, .start = hrs_start,
+    .progress = hrs_progress, .cost = hrs_cost};

@@ -11,7 +11,7 @@
  * (recvbuf == sendbuf + r * recvcount). WEFT_AVG divides each finished piece once.
  * Bytes each rank sends: (n-1) * recvcount * size. Latency term: n-1 steps per slice,
  * ceil(recvcount / chunk) slices. Scratch: 2 pieces of chunk elements (n > 2).
- * Picked for every reduce-scatter today.
+ * The tuner picks it but for small blocks.
  * Sources: Patarasuk & Yuan 2009 (the first half of their all-reduce); NCCL's ring
  * reduce-scatter; Thakur, Rabenseifner & Gropp 2005. */
 #include <string.h>
@@ -96,5 +96,10 @@ static weft_status_t rs_progress(weft__task *t) {
   return weft__ring_driver_progress(&st->ring, t);
 }
 
-const weft__algo weft__algo_reduce_scatter_ring = {"ring", WEFT__COLL_REDUCE_SCATTER, rs_start,
-                                                   rs_progress};
+static double rs_cost(const weft__cost_in *c) {
+  return weft__cost_ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * (c->b + c->g);
+}
+
+const weft__algo weft__algo_reduce_scatter_ring = {
+    .name = "ring", .coll = WEFT__COLL_REDUCE_SCATTER, .start = rs_start, .progress = rs_progress,
+    .cost = rs_cost};

@@ -8,7 +8,7 @@
  * (count 0, the same on every rank) moves nothing on any rank.
  * Bytes: the root sends (n-1) * count * size, each other rank receives count * size; the
  * root's link bounds the time: (n-1) beta count size. Latency term: 1 step (the n-1
- * messages overlap). Scratch: none. Picked for every scatter today; a binomial tree
+ * messages overlap). Scratch: none. The only scatter; a binomial tree
  * (log2 n steps) would win for small messages on many ranks.
  * Sources: MPI_Scatter's semantics; Open MPI coll/base "linear" scatter; NCCL's scatter as
  * grouped send/recv. */
@@ -61,4 +61,5 @@ static weft_status_t scatter_progress(weft__task *t) {
   return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
 
-const weft__algo weft__algo_scatter_linear = {"linear", WEFT__COLL_SCATTER, scatter_start, scatter_progress};
+const weft__algo weft__algo_scatter_linear = {
+    .name = "linear", .coll = WEFT__COLL_SCATTER, .start = scatter_start, .progress = scatter_progress};

@@ -44,7 +44,7 @@
 #include "lib/bootstrap.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
+#include "lib/nt_copy.h"
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/status.h"
@@ -88,7 +88,7 @@ typedef struct {
   char *scratch;              /* SHM_CMA_REDUCE_PIECE bytes, allocated on first use */
   int ll_on;                  /* WEFT_PROTO allows LL: messages of <= ll_max bytes to us use it */
   uint64_t ll_max;
-  int stream_mode;            /* WEFT_SHM_STREAM (shm_placement.h) */
+  int nt_mode;                /* WEFT_SHM_NT_COPY (shm_placement.h) */
 } shm_state;
 
 /* What ranks all-gather in step 1. */
@@ -201,7 +201,7 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shm setup: out of memory", comm->rank);
   WEFT_TRY(read_settings(comm, &st->nslots, &st->slot_bytes, &st->cma_bytes));
   WEFT_TRY(weft__proto_config(comm, &st->ll_on, &st->ll_max));
-  st->stream_mode = weft__shm_stream_mode();
+  st->nt_mode = weft__shm_nt_mode();
   st->probe = ((uint64_t)getpid() << 32 ^ weft__now_ns() ^ (uint64_t)(uintptr_t)st) | 1;
   if (st->npeers == 0) return WEFT_SUCCESS;
   st->fifo_bytes = weft__shm_fifo_bytes(st->nslots, st->slot_bytes);
@@ -426,8 +426,8 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, uint
   sc->ll_send_max = m.ll_max;
   sc->ll_send_seq = 1;
   sc->peer_bell = (weft__shm_doorbell *)st->remote[i].base;
-  sc->stream_mode = st->stream_mode;
-  sc->stream_out = st->stream_mode == WEFT__SHM_STREAM_ALWAYS;
+  sc->nt_mode = st->nt_mode;
+  sc->nt_out = st->nt_mode == WEFT__SHM_NT_ALWAYS;
   return WEFT_SUCCESS;
 }
 
@@ -533,8 +533,8 @@ static weft_status_t shm_send_progress(struct weft_comm *comm, weft__conn *c, we
     h->msg_bytes = r->bytes;
     h->bytes = n;
     char *slot = weft__shm_fifo_data(f, h, sc->tail, r->bytes);
-    if (sc->stream_out && r->bytes >= WEFT__SHM_STREAM_MIN) /* across L3s: shm_placement.h */
-      weft__copy_stream(slot, (const char *)r->src + r->done, n);
+    if (sc->nt_out && r->bytes >= WEFT__SHM_NT_MIN) /* across L3s: shm_placement.h */
+      weft__nt_copy(slot, (const char *)r->src + r->done, n);
     else if (n > 0) /* an empty message may come with a NULL buffer: memcpy(NULL, 0) is undefined */
       memcpy(slot, (const char *)r->src + r->done, n);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
