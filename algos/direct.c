@@ -4,9 +4,7 @@
 #include <string.h>
 #include "algos/direct.h"
 #include "lib/comm.h"
-#include "lib/nt_copy.h"
 #include "lib/dtype.h"
-#include "lib/mem.h"
 #include "lib/select.h"
 #include "lib/log.h"
 #include "lib/status.h"
@@ -64,10 +62,9 @@ int weft__direct_wanted(const weft__task *t) {
   return bytes >= min && bytes > 0;
 }
 
-void weft__direct_copy(void *dst, const void *src, size_t n, size_t out_bytes) {
-  if (dst == src || n == 0) return;
-  if (out_bytes >= weft__nt_copy_threshold()) weft__nt_copy_unfenced(dst, src, n);
-  else memcpy(dst, src, n);
+void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n, size_t out_bytes) {
+  if (dst == src) return;
+  weft__mem_copy(t->mem, dst, src, n, weft__mem_nt_flag(out_bytes, 0));
 }
 
 /* Where this rank's buffer [p, p + bytes) is: its window id and offset, or window 0. */
@@ -104,9 +101,9 @@ weft_status_t weft__direct_start(weft__task *t) {
   }
   for (int j = 0; j < n; j++) {
     if (j == comm->rank) continue;
-    weft__req_init_recv(&st->reqs[n + j], &st->descs[j], NULL, sizeof(direct_desc), WEFT_UINT8, WEFT_SUM);
+    weft__req_init_recv(&st->reqs[n + j], &weft__mem_host, &st->descs[j], NULL, sizeof(direct_desc), WEFT_UINT8, WEFT_SUM);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[n + j]);
-    weft__req_init_send(&st->reqs[j], m, sizeof *m);
+    weft__req_init_send(&st->reqs[j], &weft__mem_host, m, sizeof *m);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[j]);
   }
   st->descs[comm->rank] = *m;
@@ -196,12 +193,12 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
                     weft__task_describe(t, desc, sizeof desc));
   st->ops->work(t, &b);
   comm->direct_calls++;
-  weft__store_fence(); /* the non-temporal stores land before "done" tells peers to read */
+  weft__mem_wait(t->mem); /* the (non-temporal) stores land before "done" tells peers to read */
   for (int j = 0; j < n; j++) {
     if (j == comm->rank) continue;
-    weft__req_init_recv(&st->reqs[3 * n + j], NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
+    weft__req_init_recv(&st->reqs[3 * n + j], &weft__mem_host, NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[3 * n + j]);
-    weft__req_init_send(&st->reqs[2 * n + j], NULL, 0);
+    weft__req_init_send(&st->reqs[2 * n + j], &weft__mem_host, NULL, 0);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[2 * n + j]);
   }
   st->phase = PHASE_DONE;

@@ -53,9 +53,10 @@ weft_status_t weft__direct_progress(weft__task *t);
  * rank. Caller holds comm->lock. */
 int weft__direct_wanted(const weft__task *t);
 
-/* Copies n bytes; past the cache (weft__copy_part's rule) when the collective's output
- * (out_bytes, whole) is large. Shared by the work functions. */
-void weft__direct_copy(void *dst, const void *src, size_t n, size_t out_bytes);
+/* Copies n bytes through t's memory space; past the cache (weft__mem_nt_flag) when the
+ * collective's output (out_bytes, whole) is large. Shared by the work functions; the
+ * driver waits for the space before telling peers it is done. */
+void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n, size_t out_bytes);
 
 /* Block b's [begin, end) of count elements cut in n near-equal blocks (the first
  * count % n blocks one element longer). */

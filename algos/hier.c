@@ -180,9 +180,9 @@ static void finish_seg(weft__task *t, weft__hsched *s, const weft__hseg *g, int 
     size_t off, bytes = block_of(s, g, nb, b, &off);
     if (bytes == 0) continue;
     if (g->k == 1 && g->from_send && t->sendbuf != t->recvbuf)
-      memcpy((char *)t->recvbuf + off, (const char *)t->sendbuf + off, bytes);
+      weft__mem_copy(t->mem, (char *)t->recvbuf + off, (const char *)t->sendbuf + off, bytes, 0);
     if (g->avg && t->op == WEFT_AVG)
-      weft__avg_finalize((char *)t->recvbuf + off, bytes / s->esize, t->dtype, t->comm->nranks);
+      weft__mem_avg(t->mem, (char *)t->recvbuf + off, bytes / s->esize, t->dtype, t->comm->nranks);
   }
 }
 

@@ -9,7 +9,6 @@
 #include <string.h>
 #include "algos/ring.h"
 #include "lib/comm.h"
-#include "lib/nt_copy.h"
 #include "lib/status.h"
 #include "lib/task.h"
 
@@ -28,7 +27,7 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
   d->nt = 0;
 }
 
-int weft__ring_nt_output(size_t out_bytes) { return out_bytes >= weft__nt_copy_threshold(); }
+int weft__ring_nt_output(size_t out_bytes) { return out_bytes >= weft__mem_nt_threshold(); }
 
 /* Posts r on c, or completes it at once when empty: the peer skips the same message. */
 static void post_or_skip(weft__conn *c, weft__req *r) {
@@ -65,7 +64,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     const void *acc = NULL;
     size_t bytes = 0;
     d->ops->recv_of(t, d->slice, d->posted_recv, &dst, &acc, &bytes);
-    weft__req_init_recv(r, dst, acc, bytes, t->dtype, t->op);
+    weft__req_init_recv(r, t->mem, dst, acc, bytes, t->dtype, t->op);
     r->nt = d->nt && d->posted_recv == d->nsteps - 1;
     d->posted_recv++;
     post_or_skip(d->prev, r);
@@ -77,7 +76,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     const void *buf = NULL;
     size_t bytes = 0;
     d->ops->send_of(t, d->slice, d->posted_send, &buf, &bytes);
-    weft__req_init_send(r, buf, bytes);
+    weft__req_init_send(r, t->mem, buf, bytes);
     if (d->ops->send_copy_to) r->copy_to = d->ops->send_copy_to(t, d->slice, d->posted_send);
     r->nt = d->nt && r->copy_to != NULL;
     d->posted_send++;

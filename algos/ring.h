@@ -167,7 +167,7 @@ weft_status_t weft__ring_driver_progress(weft__ring_driver *d, struct weft__task
 double weft__chain_cost(const weft__cost_in *c, double per_byte);
 
 /* 1 when a collective whose output is out_bytes long should write it past the cache
- * (weft__nt_copy_threshold, lib/nt_copy.h): it is larger than half the L3. */
+ * (weft__mem_nt_threshold, mem/space.h): it is larger than half the L3. */
 int weft__ring_nt_output(size_t out_bytes);
 
 #endif

@@ -5,7 +5,7 @@
  * Each algorithm file (algos/<collective>/<algorithm>.c) defines its row beside its code:
  *   const weft__algo weft__algo_all_reduce_ring = {
  *       .name = "ring", .coll = WEFT__COLL_ALL_REDUCE, .start = ar_start,
- *       .progress = ar_progress, .cost = ar_cost};
+ *       .progress = ar_progress, .cost = ar_cost, .spaces = WEFT__MEM_KINDS_CPU};
  * algos/algos.h declares every row and algos/registry.c lists them in the tuner's order
  * (ties go to the earlier row; WEFT_ALGO's lists name rows of a collective in this order).
  * lib/select.c reads only weft__algo_table below, so the core names no algorithm and lib/
@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include "weft.h"
 #include "lib/task.h"
+#include "mem/space.h"
 
 /* The most hosts the two-level (hierarchical) algorithms group ranks into; beyond it the
  * tuner rules them out (algos/hier.h builds its grouping in arrays of this size). */
@@ -69,6 +70,9 @@ struct weft__algo {
   double (*cost)(const weft__cost_in *c);
   size_t max_bytes;   /* above this the model does not consider it (0: no cap); a forced
                          (WEFT_ALGO) algorithm runs at any size */
+  unsigned spaces;    /* the memory kinds of user buffers it handles (WEFT__MEM_KIND_BIT of
+                         mem/space.h; WEFT__MEM_KINDS_CPU for one that touches them only
+                         through the space and keeps host scratch): no row, no run */
   /* Non-NULL: not a tuner candidate; the row runs whenever this says 1 for the task (the
    * direct algorithms on registered windows). Depends only on values equal on all ranks. */
   int (*wanted)(const struct weft__task *t);

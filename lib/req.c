@@ -2,23 +2,26 @@
 #include <stdint.h>
 #include <string.h>
 #include "lib/comm.h"
-#include "lib/nt_copy.h"
+#include "mem/nt_copy.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/req.h"
+#include "mem/space.h"
 #include "transports/transport.h"
 
-void weft__req_init_send(weft__req *r, const void *src, size_t bytes) {
+void weft__req_init_send(weft__req *r, const weft__mem_space *mem, const void *src, size_t bytes) {
   memset(r, 0, sizeof(*r));
   r->kind = WEFT__REQ_SEND;
+  r->mem = mem;
   r->src = src;
   r->bytes = bytes;
 }
 
-void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes, weft_datatype_t dt,
-                         weft_redop_t op) {
+void weft__req_init_recv(weft__req *r, const weft__mem_space *mem, void *dst, const void *acc, size_t bytes,
+                         weft_datatype_t dt, weft_redop_t op) {
   memset(r, 0, sizeof(*r));
   r->kind = WEFT__REQ_RECV;
+  r->mem = mem;
   r->dst = dst;
   r->acc = acc;
   r->bytes = bytes;
@@ -27,6 +30,7 @@ void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes,
 }
 
 void weft__req_post(weft__conn *conn, weft__req *r) {
+  if (r->kind == WEFT__REQ_SEND && !(r->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(r->mem);
   r->conn = conn;
   r->next = NULL;
   weft__req **head = r->kind == WEFT__REQ_SEND ? &conn->send_head : &conn->recv_head;
@@ -36,24 +40,33 @@ void weft__req_post(weft__conn *conn, weft__req *r) {
   *tail = r;
 }
 
-/* The message size weft__copy_part decides by: any size bypasses the cache when r->nt is set. */
-static size_t copy_bytes(const weft__req *r) { return r->nt ? SIZE_MAX : r->bytes; }
+/* The copy flags of r's bytes: past the cache when r->nt is set or the message is large. */
+static unsigned copy_flags(const weft__req *r) { return weft__mem_nt_flag(r->bytes, r->nt); }
+
+void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes) {
+  if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
+  char *dst = (char *)r->dst + at;
+  if (r->acc == NULL) {
+    unsigned flags = copy_flags(r);
+    weft__mem_copy(r->mem, dst, data, nbytes, flags);
+    weft__mem_publish(r->mem, flags);
+    return;
+  }
+  size_t esize = weft__dtype_size(r->dtype);
+  weft__mem_reduce(r->mem, dst, (const char *)r->acc + at, data, nbytes / esize, r->dtype, r->op);
+  weft__mem_publish(r->mem, 0);
+}
 
 void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
-  if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
-  char *dst = (char *)r->dst + r->done;
-  if (r->acc == NULL) {
-    weft__copy_part(dst, data, nbytes, copy_bytes(r));
-  } else {
-    size_t esize = weft__dtype_size(r->dtype);
-    weft__reduce(dst, (const char *)r->acc + r->done, data, nbytes / esize, r->dtype, r->op);
-  }
+  weft__req_land(r, r->done, data, nbytes);
   r->done += nbytes;
 }
 
 /* A send's copy_to gets the bytes [from, r->done) the transport has just read from r->src. */
 static void copy_sent(weft__req *r, size_t from) {
-  weft__copy_part((char *)r->copy_to + from, (const char *)r->src + from, r->done - from, copy_bytes(r));
+  unsigned flags = copy_flags(r);
+  weft__mem_copy(r->mem, (char *)r->copy_to + from, (const char *)r->src + from, r->done - from, flags);
+  weft__mem_publish(r->mem, flags);
 }
 
 /* Moves the head requests of one queue while they complete. */

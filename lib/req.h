@@ -12,6 +12,7 @@
 
 struct weft_comm;
 struct weft__transport;
+struct weft__mem_space;
 
 enum { WEFT__REQ_SEND = 0, WEFT__REQ_RECV = 1 };
 
@@ -19,6 +20,9 @@ typedef struct weft__req {
   struct weft__req *next;      /* in its connection's queue */
   struct weft__conn *conn;
   int kind;                    /* WEFT__REQ_SEND or WEFT__REQ_RECV */
+  /* The memory space of src, dst, acc and copy_to (mem/space.h): every byte of them is read
+   * and written through it, by the core and by transports alike. */
+  const struct weft__mem_space *mem;
   const void *src;             /* send: the message */
   void *dst;                   /* recv: where it lands */
   const void *acc;             /* recv: NULL to copy, else dst = acc op incoming (acc may == dst) */
@@ -33,7 +37,7 @@ typedef struct weft__req {
   /* 1: the bytes copied into dst (receive) or copy_to (send) bypass the cache
    * (non-temporal stores, weft__nt_copy) whatever the message size. Set by an algorithm
    * for the pieces of a large collective that nothing reads again soon; 0: only messages
-   * of at least weft__nt_copy_threshold() bytes do. Reductions on receive are not affected. */
+   * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
   int nt;
 } weft__req;
 
@@ -45,17 +49,23 @@ typedef struct weft__conn {
   weft__req *recv_head, *recv_tail;
 } weft__conn;
 
-/* Fills a send request for bytes at src to conn's peer (not yet posted). */
-void weft__req_init_send(weft__req *r, const void *src, size_t bytes);
+/* Fills a send request for bytes at src (in space mem) to conn's peer (not yet posted). */
+void weft__req_init_send(weft__req *r, const struct weft__mem_space *mem, const void *src, size_t bytes);
 /* Fills a receive request: copy into dst (acc NULL) or dst = acc op incoming. */
-void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes,
-                         weft_datatype_t dt, weft_redop_t op);
-/* Appends r to conn's send or receive queue. */
+void weft__req_init_recv(weft__req *r, const struct weft__mem_space *mem, void *dst, const void *acc,
+                         size_t bytes, weft_datatype_t dt, weft_redop_t op);
+/* Appends r to conn's send or receive queue. A send's bytes are complete in its space
+ * first (weft__mem_wait, for a space whose operations may still run). */
 void weft__req_post(weft__conn *conn, weft__req *r);
 
-/* For transports: hands nbytes of incoming message data, the next bytes of r, to r: copies
- * or reduces them into r->dst at offset r->done and advances r->done. When reducing, nbytes
- * must be a multiple of the element size (transports cut messages on element boundaries). */
+/* For transports: hands nbytes of incoming message data (host memory: a FIFO slot, a
+ * staging buffer) to r, the message's bytes [at, at + nbytes): copies or reduces them into
+ * r->dst at offset `at` through r's space, and waits for the space where its contract asks
+ * (mem/space.h), so the bytes are in place when this returns. When reducing, at and nbytes
+ * must be multiples of the element size (transports cut messages on element boundaries).
+ * Does not touch r->done. */
+void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes);
+/* weft__req_land at r->done, then advances r->done by nbytes. */
 void weft__req_deliver(weft__req *r, const void *data, size_t nbytes);
 
 /* Moves every connection of comm that has queued requests as far as it can without

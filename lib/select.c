@@ -260,13 +260,21 @@ static int within_cap(const weft__algo *c, const weft__select_input *in) {
   return c->max_bytes == 0 || in->bytes <= c->max_bytes;
 }
 
+/* 1 when row c handles user buffers of in's memory kind. */
+static int handles(const weft__algo *c, int mem_kind) {
+  return (c->spaces & WEFT__MEM_KIND_BIT(mem_kind)) != 0;
+}
+
 const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
                                        char *why, size_t whylen) {
   int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(in->coll, rows);
   unsigned allowed = f ? f->allowed[in->coll] : ~0u;
-  int any_in_cap = 0;
-  for (int i = 0; i < k; i++)
-    if (((allowed >> i) & 1) && within_cap(weft__algo_table[rows[i]], in)) any_in_cap = 1;
+  int any_in_cap = 0, any_here = 0;
+  for (int i = 0; i < k; i++) {
+    const weft__algo *c = weft__algo_table[rows[i]];
+    if (((allowed >> i) & 1) && handles(c, in->mem_kind)) any_here = 1;
+    if (((allowed >> i) & 1) && handles(c, in->mem_kind) && within_cap(c, in)) any_in_cap = 1;
+  }
   const weft__algo *best = NULL;
   double best_cost = 0;
   size_t used = 0;
@@ -275,19 +283,22 @@ const weft__algo *weft__select_resolve(const weft__select_input *in, const weft_
   if (why && whylen) why[0] = '\0';
   for (int i = 0; i < k; i++) {
     const weft__algo *c = weft__algo_table[rows[i]];
-    int ok = (allowed >> i) & 1, capped = !within_cap(c, in);
+    int here = handles(c, in->mem_kind);
+    /* WEFT_ALGO's choice stands unless it cannot touch this memory: then the others do. */
+    int ok = ((allowed >> i) & 1) || (!any_here && here), capped = !within_cap(c, in);
     double cost = c->cost && k > 1 ? c->cost(&ci) : 0;
-    if (why && used < whylen && (k > 1 || !ok))
+    if (why && used < whylen && (k > 1 || !ok || !here))
       used += (size_t)snprintf(why + used, whylen - used, "%s%s %.1f us%s", used ? ", " : "",
                                c->name, cost,
-                               !ok ? " (excluded by WEFT_ALGO)" : capped ? " (above its size cap)"
+                               !here ? " (not for this memory)" : !ok ? " (excluded by WEFT_ALGO)"
+                               : capped ? " (above its size cap)"
                                : isinf(cost) ? " (not for this host layout)" : "");
     /* A forced algorithm runs at any size; the model alone keeps to the caps. */
-    if (!ok || (capped && any_in_cap)) continue;
+    if (!here || !ok || (capped && any_in_cap)) continue;
     if (best == NULL || cost < best_cost) best = c, best_cost = cost;
   }
   if (why && used == 0) snprintf(why, whylen, "the only algorithm");
-  return best ? best : (k > 0 ? weft__algo_table[rows[0]] : NULL);
+  return best;
 }
 
 /* The bytes the model sees: count * size, i.e. the whole buffer, or the block per rank of an
@@ -367,13 +378,13 @@ int weft__tuner_trace_on(void) {
  * and costing every candidate: that was ~15% of an 8-byte all-reduce's 0.5 us. So each
  * communicator reads WEFT_ALGO and its comm-wide facts once, at its first call (like NCCL,
  * which reads its variables at init: change them before creating a communicator), and
- * remembers its last choice per collective. An entry packs (bytes, candidate row + 1) into
- * one 64-bit word, so a stream's worker thread and the caller's thread may use the cache at
- * once without a lock. WEFT_TUNER_TRACE bypasses it so every call is logged. */
+ * remembers its last choice per collective. An entry packs (bytes, memory kind, candidate
+ * row + 1) into one 64-bit word, so a stream's worker thread and the caller's thread may use
+ * the cache at once without a lock. WEFT_TUNER_TRACE bypasses it so every call is logged. */
 struct weft__tuner_cache {
   weft__algo_filter filter;
   weft__select_input facts;                   /* transport, oversubscription, host shape */
-  _Atomic uint64_t last[WEFT__NUM_COLLS];     /* (bytes << 8) | (row + 1); 0: empty */
+  _Atomic uint64_t last[WEFT__NUM_COLLS];     /* (bytes << 12) | (kind << 8) | (row + 1); 0: empty */
 };
 
 static struct weft__tuner_cache *tuner_cache(struct weft_comm *comm) {
@@ -383,7 +394,7 @@ static struct weft__tuner_cache *tuner_cache(struct weft_comm *comm) {
   if (fresh == NULL) return NULL; /* the caller resolves without a cache */
   filter_from_env(&fresh->filter);
   fresh->facts = (weft__select_input){WEFT__COLL_ALL_REDUCE, comm->nranks, 0, WEFT__TRANSPORT_SHM, 0,
-                                      comm->chunk_bytes, 0, 0, 0};
+                                      comm->chunk_bytes, 0, 0, 0, WEFT__MEM_HOST};
   comm_facts(comm, &fresh->facts);
   struct weft__tuner_cache *expected = NULL;
   if (atomic_compare_exchange_strong_explicit(&comm->tuner, &expected, fresh, memory_order_acq_rel,
@@ -405,13 +416,13 @@ static int row_of(const weft__algo *algo) {
 }
 
 static const weft__algo *resolve_cached(struct weft__tuner_cache *c, weft__select_input *in) {
+  uint64_t key = ((uint64_t)in->bytes << 4 | (uint64_t)in->mem_kind) << 8;
   uint64_t e = atomic_load_explicit(&c->last[in->coll], memory_order_relaxed);
-  if (e != 0 && e >> 8 == (uint64_t)in->bytes) return weft__algo_table[(e & 0xff) - 1];
+  if (e != 0 && (e & ~(uint64_t)0xff) == key) return weft__algo_table[(e & 0xff) - 1];
   const weft__algo *a = weft__select_resolve(in, &c->filter, NULL, 0);
   int row = a != NULL ? row_of(a) : -1;
-  if (row >= 0 && row < 255 && (uint64_t)in->bytes < (UINT64_C(1) << 56))
-    atomic_store_explicit(&c->last[in->coll], ((uint64_t)in->bytes << 8) | (uint64_t)(row + 1),
-                          memory_order_relaxed);
+  if (row >= 0 && row < 255 && (uint64_t)in->bytes < (UINT64_C(1) << 52) && in->mem_kind < 16)
+    atomic_store_explicit(&c->last[in->coll], key | (uint64_t)(row + 1), memory_order_relaxed);
   return a;
 }
 
@@ -433,7 +444,7 @@ static const weft__algo *wanted_row(weft__coll_t coll) {
 const weft__algo *weft__select_algo(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
   const weft__algo *w = wanted_row(t->coll);
-  if (w != NULL && w->wanted(t)) return w;
+  if (w != NULL && handles(w, (int)t->mem->kind) && w->wanted(t)) return w;
   return weft__select_modelled(t);
 }
 
@@ -445,10 +456,11 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
     weft__select_input in = cache->facts;
     in.coll = t->coll;
     in.bytes = model_bytes(t);
+    in.mem_kind = (int)t->mem->kind;
     return resolve_cached(cache, &in);
   }
   weft__select_input in = {t->coll, comm->nranks, model_bytes(t), WEFT__TRANSPORT_SHM, 0,
-                           comm->chunk_bytes, 0, 0, 0};
+                           comm->chunk_bytes, 0, 0, 0, (int)t->mem->kind};
   comm_facts(comm, &in);
   weft__algo_filter f;
   filter_from_env(&f);
@@ -458,8 +470,10 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
   char hosts[64] = "";
   if (in.nhosts > 1)
     snprintf(hosts, sizeof(hosts), " (%d hosts, %d-%d ranks each)", in.nhosts, in.min_local, in.max_local);
-  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B, %d ranks over %s%s%s: %s (%s)",
-                  weft__task_describe(t, what, sizeof(what)), in.bytes, in.nranks,
+  char memory[48] = "";
+  if (t->mem->kind != WEFT__MEM_HOST) snprintf(memory, sizeof(memory), " in %s memory", t->mem->name);
+  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B%s, %d ranks over %s%s%s: %s (%s)",
+                  weft__task_describe(t, what, sizeof(what)), in.bytes, memory, in.nranks,
                   weft__select_transport_name(in.transport), hosts,
                   in.oversubscribed ? " (more ranks than cores)" : "", a ? a->name : "none", why);
   return a;
@@ -497,6 +511,7 @@ weft_status_t weft_get_algorithm(weft_comm_t comm, const char *collective, size_
   t.count = count;
   t.dtype = datatype;
   t.root = t.peer = -1;
+  t.mem = &weft__mem_host;
   const weft__algo *a = weft__select_modelled(&t); /* direct depends on the buffers */
   *name = a != NULL ? a->name : "none";
   return WEFT_SUCCESS;

@@ -19,6 +19,7 @@ typedef struct weft__select_input {
    * hierarchical algorithms. */
   int nhosts;
   int min_local, max_local; /* fewest and most ranks on one host */
+  int mem_kind;        /* the user buffers' memory kind (mem/space.h); 0: host */
 } weft__select_input;
 
 /* Which candidates WEFT_ALGO leaves, per collective: bit i = candidate i allowed. */
@@ -40,7 +41,8 @@ int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max);
 /* The cost model's estimate in microseconds of algo for in (negative: not modelled). */
 double weft__select_cost(const weft__algo *algo, const weft__select_input *in);
 
-/* The choice for in under filter f (NULL: none); *why (may be NULL) gets a short reason. */
+/* The choice for in under filter f (NULL: none); *why (may be NULL) gets a short reason.
+ * Only rows that handle in->mem_kind count; NULL when none does. */
 const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
                                        char *why, size_t whylen);
 

@@ -25,6 +25,7 @@
 #include "lib/status.h"
 #include "lib/algo.h"
 #include "lib/task.h"
+#include "mem/space.h"
 #include "transports/shm/shm_placement.h"
 #include "transports/transport.h"
 
@@ -63,6 +64,7 @@ void weft__task_init(weft__task *t, struct weft_comm *comm, weft__coll_t coll) {
   t->count = 0;
   t->dtype = WEFT_FLOAT32;
   t->op = WEFT_SUM;
+  t->mem = &weft__mem_host;
   t->root = -1;
   t->peer = -1;
   t->p2p = NULL;
@@ -330,12 +332,17 @@ weft_status_t weft__task_run(weft__task *t) {
   weft_status_t st = check_usable(t);
   if (st == WEFT_SUCCESS) {
     t->algo = weft__select_algo(t);
-    st = weft__shm_placement_check(t);
+    st = t->algo != NULL ? weft__shm_placement_check(t)
+                         : weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: no %s algorithm handles "
+                                       "buffers in %s memory", comm->rank, weft__coll_name(t->coll),
+                                       t->mem->name);
     if (st == WEFT_SUCCESS) st = t->algo->start(t);
     if (st == WEFT_SUCCESS || st == WEFT_IN_PROGRESS) {
       weft__error_quiet(1); /* one warning, with the operation named, instead of two */
       st = drive(t);
       weft__error_quiet(0);
+      /* The user reads the results next: an asynchronous space's work must be done. */
+      if (!(t->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(t->mem);
       if (st != WEFT_SUCCESS) {
         weft__comm_drop_requests(comm);
         comm->broken = 1;

@@ -41,12 +41,15 @@ struct weft__task;
 /* An algorithm: its row of the registry (lib/algo.h). */
 typedef struct weft__algo weft__algo;
 
+struct weft__mem_space;
+
 /* One send or receive of a group (kept as a list on the group's task). */
 typedef struct weft__p2p_op {
   int is_send;
   int peer;
   void *buf; /* send: const data; recv: destination */
   size_t bytes;
+  const struct weft__mem_space *mem; /* buf's memory space */
 } weft__p2p_op;
 
 enum { WEFT__TASK_STATE_INLINE = 512 }; /* bytes of state kept inside the task */
@@ -60,6 +63,9 @@ typedef struct weft__task {
   size_t count;             /* elements, as the caller gave it */
   weft_datatype_t dtype;
   weft_redop_t op;
+  /* The memory space of sendbuf and recvbuf (mem/space.h): the algorithm reads and writes
+   * them only through it. Host unless a buffer lies in another space. */
+  const struct weft__mem_space *mem;
   int root;                 /* rooted collectives; -1 otherwise */
   int peer;                 /* send / recv; -1 otherwise */
   weft__p2p_op *p2p;        /* WEFT__COLL_P2P_GROUP: its ops */

@@ -1,9 +1,11 @@
 /* window.c: weft_comm_window_register / weft_comm_window_deregister.
  *
- * Registration is collective. Every rank all-gathers a descriptor of its buffer (its pid,
- * the memfd behind it from weft_mem_alloc, the offset and length) and maps each peer's
- * buffer by opening /proc/<pid>/fd/<fd>: the kernel allows that to a process of the same
- * user with ptrace read access, the same rule as Linux's cross-memory attach. A second
+ * Registration is collective. Every rank all-gathers a descriptor of its buffer (the
+ * handle its memory space exports: for host memory the pid and the memfd behind it from
+ * weft_mem_alloc, the offset and length) and imports each peer's buffer through its space
+ * (host: opening /proc/<pid>/fd/<fd>, mem/host.c). Windows are usable for direct
+ * collectives only when every peer is reached over shm (one host) and every rank's buffer
+ * is of the same memory kind. A second
  * all-gather agrees on the outcome, so a window is usable for direct collectives on every
  * rank or on none; an unusable window stays registered, and one info line says why.
  * Windows get ids in registration order, the same on every rank, so a call can name a
@@ -14,17 +16,13 @@
  *   WEFT_DIRECT_MIN_BYTES (default 4K): collectives whose larger buffer is smaller take
  *   the usual path (16 times that with more ranks than cores: algos/direct.c). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include "lib/comm.h"
 #include "lib/env.h"
 #include "lib/log.h"
-#include "lib/map_colour.h"
-#include "lib/mem.h"
 #include "lib/status.h"
 #include "lib/window.h"
 
@@ -39,11 +37,10 @@
 typedef struct {
   int32_t reason;    /* 0: arguments valid, buffer inside one weft_mem_alloc block; else
                         an index into reasons[] */
-  int32_t pid;
-  int32_t fd;
+  int32_t kind;      /* the buffer's memory kind (mem/space.h) */
   int32_t direct;    /* WEFT_DIRECT on this rank */
-  uint64_t offset;   /* of the buffer in the memfd */
-  uint64_t bytes;
+  int32_t pad;
+  weft__mem_handle handle; /* what the space exported */
   uint64_t min_bytes; /* WEFT_DIRECT_MIN_BYTES on this rank */
 } window_desc;
 
@@ -67,9 +64,8 @@ struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id) {
 }
 
 static void unmap_peers(struct weft_window *w) {
-  for (int j = 0; w->map_addr != NULL && j < w->comm->nranks; j++) {
-    if (w->map_addr[j] != NULL) munmap(w->map_addr[j], w->map_len[j]);
-    w->map_addr[j] = NULL;
+  for (int j = 0; w->maps != NULL && j < w->comm->nranks; j++) {
+    w->space->unimport(w->space, &w->maps[j]);
     if (w->peer_base != NULL && j != w->comm->rank) w->peer_base[j] = NULL;
   }
 }
@@ -79,8 +75,7 @@ static void window_free(struct weft_window *w) {
   unmap_peers(w);
   free(w->peer_base);
   free(w->peer_bytes);
-  free(w->map_addr);
-  free(w->map_len);
+  free(w->maps);
   free(w);
 }
 
@@ -93,38 +88,28 @@ void weft__window_free_all(struct weft_comm *comm) {
   comm->direct_windows = 0;
 }
 
-/* Maps rank j's buffer described by d into w; 0 or an errno. */
+/* Imports rank j's buffer described by d into w; 0 or an errno. */
 static int map_peer(struct weft_window *w, int j, const window_desc *d) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errno;
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t start = (size_t)d->offset / page * page, lead = (size_t)d->offset - start;
-  size_t len = lead + (size_t)d->bytes;
-  void *m = weft__map_coloured(len, fd, (off_t)start); /* why: lib/map_colour.h */
-  int err = m == MAP_FAILED ? errno : 0;
-  close(fd);
+  int err = w->space->import_buf(w->space, &d->handle, &w->maps[j]);
   if (err != 0) return err;
-  w->map_addr[j] = m;
-  w->map_len[j] = len;
-  w->peer_base[j] = (char *)m + lead;
-  w->peer_bytes[j] = (size_t)d->bytes;
+  w->peer_base[j] = w->maps[j].base;
+  w->peer_bytes[j] = (size_t)d->handle.bytes;
   return 0;
 }
 
-static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t size) {
+static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t size,
+                                      const weft__mem_space *space) {
   struct weft_window *w = calloc(1, sizeof *w);
   size_t n = (size_t)comm->nranks;
   if (w == NULL) return NULL;
   w->comm = comm;
   w->base = buff;
   w->bytes = size;
+  w->space = space;
   w->peer_base = calloc(n, sizeof *w->peer_base);
   w->peer_bytes = calloc(n, sizeof *w->peer_bytes);
-  w->map_addr = calloc(n, sizeof *w->map_addr);
-  w->map_len = calloc(n, sizeof *w->map_len);
-  if (!w->peer_base || !w->peer_bytes || !w->map_addr || !w->map_len) {
+  w->maps = calloc(n, sizeof *w->maps);
+  if (!w->peer_base || !w->peer_bytes || !w->maps) {
     window_free(w);
     return NULL;
   }
@@ -161,16 +146,16 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   WEFT_TRY(weft__comm_wait_ready(comm));
   /* A rank with bad arguments still joins the exchange, so every rank fails at once with
    * the same message instead of its peers waiting for a deadline. */
-  int fd = -1, reason = 0;
-  size_t offset = 0;
+  int reason = 0;
+  const weft__mem_space *space = weft__mem_space_of(buff);
+  weft__mem_handle handle = {0};
   if (buff == NULL) reason = 1;
   else if (win == NULL) reason = 2;
   else if (size == 0) reason = 3;
   else if (flags != 0) reason = 4;
-  else if (!weft__mem_lookup(buff, size, &fd, &offset)) reason = 5;
-  window_desc mine = {.reason = reason, .pid = (int32_t)getpid(), .fd = fd,
-                      .direct = weft__env_long("WEFT_DIRECT", 1) != 0, .offset = offset,
-                      .bytes = size,
+  else if (!space->export_buf(space, buff, size, &handle)) reason = 5;
+  window_desc mine = {.reason = reason, .kind = (int32_t)space->kind,
+                      .direct = weft__env_long("WEFT_DIRECT", 1) != 0, .handle = handle,
                       .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES_DEFAULT)};
   int n = comm->nranks;
   window_desc *all = calloc((size_t)n, sizeof *all);
@@ -191,9 +176,9 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
     free(all);
     return st;
   }
-  struct weft_window *w = window_new(comm, buff, size);
+  struct weft_window *w = window_new(comm, buff, size, space);
   int want = w != NULL && all_shm(comm) && n > 1, bad_peer = -1, err = 0;
-  for (int j = 0; j < n; j++) want = want && all[j].direct;
+  for (int j = 0; j < n; j++) want = want && all[j].direct && all[j].kind == (int32_t)space->kind;
   int mapped = want && map_all(w, all, &bad_peer, &err);
   size_t min_bytes = 0;
   for (int j = 0; j < n; j++)
@@ -225,7 +210,8 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   else if (!usable)
     WEFT_INFO("window: not usable for direct collectives on rank %d (%s)", comm->rank,
               n < 2 ? "one rank" : !all_shm(comm) ? "ranks on several hosts or not over shm"
-              : mapped ? "a peer could not map a buffer" : "WEFT_DIRECT=0 on some rank");
+              : mapped ? "a peer could not map a buffer"
+              : "WEFT_DIRECT=0 on some rank, or ranks' buffers of different memory kinds");
   w->usable = usable;
   pthread_mutex_lock(&comm->lock);
   w->id = ++comm->window_serial;

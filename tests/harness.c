@@ -26,7 +26,7 @@
 
 #include <cmocka.h>
 
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 
 /* Why a rank did not exit 0: exit codes the rank itself chooses. */
 #define HARNESS_EXIT_CAP 100

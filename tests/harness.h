@@ -94,7 +94,7 @@ int harness_names_rank(const char *msg, int rank);
 
 /* Elements, for the tests' own references: bytes per element, names as in messages
  * ("float32", "sum"), and small integers stored in / loaded from any datatype (fp16 and
- * bf16 through lib/dtype.h's round-to-nearest-even conversions). */
+ * bf16 through mem/kernels.h's round-to-nearest-even conversions). */
 size_t harness_esize(weft_datatype_t dt);
 const char *harness_dt_name(weft_datatype_t dt);
 const char *harness_op_name(weft_redop_t op);

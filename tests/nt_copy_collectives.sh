@@ -1,5 +1,5 @@
 #!/bin/sh
-# Messages of 16 MiB and more are delivered with non-temporal stores (lib/nt_copy.h),
+# Messages of 16 MiB and more are delivered with non-temporal stores (mem/nt_copy.h),
 # sizes the collective sweep reaches only at its top. CI therefore runs the shm half of the
 # sweep with the threshold at 1 byte, so every received message, all-gather's own block,
 # all-to-all's self block and the broadcast root's copy take that path, and every

@@ -33,7 +33,7 @@
 #include "algos/hier.h"
 #include "algos/patterns.h"
 #include "lib/comm.h"
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 #include "lib/select.h"
 #include "topo/topo.h"
 #include "tests/harness.h"
@@ -131,14 +131,14 @@ static int candidate_index(weft__coll_t coll, const char *name) {
 static const char *pick(const char *spec, weft__coll_t coll, int nranks, size_t bytes) {
   weft__algo_filter f;
   weft__algo_filter_parse(spec, &f);
-  weft__select_input in = {coll, nranks, bytes, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0};
+  weft__select_input in = {coll, nranks, bytes, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0, WEFT__MEM_HOST};
   return weft__select_resolve(&in, &f, NULL, 0)->name;
 }
 
 /* The model's all-reduce over sockets for nhosts hosts of min_local .. max_local ranks. */
 static const char *pick_hosts(int nranks, int nhosts, int min_local, int max_local, size_t bytes) {
   weft__select_input in = {WEFT__COLL_ALL_REDUCE, nranks, bytes, WEFT__TRANSPORT_SOCKET, 0,
-                           512 * 1024, nhosts, min_local, max_local};
+                           512 * 1024, nhosts, min_local, max_local, WEFT__MEM_HOST};
   return weft__select_resolve(&in, NULL, NULL, 0)->name;
 }
 
@@ -188,7 +188,7 @@ static void model_picks_log_depth_for_small_and_bandwidth_for_large(void **state
 /* More ranks than cores: Bruck's dependent steps each wait for a rank to be scheduled. */
 static void oversubscribed_small_all_to_all_takes_pairwise(void **state) {
   (void)state;
-  weft__select_input in = {WEFT__COLL_ALL_TO_ALL, 4, 64, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0};
+  weft__select_input in = {WEFT__COLL_ALL_TO_ALL, 4, 64, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0, WEFT__MEM_HOST};
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "bruck");
   in.oversubscribed = 1;
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "pairwise");

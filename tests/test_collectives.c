@@ -36,7 +36,7 @@
 #include <cmocka.h>
 
 #include "lib/comm.h"
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 #include "tests/harness.h"
 
 #define PERIOD 3960u   /* lcm(9, 8, 5, 11) */

@@ -1,4 +1,4 @@
-/* test_nt_copy.c: weft__nt_copy (lib/nt_copy.c), the non-temporal copy large
+/* test_nt_copy.c: weft__nt_copy (mem/nt_copy.c), the non-temporal copy large
  * received messages take, against memcpy: every source and destination misalignment within a
  * cache line, sizes around the 64-byte loop's edges, and bytes around the destination left
  * untouched. The collectives over it are covered by tests/nt_copy_collectives.sh. */
@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
-#include "lib/nt_copy.h"
+#include "mem/nt_copy.h"
+#include "mem/space.h"
 
 enum { GUARD = 64, MAXN = 4096 + 200 };
 
@@ -36,7 +37,7 @@ static void copies_like_memcpy_at_every_alignment(void **state) {
 
 static void threshold_is_positive(void **state) {
   (void)state;
-  assert_true(weft__nt_copy_threshold() > 0);
+  assert_true(weft__mem_nt_threshold() > 0);
 }
 
 int main(void) {

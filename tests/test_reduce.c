@@ -1,5 +1,5 @@
 /* test_reduce.c: unit tests of the reduction kernels and the fp16/bf16 conversions
- * (lib/reduce.c, lib/half.c, lib/dtype.c), in one process.
+ * (mem/reduce.c, mem/half.c, lib/dtype.c), in one process.
  *
  * Every kernel is checked bit for bit against a scalar reference written independently
  * of the kernels' macros, over counts that hit the empty case, the vector tails and
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
-#include "lib/dtype.h"
-#include "lib/reduce_nt.h"
+#include "mem/kernels.h"
+#include "mem/reduce_nt.h"
 
 static const size_t counts[] = {0, 1, 7, 33, 4097};
 

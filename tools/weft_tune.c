@@ -86,7 +86,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   weft__select_input in = {WEFT__COLL_ALL_REDUCE, 2, 0, WEFT__TRANSPORT_SHM, 0,
-                           weft__env_size("WEFT_CHUNK_BYTES", 512 * 1024), 0, 0, 0};
+                           weft__env_size("WEFT_CHUNK_BYTES", 512 * 1024), 0, 0, 0, WEFT__MEM_HOST};
   size_t lo = 8, hi = (size_t)1 << 30;
   const char *only = NULL;
   int verbose = 0;

@@ -23,7 +23,7 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   for (size_t at = 0; at < block; at += WEFT__DIRECT_PIECE) {
     size_t k = block - at < WEFT__DIRECT_PIECE ? block - at : WEFT__DIRECT_PIECE;
     for (int j = 0; j < n; j++)
-      weft__direct_copy(b->out[j] + (size_t)me * block + at, b->in[me] + at, k, out_bytes);
+      weft__direct_copy(t, b->out[j] + (size_t)me * block + at, b->in[me] + at, k, out_bytes);
   }
 }
 
@@ -31,4 +31,4 @@ const weft__direct_ops weft__direct_all_gather = {extents, work};
 
 const weft__algo weft__algo_all_gather_direct = {
     .name = "direct", .coll = WEFT__COLL_ALL_GATHER, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted};
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU};

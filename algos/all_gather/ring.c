@@ -83,7 +83,7 @@ static weft_status_t ag_start(weft__task *t) {
     st->fused_own = 1;
     return WEFT_SUCCESS;
   }
-  memmove(own, s, bytes);
+  weft__mem_copy(t->mem, own, s, bytes, WEFT__MEM_OVERLAP);
   return WEFT_SUCCESS;
 }
 
@@ -104,4 +104,4 @@ static double ag_cost(const weft__cost_in *c) {
 
 const weft__algo weft__algo_all_gather_ring = {
     .name = "ring", .coll = WEFT__COLL_ALL_GATHER, .start = ag_start, .progress = ag_progress,
-    .cost = ag_cost};
+    .cost = ag_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -144,4 +144,4 @@ static double har_cost(const weft__cost_in *c) {
 
 const weft__algo weft__algo_all_reduce_hierarchical = {
     .name = "hierarchical", .coll = WEFT__COLL_ALL_REDUCE, .start = har_start,
-    .progress = har_progress, .cost = har_cost};
+    .progress = har_progress, .cost = har_cost, .spaces = WEFT__MEM_KINDS_CPU};

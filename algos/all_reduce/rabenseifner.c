@@ -88,7 +88,7 @@ static void rb_finish(weft__task *t, int i) {
   if (i != st->steps || st->fold.newrank < 0 || t->op != WEFT_AVG) return;
   size_t off, bytes = range_of(st, st->fold.newrank, 1, &off);
   if (bytes > 0)
-    weft__avg_finalize((char *)t->recvbuf + off, bytes / st->esize, t->dtype, t->comm->nranks);
+    weft__mem_avg(t->mem, (char *)t->recvbuf + off, bytes / st->esize, t->dtype, t->comm->nranks);
 }
 
 static weft_status_t rb_start(weft__task *t) {
@@ -99,8 +99,7 @@ static weft_status_t rb_start(weft__task *t) {
   st->esize = weft__dtype_size(t->dtype);
   size_t bytes = t->count * st->esize;
   if (n == 1 || bytes == 0) {
-    if (bytes > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, bytes);
-    if (bytes > 0 && t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
+    if (t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, bytes, 0);
     weft__rounds_init(&st->rounds, 0, st->req, 2, rb_post, rb_finish);
     return WEFT_SUCCESS;
   }
@@ -130,4 +129,4 @@ static double rb_cost(const weft__cost_in *c) {
 
 const weft__algo weft__algo_all_reduce_rabenseifner = {
     .name = "rabenseifner", .coll = WEFT__COLL_ALL_REDUCE, .start = rb_start,
-    .progress = rb_progress, .cost = rb_cost, .max_bytes = 1 << 20};
+    .progress = rb_progress, .cost = rb_cost, .max_bytes = 1 << 20, .spaces = WEFT__MEM_KINDS_CPU};

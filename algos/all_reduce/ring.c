@@ -57,7 +57,7 @@ static void ar_send_of(weft__task *t, size_t k, int s, const void **buf, size_t 
   size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *buf = base + off * st->esize;
   if (st->partial != NULL && s >= 1 && s <= n - 1) *buf = partial_slot(st, s - 1);
-  if (s == n - 1 && t->op == WEFT_AVG && len > 0) weft__avg_finalize((void *)*buf, len, t->dtype, n);
+  if (s == n - 1 && t->op == WEFT_AVG) weft__mem_avg(t->mem, (void *)*buf, len, t->dtype, n);
   *bytes = len * st->esize;
 }
 
@@ -102,10 +102,7 @@ static weft_status_t ar_start(weft__task *t) {
     if (st->partial == NULL) return status;
     st->ring.nt = 1;
   }
-  if (n == 1 && t->count > 0) {
-    if (t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, t->count * esize);
-    if (t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
-  }
+  if (n == 1 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
   return WEFT_SUCCESS;
 }
 
@@ -123,4 +120,4 @@ static double ar_cost(const weft__cost_in *c) {
 
 const weft__algo weft__algo_all_reduce_ring = {
     .name = "ring", .coll = WEFT__COLL_ALL_REDUCE, .start = ar_start, .progress = ar_progress,
-    .cost = ar_cost};
+    .cost = ar_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -17,7 +17,6 @@
 #include "algos/ring.h"
 #include "algos/throttle.h"
 #include "lib/comm.h"
-#include "lib/nt_copy.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
 
@@ -34,8 +33,8 @@ static void post_step(weft__task *t, a2a_state *st, int s, size_t block) {
   int r = comm->rank, n = comm->nranks;
   int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
   weft__req *snd = &st->reqs[2 * (s - 1)], *rcv = &st->reqs[2 * (s - 1) + 1];
-  weft__req_init_send(snd, st->src + (size_t)to * block, block);
-  weft__req_init_recv(rcv, (char *)t->recvbuf + (size_t)from * block, NULL, block, t->dtype, WEFT_SUM);
+  weft__req_init_send(snd, t->mem, st->src + (size_t)to * block, block);
+  weft__req_init_recv(rcv, t->mem, (char *)t->recvbuf + (size_t)from * block, NULL, block, t->dtype, WEFT_SUM);
   weft__req_post(weft__comm_conn(comm, to), snd);
   weft__req_post(weft__comm_conn(comm, from), rcv);
 }
@@ -61,11 +60,13 @@ static weft_status_t a2a_start(weft__task *t) {
   if (in_place) {
     char *staged = weft__comm_scratch(t, (size_t)n * block, &status);
     if (staged == NULL) return status;
-    memcpy(staged, t->sendbuf, (size_t)n * block);
+    weft__mem_copy(t->mem, staged, t->sendbuf, (size_t)n * block, 0);
     st->src = staged;
   } else {
     /* The self block, like a received one: past the threshold, bypassing the cache. */
-    weft__copy_part((char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block, block);
+    unsigned nt = weft__mem_nt_flag(block, 0);
+    weft__mem_copy(t->mem, (char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block, nt);
+    weft__mem_publish(t->mem, nt);
   }
   st->nreq = 2 * (n - 1);
   st->throttle = weft__a2a_throttle(n - 1);
@@ -94,4 +95,4 @@ static double a2a_cost(const weft__cost_in *c) {
 
 const weft__algo weft__algo_all_to_all_pairwise = {
     .name = "pairwise", .coll = WEFT__COLL_ALL_TO_ALL, .start = a2a_start,
-    .progress = a2a_progress, .cost = a2a_cost};
+    .progress = a2a_progress, .cost = a2a_cost, .spaces = WEFT__MEM_KINDS_CPU};

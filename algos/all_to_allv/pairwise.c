@@ -41,8 +41,8 @@ static weft_status_t copy_self(weft__task *t, size_t esize) {
                        r, r, r, sc * esize, r, rc * esize);
   }
   if (sc == 0) return WEFT_SUCCESS;
-  memcpy((char *)t->recvbuf + WEFT__V_RDISPLS(t)[r] * esize,
-         (const char *)t->sendbuf + WEFT__V_SDISPLS(t)[r] * esize, sc * esize);
+  weft__mem_copy(t->mem, (char *)t->recvbuf + WEFT__V_RDISPLS(t)[r] * esize,
+                 (const char *)t->sendbuf + WEFT__V_SDISPLS(t)[r] * esize, sc * esize, 0);
   return WEFT_SUCCESS;
 }
 
@@ -56,8 +56,8 @@ static void post_step(weft__task *t, a2av_state *st, int s, size_t esize) {
   char *dst = t->recvbuf;
   size_t sbytes = WEFT__V_SENDCOUNTS(t)[to] * esize, rbytes = WEFT__V_RECVCOUNTS(t)[from] * esize;
   /* A NULL buffer is allowed when nothing is sent or received; never offset it. */
-  weft__req_init_send(snd, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes);
-  weft__req_init_recv(rcv, rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, NULL, rbytes, t->dtype,
+  weft__req_init_send(snd, t->mem, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes);
+  weft__req_init_recv(rcv, t->mem, rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, NULL, rbytes, t->dtype,
                       WEFT_SUM);
   weft__req_post(weft__comm_conn(comm, to), snd);
   weft__req_post(weft__comm_conn(comm, from), rcv);
@@ -93,4 +93,4 @@ static weft_status_t a2av_progress(weft__task *t) {
 
 const weft__algo weft__algo_all_to_allv_pairwise = {
     .name = "pairwise", .coll = WEFT__COLL_ALL_TO_ALLV, .start = a2av_start,
-    .progress = a2av_progress};
+    .progress = a2av_progress, .spaces = WEFT__MEM_KINDS_CPU};

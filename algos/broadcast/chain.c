@@ -15,7 +15,6 @@
 #include <string.h>
 #include "algos/ring.h"
 #include "lib/comm.h"
-#include "lib/nt_copy.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
 
@@ -50,7 +49,7 @@ static void bc_post(weft__task *t, bc_state *st) {
          st->posted_recv - st->done_recv < BC_INFLIGHT) {
     size_t k = st->posted_recv++;
     weft__req *r = &st->recv[k % BC_INFLIGHT];
-    weft__req_init_recv(r, (char *)t->recvbuf + k * st->chunk * st->esize, NULL,
+    weft__req_init_recv(r, t->mem, (char *)t->recvbuf + k * st->chunk * st->esize, NULL,
                         chunk_len(t, st, k) * st->esize, t->dtype, WEFT_SUM);
     weft__req_post(st->prev, r);
   }
@@ -60,7 +59,7 @@ static void bc_post(weft__task *t, bc_state *st) {
   while (st->has_send && st->posted_send < avail && st->posted_send - st->done_send < BC_INFLIGHT) {
     size_t k = st->posted_send++;
     weft__req *r = &st->send[k % BC_INFLIGHT];
-    weft__req_init_send(r, src + k * st->chunk * st->esize, chunk_len(t, st, k) * st->esize);
+    weft__req_init_send(r, t->mem, src + k * st->chunk * st->esize, chunk_len(t, st, k) * st->esize);
     if (st->fused_copy) r->copy_to = (char *)t->recvbuf + k * st->chunk * st->esize;
     weft__req_post(st->next, r);
   }
@@ -76,9 +75,11 @@ static void bc_copy(weft__task *t, bc_state *st) {
     if (st->copied == st->nchunks) return;
     size_t k = st->copied++;
     size_t off = k * st->chunk * st->esize;
-    /* a large root copy bypasses the cache, as large received messages do (copy_stream.h) */
-    weft__copy_part((char *)t->recvbuf + off, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize,
-                    t->count * st->esize);
+    /* a large root copy bypasses the cache, as large received messages do (lib/req.c) */
+    unsigned nt = weft__mem_nt_flag(t->count * st->esize, 0);
+    weft__mem_copy(t->mem, (char *)t->recvbuf + off, (const char *)t->sendbuf + off,
+                   chunk_len(t, st, k) * st->esize, nt);
+    weft__mem_publish(t->mem, nt);
   } while (st->copied < st->posted_send);
 }
 
@@ -124,4 +125,4 @@ static double bc_cost(const weft__cost_in *c) { return weft__chain_cost(c, c->b)
 
 const weft__algo weft__algo_broadcast_chain = {
     .name = "chain", .coll = WEFT__COLL_BROADCAST, .start = bc_start, .progress = bc_progress,
-    .cost = bc_cost};
+    .cost = bc_cost, .spaces = WEFT__MEM_KINDS_CPU};

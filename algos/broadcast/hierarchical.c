@@ -98,8 +98,8 @@ static weft_status_t hbc_start(weft__task *t) {
   int leader = leader_of(st, st->hier.host, t->root);
   for (int l = 0; l < st->hier.nlocal; l++)
     if (st->hier.host_ranks[l] == leader) st->leader_local = l;
-  if (t->comm->rank == t->root && st->bytes > 0 && t->sendbuf != t->recvbuf)
-    memcpy(t->recvbuf, t->sendbuf, st->bytes);
+  if (t->comm->rank == t->root && t->sendbuf != t->recvbuf)
+    weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, st->bytes, 0);
   weft__rounds_init(&st->rounds, st->bytes > 0 ? 4 : 0, st->req, nreq, hbc_post, NULL);
   weft__rounds_progress(&st->rounds, t);
   return WEFT_SUCCESS;
@@ -119,4 +119,4 @@ static double hbc_cost(const weft__cost_in *c) {
 
 const weft__algo weft__algo_broadcast_hierarchical = {
     .name = "hierarchical", .coll = WEFT__COLL_BROADCAST, .start = hbc_start,
-    .progress = hbc_progress, .cost = hbc_cost};
+    .progress = hbc_progress, .cost = hbc_cost, .spaces = WEFT__MEM_KINDS_CPU};

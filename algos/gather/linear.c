@@ -26,11 +26,11 @@ static void root_start(weft__task *t, gather_state *st, size_t block) {
   struct weft_comm *comm = t->comm;
   char *dst = t->recvbuf;
   const char *own = dst + (size_t)comm->rank * block;
-  if ((const char *)t->sendbuf != own) memcpy(dst + (size_t)comm->rank * block, t->sendbuf, block);
+  if ((const char *)t->sendbuf != own) weft__mem_copy(t->mem, dst + (size_t)comm->rank * block, t->sendbuf, block, 0);
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     weft__req *rcv = &st->reqs[st->nreq++];
-    weft__req_init_recv(rcv, dst + (size_t)p * block, NULL, block, t->dtype, WEFT_SUM);
+    weft__req_init_recv(rcv, t->mem, dst + (size_t)p * block, NULL, block, t->dtype, WEFT_SUM);
     weft__req_post(weft__comm_conn(comm, p), rcv);
   }
 }
@@ -48,7 +48,7 @@ static weft_status_t gather_start(weft__task *t) {
     root_start(t, st, block);
     return WEFT_SUCCESS;
   }
-  weft__req_init_send(&st->reqs[0], t->sendbuf, block);
+  weft__req_init_send(&st->reqs[0], t->mem, t->sendbuf, block);
   weft__req_post(weft__comm_conn(comm, t->root), &st->reqs[0]);
   st->nreq = 1;
   return WEFT_SUCCESS;
@@ -61,4 +61,4 @@ static weft_status_t gather_progress(weft__task *t) {
 }
 
 const weft__algo weft__algo_gather_linear = {
-    .name = "linear", .coll = WEFT__COLL_GATHER, .start = gather_start, .progress = gather_progress};
+    .name = "linear", .coll = WEFT__COLL_GATHER, .start = gather_start, .progress = gather_progress, .spaces = WEFT__MEM_KINDS_CPU};

@@ -35,8 +35,8 @@ static size_t chunk_len(const weft__task *t, const rd_state *st, size_t k) {
 
 static void finalize_chunk(weft__task *t, rd_state *st, size_t k) {
   if (t->op != WEFT_AVG) return;
-  weft__avg_finalize((char *)t->recvbuf + k * st->chunk * st->esize, chunk_len(t, st, k),
-                     t->dtype, t->comm->nranks);
+  weft__mem_avg(t->mem, (char *)t->recvbuf + k * st->chunk * st->esize, chunk_len(t, st, k),
+                t->dtype, t->comm->nranks);
 }
 
 static void rd_advance(weft__task *t, rd_state *st) {
@@ -64,7 +64,7 @@ static void rd_post(weft__task *t, rd_state *st) {
     void *dst = st->is_root ? (char *)t->recvbuf + off
                             : st->scratch + (k % RD_INFLIGHT) * st->chunk * st->esize;
     weft__req *r = &st->recv[k % RD_INFLIGHT];
-    weft__req_init_recv(r, dst, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize,
+    weft__req_init_recv(r, t->mem, dst, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize,
                         t->dtype, t->op);
     weft__req_post(st->prev, r);
   }
@@ -75,7 +75,7 @@ static void rd_post(weft__task *t, rd_state *st) {
     const char *src = st->is_first ? (const char *)t->sendbuf + k * st->chunk * st->esize
                                    : st->scratch + (k % RD_INFLIGHT) * st->chunk * st->esize;
     weft__req *r = &st->send[k % RD_INFLIGHT];
-    weft__req_init_send(r, src, chunk_len(t, st, k) * st->esize);
+    weft__req_init_send(r, t->mem, src, chunk_len(t, st, k) * st->esize);
     weft__req_post(st->next, r);
   }
 }
@@ -111,9 +111,8 @@ static weft_status_t rd_start(weft__task *t) {
   st->prev = weft__comm_conn(comm, weft__comm_ring_prev(comm, comm->rank));
   st->next = weft__comm_conn(comm, weft__comm_ring_next(comm, comm->rank));
   if (n == 1 && t->count > 0) {
-    if (t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, t->count * esize);
+    if (t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
     st->nchunks = 0;
-    if (t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
   }
   rd_post(t, st);
   return WEFT_SUCCESS;
@@ -123,4 +122,4 @@ static double rd_cost(const weft__cost_in *c) { return weft__chain_cost(c, c->b 
 
 const weft__algo weft__algo_reduce_chain = {
     .name = "chain", .coll = WEFT__COLL_REDUCE, .start = rd_start, .progress = rd_progress,
-    .cost = rd_cost};
+    .cost = rd_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -62,7 +62,7 @@ static void rs_slice_done(weft__task *t, size_t k) {
   rs_state *st = t->state;
   if (t->op != WEFT_AVG) return;
   size_t off, len = weft__ring_piece(&st->layout, 0, k, &off);
-  weft__avg_finalize((char *)t->recvbuf + off * st->esize, len, t->dtype, t->comm->nranks);
+  weft__mem_avg(t->mem, (char *)t->recvbuf + off * st->esize, len, t->dtype, t->comm->nranks);
 }
 
 static const weft__ring_ops rs_ops = {rs_send_of, rs_recv_of, rs_recv_ready, rs_slice_done, NULL};
@@ -84,10 +84,7 @@ static weft_status_t rs_start(weft__task *t) {
   st->scratch[1] = st->scratch[0] + weft__align_up(piece, 64);
   weft__ring_driver_init(&st->ring, t, &rs_ops, nsteps, weft__ring_nslices(&st->layout), st->reqs,
                          st->reqs + nsteps);
-  if (n == 1 && t->count > 0) {
-    if (t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, t->count * esize);
-    if (t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
-  }
+  if (n == 1 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
   return WEFT_SUCCESS;
 }
 
@@ -102,4 +99,4 @@ static double rs_cost(const weft__cost_in *c) {
 
 const weft__algo weft__algo_reduce_scatter_ring = {
     .name = "ring", .coll = WEFT__COLL_REDUCE_SCATTER, .start = rs_start, .progress = rs_progress,
-    .cost = rs_cost};
+    .cost = rs_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -44,11 +44,11 @@
 #include "lib/bootstrap.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
-#include "lib/nt_copy.h"
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/status.h"
 #include "lib/proto.h"
+#include "mem/space.h"
 #include "transports/shm/shm_conn.h"
 #include "transports/shm/shm_fifo.h"
 #include "transports/shm/shm_ll.h"
@@ -470,10 +470,11 @@ static weft_status_t shm_setup(struct weft_comm *comm, const int *peers, int npe
   return WEFT_SUCCESS;
 }
 
-/* LL is tried first, so a message small enough for LL never goes single copy. */
+/* LL is tried first, so a message small enough for LL never goes single copy; nor does
+ * one in memory with no host view (the peer's process_vm_readv needs a host address). */
 static int cma_eligible(const shm_conn *sc, const weft__req *r) {
   return sc->cma_send_bytes > 0 && r->bytes >= sc->cma_send_bytes && r->src != NULL &&
-         !weft__shm_ll_send_eligible(sc, r);
+         !weft__shm_ll_send_eligible(sc, r) && r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
 }
 
 /* Single-copy send. Each message is one descriptor slot; its request completes when the
@@ -504,7 +505,7 @@ static weft_status_t cma_send_progress(shm_conn *sc, weft__req *r, int *progress
     weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
     h->msg_bytes = q->bytes;
     h->bytes = WEFT__SHM_CMA_SLOT;
-    h->cma_src = (uint64_t)(uintptr_t)q->src;
+    h->cma_src = (uint64_t)(uintptr_t)q->mem->host_view(q->mem, q->src, q->bytes);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     sc->cma_posted++;
     *progressed = 1;
@@ -533,10 +534,11 @@ static weft_status_t shm_send_progress(struct weft_comm *comm, weft__conn *c, we
     h->msg_bytes = r->bytes;
     h->bytes = n;
     char *slot = weft__shm_fifo_data(f, h, sc->tail, r->bytes);
-    if (sc->nt_out && r->bytes >= WEFT__SHM_NT_MIN) /* across L3s: shm_placement.h */
-      weft__nt_copy(slot, (const char *)r->src + r->done, n);
-    else if (n > 0) /* an empty message may come with a NULL buffer: memcpy(NULL, 0) is undefined */
-      memcpy(slot, (const char *)r->src + r->done, n);
+    /* Past the cache across L3s (shm_placement.h). The space skips an empty message, which
+     * may come with a NULL buffer, and its bytes are in the slot before tail says so. */
+    unsigned flags = sc->nt_out && r->bytes >= WEFT__SHM_NT_MIN ? WEFT__MEM_NT : 0;
+    weft__mem_copy(r->mem, slot, (const char *)r->src + r->done, n, flags);
+    weft__mem_publish(r->mem, flags);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     weft__shm_ring(sc->peer_bell);
     r->done += n;
@@ -585,19 +587,22 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
   if (!sc->cma_recv)
     return weft__error(comm, WEFT_ERR_INTERNAL, "rank %d: recv from peer %d: the peer sent a "
                        "single-copy message though single copy is off", comm->rank, c->peer);
-  if (r->acc != NULL && *sc->scratch == NULL &&
+  /* Straight into the destination when its space has a host view; else, and when
+   * reducing, through the scratch and the space. */
+  char *view = r->acc == NULL ? r->mem->host_view(r->mem, r->dst, r->bytes) : NULL;
+  if (view == NULL && *sc->scratch == NULL &&
       (*sc->scratch = aligned_alloc(WEFT__SHM_PAGE, SHM_CMA_REDUCE_PIECE)) == NULL)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: recv from peer %d: out of memory",
                        comm->rank, c->peer);
   size_t budget = SHM_CMA_CALL_BYTES;
   while (r->done < r->bytes && budget > 0) {
     size_t n = r->bytes - r->done < budget ? r->bytes - r->done : budget;
-    size_t piece = r->acc != NULL ? SHM_CMA_REDUCE_PIECE : SHM_CMA_PIECE;
+    size_t piece = view == NULL ? SHM_CMA_REDUCE_PIECE : SHM_CMA_PIECE;
     if (n > piece) n = piece;
-    void *to = r->acc != NULL ? *sc->scratch : (char *)r->dst + r->done;
+    void *to = view == NULL ? *sc->scratch : view + r->done;
     int err = cma_read(sc->pid, to, h->cma_src + r->done, n);
     if (err != 0) return cma_failed(comm, c, sc, err);
-    if (r->acc != NULL) weft__req_deliver(r, to, n);
+    if (view == NULL) weft__req_deliver(r, to, n);
     else r->done += n;
     budget -= n;
   }

@@ -18,10 +18,13 @@
  * NCCL_NSOCKS_PERTHREAD sockets. The receiver knows B, computes the same cut, and checks
  * each header, so a size mismatch between the two ranks is reported, not misread.
  *
- * Bytes moved: B + 16 * parts per message; a plain receive lands straight in the user's
- * buffer (one copy, the kernel's); a receive that reduces (dst = acc op incoming) lands in a
- * per-socket staging buffer of STAGE_BYTES and is reduced from there, whole elements only,
- * each part at its own offset.
+ * Bytes moved: B + 16 * parts per message. User buffers are reached only through their
+ * memory space (mem/space.h): the kernel reads and writes them at the space's host view. A
+ * plain receive lands straight in the destination's host view (one copy, the kernel's); a
+ * receive that reduces (dst = acc op incoming), or whose memory has no host view, lands in
+ * a per-socket staging buffer of STAGE_BYTES and reaches the destination from there through
+ * the space (weft__req_land), whole elements only, each part at its own offset. A send
+ * needs a host view (device memory would be staged by the core first).
  *
  * Nothing here blocks after setup: sends and receives use MSG_DONTWAIT, EAGAIN means no
  * progress, and poll_fds hands the waiting rank the sockets of the messages in flight. */
@@ -42,6 +45,7 @@
 #include "lib/log.h"
 #include "lib/sockutil.h"
 #include "lib/status.h"
+#include "mem/space.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
 
@@ -196,6 +200,11 @@ static weft_status_t send_part(struct weft_comm *comm, sock_peer *sp, sock_xfer 
                                int *progressed) {
   sock_part *p = &x->part[i];
   weft__req *r = x->req;
+  const char *src = r->bytes > 0 ? r->mem->host_view(r->mem, r->src, r->bytes) : NULL;
+  if (src == NULL && r->bytes > 0)
+    return weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: send to peer %d: the socket "
+                       "transport needs host-accessible memory; %s memory has no host view",
+                       comm->rank, sp->peer, r->mem->name);
   while (!p->done) {
     struct iovec iov[2];
     int n = 0;
@@ -203,7 +212,7 @@ static weft_status_t send_part(struct weft_comm *comm, sock_peer *sp, sock_xfer 
     if (p->hdr_moved < 16)
       iov[n++] = (struct iovec){(char *)&p->hdr + p->hdr_moved, 16 - p->hdr_moved};
     if (p->moved < p->len)
-      iov[n++] = (struct iovec){(char *)r->src + p->off + p->moved, p->len - p->moved};
+      iov[n++] = (struct iovec){(char *)src + p->off + p->moved, p->len - p->moved};
     for (int j = 0; j < n; j++) want += iov[j].iov_len;
     struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
     ssize_t k = sendmsg(sp->fd[i], &m, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -254,36 +263,43 @@ static weft_status_t check_header(struct weft_comm *comm, sock_peer *sp, const s
   return WEFT_SUCCESS;
 }
 
-/* Reduces the whole elements staged for part i into dst at the part's offset; keeps the
- * tail of a split element for the next read. r->done counts delivered bytes. */
+/* Hands the whole elements staged for part i to r at the part's offset (weft__req_land:
+ * reduced or copied through r's space); keeps the tail of a split element for the next
+ * read. r->done counts delivered bytes. */
 static void deliver_staged(sock_peer *sp, sock_part *p, int i, weft__req *r) {
   size_t esz = weft__dtype_size(r->dtype);
   if (esz == 0) esz = 1; /* the caller validated the datatype; never divide by zero */
   size_t n = sp->fill[i] - sp->fill[i] % esz;
   if (n == 0) return;
-  size_t at = p->off + p->delivered;
-  weft__reduce((char *)r->dst + at, (const char *)r->acc + at, sp->stage[i], n / esz,
-               r->dtype, r->op);
+  weft__req_land(r, p->off + p->delivered, sp->stage[i], n);
   p->delivered += n;
   r->done += n;
   sp->fill[i] -= n;
   if (sp->fill[i] > 0) memmove(sp->stage[i], sp->stage[i] + n, sp->fill[i]);
 }
 
-/* One recvmsg for part i: header remainder, then payload into dst (copy) or staging
- * (reduce). Returns 1 in *more when the read filled all it asked for. */
+/* Where a receive's payload lands: the destination's host view when it copies and has
+ * one, else NULL (staged). */
+static char *recv_view(const weft__req *r) {
+  return r->acc == NULL && r->bytes > 0 ? r->mem->host_view(r->mem, r->dst, r->bytes) : NULL;
+}
+
+/* One recvmsg for part i: header remainder, then payload into dst's host view (copy) or
+ * staging (reduce, or no host view). Returns 1 in *more when the read filled all it asked
+ * for. */
 static weft_status_t recv_once(struct weft_comm *comm, sock_peer *sp, sock_xfer *x, int i,
                                int *progressed, int *more) {
   sock_part *p = &x->part[i];
   weft__req *r = x->req;
+  char *view = recv_view(r);
   struct iovec iov[2];
   int n = 0;
   size_t want = 0;
   *more = 0;
   if (p->hdr_moved < 16)
     iov[n++] = (struct iovec){(char *)&p->hdr + p->hdr_moved, 16 - p->hdr_moved};
-  if (p->moved < p->len && r->acc == NULL) {
-    iov[n++] = (struct iovec){(char *)r->dst + p->off + p->moved, p->len - p->moved};
+  if (p->moved < p->len && view != NULL) {
+    iov[n++] = (struct iovec){view + p->off + p->moved, p->len - p->moved};
   } else if (p->moved < p->len) {
     size_t room = STAGE_BYTES - sp->fill[i], left = p->len - p->moved;
     iov[n++] = (struct iovec){sp->stage[i] + sp->fill[i], room < left ? room : left};
@@ -301,7 +317,7 @@ static weft_status_t recv_once(struct weft_comm *comm, sock_peer *sp, sock_xfer 
   int had_hdr = p->hdr_moved == 16;
   size_t payload = part_account(p, (size_t)k);
   if (!had_hdr && p->hdr_moved == 16) WEFT_TRY(check_header(comm, sp, p, r));
-  if (r->acc == NULL) {
+  if (view != NULL) {
     r->done += payload;
   } else {
     sp->fill[i] += payload;
@@ -315,7 +331,7 @@ static weft_status_t recv_part(struct weft_comm *comm, sock_peer *sp, sock_xfer 
                                int *progressed) {
   sock_part *p = &x->part[i];
   weft__req *r = x->req;
-  if (r->acc != NULL && sp->stage[i] == NULL) {
+  if (r->bytes > 0 && recv_view(r) == NULL && sp->stage[i] == NULL) {
     sp->stage[i] = malloc(STAGE_BYTES);
     if (sp->stage[i] == NULL)
       return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: recv from peer %d: no memory "

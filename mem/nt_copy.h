@@ -7,8 +7,8 @@
  * whole lines without reading them: perf/membw_floor measured plain stores and memcpy 25-45%
  * slower than them at 16-256 MiB on the 2-core development VM. Below the threshold ordinary
  * memcpy wins (the data stays in cache for whoever reads it next). */
-#ifndef WEFT_LIB_NT_COPY_H
-#define WEFT_LIB_NT_COPY_H
+#ifndef WEFT_MEM_NT_COPY_H
+#define WEFT_MEM_NT_COPY_H
 
 #include <stddef.h>
 
@@ -24,14 +24,7 @@ void weft__nt_copy_unfenced(void *dst, const void *src, size_t n);
 /* Orders every earlier store, non-temporal ones included, before later stores. */
 void weft__store_fence(void);
 
-/* Messages of at least this many bytes are delivered with weft__nt_copy: the
- * WEFT_NT_COPY_BYTES environment variable read once per process (0 turns it off), default
- * 16 MiB (half this VM's 32 MiB L3: smaller buffers are likely still cached when read).
- * Thread-safe. */
-size_t weft__nt_copy_threshold(void);
-
-/* Copies n bytes (part of a message of message_bytes): with weft__nt_copy when the
- * message reaches the threshold, else memcpy. Regions must not overlap. Thread-safe. */
-void weft__copy_part(void *dst, const void *src, size_t n, size_t message_bytes);
+/* The size from which the host space bypasses the cache: weft__mem_nt_threshold
+ * (mem/space.h), defined in nt_copy.c. */
 
 #endif

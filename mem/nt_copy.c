@@ -1,11 +1,12 @@
 /* nt_copy.c: memcpy with non-temporal stores; see nt_copy.h. */
-#include "lib/nt_copy.h"
+#include "mem/nt_copy.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "lib/env.h"
+#include "mem/space.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -39,12 +40,7 @@ void weft__nt_copy(void *dst, const void *src, size_t n) {
   weft__store_fence(); /* non-temporal stores are weakly ordered: finish them before publishing */
 }
 
-void weft__copy_part(void *dst, const void *src, size_t n, size_t message_bytes) {
-  if (message_bytes >= weft__nt_copy_threshold()) weft__nt_copy(dst, src, n);
-  else memcpy(dst, src, n);
-}
-
-size_t weft__nt_copy_threshold(void) {
+size_t weft__mem_nt_threshold(void) {
   static _Atomic size_t cached = SIZE_MAX; /* SIZE_MAX: not read yet */
   size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v == SIZE_MAX) {

@@ -7,7 +7,7 @@
  * per 64-byte line keeps both kinds of traffic in flight at once, as the floor does.
  * SSE2 is enough: the loop is bound by memory, not by arithmetic. */
 #include <stdint.h>
-#include "lib/reduce_nt.h"
+#include "mem/reduce_nt.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>

@@ -1,7 +1,7 @@
 /* reduce_nt.h: a reduction fused with non-temporal stores to several outputs, for the
  * direct all-reduce (algos/all_reduce/direct.c) on buffers larger than the cache. */
-#ifndef WEFT_LIB_REDUCE_NT_H
-#define WEFT_LIB_REDUCE_NT_H
+#ifndef WEFT_MEM_REDUCE_NT_H
+#define WEFT_MEM_REDUCE_NT_H
 #include <stddef.h>
 #include "weft.h"
 
