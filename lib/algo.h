@@ -73,6 +73,8 @@ struct weft__algo {
   unsigned spaces;    /* the memory kinds of user buffers it handles (WEFT__MEM_KIND_BIT of
                          mem/space.h; WEFT__MEM_KINDS_CPU for one that touches them only
                          through the space and keeps host scratch): no row, no run */
+  unsigned needs;     /* transport capabilities every peer's transport must have
+                         (WEFT__TRANSPORT_CAP_* of transports/transport.h); 0: any */
   /* Non-NULL: not a tuner candidate; the row runs whenever this says 1 for the task (the
    * direct algorithms on registered windows). Depends only on values equal on all ranks. */
   int (*wanted)(const struct weft__task *t);

@@ -1,8 +1,8 @@
 /* req.c: request queues per connection and the progress pass over a communicator. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "lib/comm.h"
-#include "mem/nt_copy.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/req.h"
@@ -29,8 +29,31 @@ void weft__req_init_recv(weft__req *r, const weft__mem_space *mem, void *dst, co
   r->op = op;
 }
 
+/* A reducing receive on a transport that cannot reduce on arrival: the message lands in a
+ * host bounce buffer, reduced into place when it is complete (stage_done). An allocation
+ * failure leaves stage NULL with stage_dst set, reported by the next progress. */
+static void stage_reduce(weft__req *r) {
+  r->stage_dst = r->dst;
+  r->stage_acc = r->acc;
+  r->stage = malloc(r->bytes);
+  r->dst = r->stage;
+  r->acc = NULL;
+}
+
+static void stage_done(weft__req *r) {
+  size_t esize = weft__dtype_size(r->dtype);
+  weft__mem_reduce(r->mem, r->stage_dst, r->stage_acc, r->stage, r->bytes / esize, r->dtype, r->op);
+  weft__mem_publish(r->mem, 0);
+  free(r->stage);
+  r->stage = NULL;
+  r->dst = r->stage_dst;
+  r->acc = r->stage_acc;
+  r->stage_dst = NULL;
+}
+
 void weft__req_post(weft__conn *conn, weft__req *r) {
   if (r->kind == WEFT__REQ_SEND && !(r->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(r->mem);
+  if (r->acc != NULL && r->bytes > 0 && !(conn->caps & WEFT__TRANSPORT_CAP_RECV_REDUCE)) stage_reduce(r);
   r->conn = conn;
   r->next = NULL;
   weft__req **head = r->kind == WEFT__REQ_SEND ? &conn->send_head : &conn->recv_head;
@@ -38,6 +61,7 @@ void weft__req_post(weft__conn *conn, weft__req *r) {
   if (*head == NULL) *head = r;
   else (*tail)->next = r;
   *tail = r;
+  if (conn->tr->post != NULL) conn->tr->post(conn, r);
 }
 
 /* The copy flags of r's bytes: past the cache when r->nt is set or the message is large. */
@@ -75,11 +99,15 @@ static weft_status_t progress_queue(struct weft_comm *comm, weft__conn *c, int k
   while (*head != NULL) {
     weft__req *r = *head;
     size_t before = r->done;
-    weft_status_t st = kind == WEFT__REQ_SEND ? c->tr->send_progress(comm, c, r, progressed)
-                                              : c->tr->recv_progress(comm, c, r, progressed);
+    if (r->stage_dst != NULL && r->stage == NULL)
+      return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: recv from peer %d: no memory to stage a "
+                         "%zu-byte message", comm->rank, c->peer, r->bytes);
+    weft_status_t st = kind == WEFT__REQ_SEND ? c->tr->send_test(comm, c, r, progressed)
+                                              : c->tr->recv_test(comm, c, r, progressed);
     if (r->copy_to != NULL && r->done > before) copy_sent(r, before);
     if (st != WEFT_SUCCESS) return st;
     if (!r->complete) return WEFT_SUCCESS;
+    if (r->stage != NULL) stage_done(r);
     *head = r->next;
     *progressed = 1;
   }
@@ -98,6 +126,10 @@ weft_status_t weft__comm_progress(struct weft_comm *comm, int *progressed) {
 void weft__comm_drop_requests(struct weft_comm *comm) {
   for (int p = 0; p < comm->nranks; p++) {
     weft__conn *c = &comm->conns[p];
+    for (weft__req *r = c->recv_head; r != NULL; r = r->next) {
+      free(r->stage);
+      r->stage = NULL;
+    }
     c->send_head = c->send_tail = c->recv_head = c->recv_tail = NULL;
   }
 }

@@ -39,11 +39,18 @@ typedef struct weft__req {
    * for the pieces of a large collective that nothing reads again soon; 0: only messages
    * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
   int nt;
+  /* recv on a transport without WEFT__TRANSPORT_CAP_RECV_REDUCE: the message lands in
+   * `stage` (host memory, r->bytes) and is reduced into stage_dst = stage_acc op stage when
+   * complete (lib/req.c); NULL otherwise. */
+  void *stage;
+  void *stage_dst;
+  const void *stage_acc;
 } weft__req;
 
 typedef struct weft__conn {
   const struct weft__transport *tr; /* NULL for self */
   void *priv;                       /* the transport's per-peer state */
+  unsigned caps;                    /* tr's capabilities the core may use (comm.h) */
   int peer;
   weft__req *send_head, *send_tail;
   weft__req *recv_head, *recv_tail;
@@ -54,8 +61,9 @@ void weft__req_init_send(weft__req *r, const struct weft__mem_space *mem, const 
 /* Fills a receive request: copy into dst (acc NULL) or dst = acc op incoming. */
 void weft__req_init_recv(weft__req *r, const struct weft__mem_space *mem, void *dst, const void *acc,
                          size_t bytes, weft_datatype_t dt, weft_redop_t op);
-/* Appends r to conn's send or receive queue. A send's bytes are complete in its space
- * first (weft__mem_wait, for a space whose operations may still run). */
+/* Appends r to conn's send or receive queue and tells the transport (its post). A send's
+ * bytes are complete in its space first (weft__mem_wait, for a space whose operations may
+ * still run); a reducing receive on a transport that cannot reduce on arrival is staged. */
 void weft__req_post(weft__conn *conn, weft__req *r);
 
 /* For transports: hands nbytes of incoming message data (host memory: a FIFO slot, a
@@ -73,6 +81,6 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes);
  * Returns the first transport error (the message names the peer). Caller holds comm->lock. */
 weft_status_t weft__comm_progress(struct weft_comm *comm, int *progressed);
 
-/* Drops every queued request of comm (after an error or abort). */
+/* Drops every queued request of comm (after an error or abort), freeing their stages. */
 void weft__comm_drop_requests(struct weft_comm *comm);
 #endif

@@ -36,30 +36,10 @@
 #include "lib/select.h"
 #include "lib/status.h"
 #include "topo/topo.h"
+#include "transports/transport.h"
 
-/* ---- the model's parameters: a stored table ------------------------------------------ */
-typedef struct {
-  double alpha_us;       /* one dependent message step (post, deliver, the peer noticing) */
-  double beta_us;        /* per KiB moved through the transport (one pass over memory) */
-  double gamma_us;       /* per KiB reduced */
-  double oversub_alpha;  /* added to alpha when ranks outnumber cores */
-  double oversub_beta;   /* beta and gamma are multiplied by this then (cores are shared) */
-} model_params;
-
-/* Fitted to all_reduce_perf / all_gather_perf / alltoall_perf -z 1 (p50 of single calls,
- * medians of 3-5 interleaved runs) on the 2-core VM weft is developed on. Its per-step cost
- * swings with the load of other jobs: 2-rank shm all-reduce of 8 B took 38 us with the ring
- * (2 steps) against 25.5 us with recursive doubling (1 step) at load 5-9, so alpha ~12 us,
- * and 7.0 against 6.7 us when quiet, so alpha < 1 us; alpha = 6 puts the crossover between
- * the two measured ones (32 KiB: 40.8 against 30.9 us loaded, 11.6 against 13.2 us quiet).
- * 512 KiB took 104 us with the ring, hence beta ~0.1 us/KiB; with 4 ranks on the 2 cores
- * the per-byte cost doubled (ring: 160 us at 128 KiB). Socket (loopback), 2 ranks, loaded:
- * ring 86 us and recursive doubling 47 us at 8 B, hence alpha ~40 us; 171 us for both at
- * 256 KiB, hence beta ~0.25 us/KiB. */
-static const model_params model_table[WEFT__NUM_TRANSPORTS] = {
-    [WEFT__TRANSPORT_SHM] = {6.0, 0.10, 0.05, 0.0, 2.0},
-    [WEFT__TRANSPORT_SOCKET] = {40.0, 0.25, 0.05, 0.0, 1.5},
-};
+/* ---- the model's parameters: each transport's row (transports/transport.h) ---------- */
+typedef weft__transport_model model_params;
 
 /* ---- the candidates: the registry's rows (lib/algo.h) ---------------------------------
  * A collective's candidates are its rows without `wanted`, in registry order. */
@@ -78,37 +58,38 @@ int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max) 
   return k;
 }
 
-const char *weft__select_transport_name(int transport) {
-  return transport == WEFT__TRANSPORT_SHM ? "shm" : "socket";
-}
-
-/* ---- WEFT_TUNER_MODEL: "shm:alpha,beta,gamma,oversub_alpha,oversub_beta;socket:..." ---- */
+/* ---- WEFT_TUNER_MODEL: "shm:alpha,beta,gamma,oversub_alpha,oversub_beta;socket:..." ----
+ * Each item replaces the row of the transport it names; the others keep their own. */
 static void parse_model(const char *spec, model_params *out) {
-  memcpy(out, model_table, sizeof(model_table));
+  for (int t = 0; weft__transports[t] != NULL; t++) out[t] = weft__transports[t]->model;
   for (const char *p = spec; p != NULL && *p != '\0';) {
     const char *end = strchr(p, ';');
     size_t len = end ? (size_t)(end - p) : strlen(p);
     char item[128];
     snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) - 1 ? len : sizeof(item) - 1), p);
-    int tr = strncmp(item, "shm:", 4) == 0 ? WEFT__TRANSPORT_SHM
-             : strncmp(item, "socket:", 7) == 0 ? WEFT__TRANSPORT_SOCKET : -1;
+    char *colon = strchr(item, ':');
+    if (colon != NULL) *colon = '\0';
+    int t = colon != NULL ? weft__transport_index(weft__transport_by_name(item)) : -1;
     model_params m;
-    if (tr < 0 || sscanf(strchr(item, ':') + 1, "%lf,%lf,%lf,%lf,%lf", &m.alpha_us, &m.beta_us,
-                         &m.gamma_us, &m.oversub_alpha, &m.oversub_beta) != 5) {
-      WEFT_WARN("WEFT_TUNER_MODEL: cannot read \"%s\" (want shm:alpha,beta,gamma,oversub_alpha,"
-                "oversub_beta or socket:...; us and us per KiB); keeping the stored table for it", item);
+    if (t < 0 || sscanf(colon + 1, "%lf,%lf,%lf,%lf,%lf", &m.alpha_us, &m.beta_us, &m.gamma_us,
+                        &m.oversub_alpha, &m.oversub_beta) != 5) {
+      if (colon != NULL) *colon = ':';
+      WEFT_WARN("WEFT_TUNER_MODEL: cannot read \"%s\" (want <transport>:alpha,beta,gamma,"
+                "oversub_alpha,oversub_beta, e.g. shm:6,0.1,0.05,0,2; us and us per KiB); keeping "
+                "the transport's own row for it", item);
     } else {
-      out[tr] = m;
+      out[t] = m;
     }
     p = end ? end + 1 : NULL;
   }
 }
 
-static const model_params *model_for(int transport) {
+/* tr's row under WEFT_TUNER_MODEL. */
+static const model_params *model_for(const weft__transport *tr) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   static char cached[256];
   static int parsed;
-  static model_params params[WEFT__NUM_TRANSPORTS];
+  static model_params params[WEFT__MAX_TRANSPORTS];
   const char *spec = weft__env_str("WEFT_TUNER_MODEL", "");
   pthread_mutex_lock(&mu);
   if (!parsed || strncmp(cached, spec, sizeof(cached)) != 0) {
@@ -117,7 +98,8 @@ static const model_params *model_for(int transport) {
     parsed = 1;
   }
   pthread_mutex_unlock(&mu);
-  return &params[transport == WEFT__TRANSPORT_SHM ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET];
+  int t = weft__transport_index(tr);
+  return &params[t >= 0 ? t : 0];
 }
 
 static void make_cost_in(const weft__select_input *in, weft__cost_in *c) {
@@ -137,7 +119,8 @@ static void make_cost_in(const weft__select_input *in, weft__cost_in *c) {
   c->Lmin = in->min_local;
   c->Lmax = in->max_local;
   if (in->nhosts < 2) return; /* spare the latency path two more table look-ups */
-  const model_params *in_host = model_for(WEFT__TRANSPORT_SHM), *across = model_for(WEFT__TRANSPORT_SOCKET);
+  const model_params *across = model_for(in->transport);
+  const model_params *in_host = model_for(in->transport_in_host ? in->transport_in_host : in->transport);
   c->a_in = in_host->alpha_us, c->b_in = in_host->beta_us / 1024, c->g_in = in_host->gamma_us / 1024;
   c->a_out = across->alpha_us, c->b_out = across->beta_us / 1024, c->g_out = across->gamma_us / 1024;
 }
@@ -265,6 +248,11 @@ static int handles(const weft__algo *c, int mem_kind) {
   return (c->spaces & WEFT__MEM_KIND_BIT(mem_kind)) != 0;
 }
 
+/* 1 when every peer's transport has what row c needs (in->caps 0: unknown, assume all). */
+static int reachable(const weft__algo *c, const weft__select_input *in) {
+  return (c->needs & ~(in->caps ? in->caps : ~0u)) == 0;
+}
+
 const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
                                        char *why, size_t whylen) {
   int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(in->coll, rows);
@@ -272,8 +260,9 @@ const weft__algo *weft__select_resolve(const weft__select_input *in, const weft_
   int any_in_cap = 0, any_here = 0;
   for (int i = 0; i < k; i++) {
     const weft__algo *c = weft__algo_table[rows[i]];
-    if (((allowed >> i) & 1) && handles(c, in->mem_kind)) any_here = 1;
-    if (((allowed >> i) & 1) && handles(c, in->mem_kind) && within_cap(c, in)) any_in_cap = 1;
+    int here = handles(c, in->mem_kind) && reachable(c, in);
+    if (((allowed >> i) & 1) && here) any_here = 1;
+    if (((allowed >> i) & 1) && here && within_cap(c, in)) any_in_cap = 1;
   }
   const weft__algo *best = NULL;
   double best_cost = 0;
@@ -283,14 +272,14 @@ const weft__algo *weft__select_resolve(const weft__select_input *in, const weft_
   if (why && whylen) why[0] = '\0';
   for (int i = 0; i < k; i++) {
     const weft__algo *c = weft__algo_table[rows[i]];
-    int here = handles(c, in->mem_kind);
+    int here = handles(c, in->mem_kind) && reachable(c, in);
     /* WEFT_ALGO's choice stands unless it cannot touch this memory: then the others do. */
     int ok = ((allowed >> i) & 1) || (!any_here && here), capped = !within_cap(c, in);
     double cost = c->cost && k > 1 ? c->cost(&ci) : 0;
     if (why && used < whylen && (k > 1 || !ok || !here))
       used += (size_t)snprintf(why + used, whylen - used, "%s%s %.1f us%s", used ? ", " : "",
                                c->name, cost,
-                               !here ? " (not for this memory)" : !ok ? " (excluded by WEFT_ALGO)"
+                               !here ? " (not for this memory or transport)" : !ok ? " (excluded by WEFT_ALGO)"
                                : capped ? " (above its size cap)"
                                : isinf(cost) ? " (not for this host layout)" : "");
     /* A forced algorithm runs at any size; the model alone keeps to the caps. */
@@ -344,21 +333,38 @@ static void host_shape(const struct weft_comm *comm, weft__select_input *in) {
   }
 }
 
-/* Comm-wide facts, identical on all ranks: the system view (comm->topo) or comm->peers
- * holds every rank's host. */
+/* The transport the core picks for two ranks on different hosts (same 0) or on one (same
+ * 1) of sys, or NULL when no such pair exists: the same on every rank (lib/connect.c's
+ * choice reads only the system view). */
+static const weft__transport *pair_transport(const struct weft_comm *comm, int same) {
+  const weft__topo_system *sys = comm->topo;
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++)
+      if ((sys->ranks[a].host == sys->ranks[b].host) == same)
+        return weft__transport_choose(sys, a, b, comm->forced_transport);
+  return NULL;
+}
+
+/* Comm-wide facts, identical on all ranks, from the system view (comm->topo): the
+ * transport of the links the flat algorithms cross (across hosts: the slowest), and within
+ * one host for the two-level ones. */
 static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
-  int one_host = comm->topo != NULL ? comm->topo->nhosts == 1 : 1;
-  for (int p = 1; comm->topo == NULL && p < comm->nranks && one_host; p++)
-    one_host = comm->peers[p].host_hash == comm->peers[0].host_hash;
-  in->transport = WEFT__TRANSPORT_SOCKET;
+  int one_host = comm->topo->nhosts == 1;
+  /* Without a pair, the registry's last transport: the one that reaches any pair. */
+  in->transport = weft__transports[0];
+  for (int t = 1; weft__transports[t] != NULL; t++) in->transport = weft__transports[t];
+  in->transport_in_host = NULL;
+  in->caps = comm->caps_all;
   in->oversubscribed = 0;
   if (!one_host) {
+    in->transport = pair_transport(comm, 0);
     if (has_two_level(in->coll)) host_shape(comm, in);
+    if (in->nhosts > 1) in->transport_in_host = pair_transport(comm, 1);
     return;
   }
   if (comm->nranks < 2) return;
-  /* On one host every rank's peers use the same transport: shm, or socket when forced. */
-  in->transport = comm->peer_transports[(comm->rank + 1) % comm->nranks];
+  /* On one host every rank's peers use the same transport (shm, or socket when forced). */
+  in->transport = comm->conns[(comm->rank + 1) % comm->nranks].tr;
   long cores = online_cores();
   in->oversubscribed = cores > 0 && comm->nranks > cores;
 }
@@ -393,8 +399,8 @@ static struct weft__tuner_cache *tuner_cache(struct weft_comm *comm) {
   struct weft__tuner_cache *fresh = calloc(1, sizeof(*fresh));
   if (fresh == NULL) return NULL; /* the caller resolves without a cache */
   filter_from_env(&fresh->filter);
-  fresh->facts = (weft__select_input){WEFT__COLL_ALL_REDUCE, comm->nranks, 0, WEFT__TRANSPORT_SHM, 0,
-                                      comm->chunk_bytes, 0, 0, 0, WEFT__MEM_HOST};
+  fresh->facts = (weft__select_input){.coll = WEFT__COLL_ALL_REDUCE, .nranks = comm->nranks,
+                                      .chunk_bytes = comm->chunk_bytes};
   comm_facts(comm, &fresh->facts);
   struct weft__tuner_cache *expected = NULL;
   if (atomic_compare_exchange_strong_explicit(&comm->tuner, &expected, fresh, memory_order_acq_rel,
@@ -444,7 +450,8 @@ static const weft__algo *wanted_row(weft__coll_t coll) {
 const weft__algo *weft__select_algo(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
   const weft__algo *w = wanted_row(t->coll);
-  if (w != NULL && handles(w, (int)t->mem->kind) && w->wanted(t)) return w;
+  if (w != NULL && handles(w, (int)t->mem->kind) && (w->needs & ~t->comm->caps_all) == 0 && w->wanted(t))
+    return w;
   return weft__select_modelled(t);
 }
 
@@ -459,8 +466,8 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
     in.mem_kind = (int)t->mem->kind;
     return resolve_cached(cache, &in);
   }
-  weft__select_input in = {t->coll, comm->nranks, model_bytes(t), WEFT__TRANSPORT_SHM, 0,
-                           comm->chunk_bytes, 0, 0, 0, (int)t->mem->kind};
+  weft__select_input in = {.coll = t->coll, .nranks = comm->nranks, .bytes = model_bytes(t),
+                           .chunk_bytes = comm->chunk_bytes, .mem_kind = (int)t->mem->kind};
   comm_facts(comm, &in);
   weft__algo_filter f;
   filter_from_env(&f);
@@ -474,7 +481,7 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
   if (t->mem->kind != WEFT__MEM_HOST) snprintf(memory, sizeof(memory), " in %s memory", t->mem->name);
   weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B%s, %d ranks over %s%s%s: %s (%s)",
                   weft__task_describe(t, what, sizeof(what)), in.bytes, memory, in.nranks,
-                  weft__select_transport_name(in.transport), hosts,
+                  in.transport->name, hosts,
                   in.oversubscribed ? " (more ranks than cores)" : "", a ? a->name : "none", why);
   return a;
 }

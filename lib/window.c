@@ -4,7 +4,8 @@
  * handle its memory space exports: for host memory the pid and the memfd behind it from
  * weft_mem_alloc, the offset and length) and imports each peer's buffer through its space
  * (host: opening /proc/<pid>/fd/<fd>, mem/host.c). Windows are usable for direct
- * collectives only when every peer is reached over shm (one host) and every rank's buffer
+ * collectives only when every peer's transport lets this rank reach that peer's memory
+ * (WEFT__TRANSPORT_CAP_PEER_MEMORY, transports/transport.h: shm) and every rank's buffer
  * is of the same memory kind. A second
  * all-gather agrees on the outcome, so a window is usable for direct collectives on every
  * rank or on none; an unusable window stays registered, and one info line says why.
@@ -25,6 +26,7 @@
 #include "lib/log.h"
 #include "lib/status.h"
 #include "lib/window.h"
+#include "transports/transport.h"
 
 /* Where the direct algorithms start to win on 2 ranks (buffer bytes, us per call, direct
  * against the usual algorithm): broadcast 0.44-0.66 / 0.31-0.45 at 2 KiB, 0.54-0.61 /
@@ -70,8 +72,19 @@ static void unmap_peers(struct weft_window *w) {
   }
 }
 
+/* Registers the window with every transport that registers memory (RDMA-style); 0 on
+ * success. Every rank calls every transport alike: registration is collective. */
+static weft_status_t register_with_transports(struct weft_window *w) {
+  for (int t = 0; weft__transports[t] != NULL; t++)
+    if (weft__transports[t]->reg != NULL)
+      WEFT_TRY(weft__transports[t]->reg(w->comm, w->space, w->base, w->bytes, &w->tr_handles[t]));
+  return WEFT_SUCCESS;
+}
+
 static void window_free(struct weft_window *w) {
   if (w == NULL) return;
+  for (int t = 0; weft__transports[t] != NULL; t++)
+    if (w->tr_handles[t] != NULL) weft__transports[t]->dereg(w->comm, w->tr_handles[t]);
   unmap_peers(w);
   free(w->peer_base);
   free(w->peer_bytes);
@@ -118,11 +131,11 @@ static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t
   return w;
 }
 
-/* Whether all ranks share this host and reach each other through shm. */
-static int all_shm(const struct weft_comm *comm) {
-  for (int p = 0; p < comm->nranks; p++)
-    if (p != comm->rank && comm->peer_transports[p] != WEFT__TRANSPORT_SHM) return 0;
-  return 1;
+/* Whether every peer's transport lets this rank load and store that peer's imported
+ * buffers (WEFT__TRANSPORT_CAP_PEER_MEMORY: shm; not a socket). The same on every rank:
+ * the capabilities of a pair's transport are symmetric. */
+static int all_peer_memory(const struct weft_comm *comm) {
+  return (comm->caps_all & WEFT__TRANSPORT_CAP_PEER_MEMORY) != 0;
 }
 
 /* Maps every peer's buffer; returns 1 when all worked, else 0 with *bad_peer, *err set. */
@@ -177,7 +190,13 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
     return st;
   }
   struct weft_window *w = window_new(comm, buff, size, space);
-  int want = w != NULL && all_shm(comm) && n > 1, bad_peer = -1, err = 0;
+  /* A failed registration counts as "not registered here": every rank then fails alike. */
+  weft_status_t reg = w != NULL ? register_with_transports(w) : WEFT_SUCCESS;
+  if (reg != WEFT_SUCCESS) {
+    window_free(w);
+    w = NULL;
+  }
+  int want = w != NULL && all_peer_memory(comm) && n > 1, bad_peer = -1, err = 0;
   for (int j = 0; j < n; j++) want = want && all[j].direct && all[j].kind == (int32_t)space->kind;
   int mapped = want && map_all(w, all, &bad_peer, &err);
   size_t min_bytes = 0;
@@ -195,9 +214,11 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   }
   free(oks);
   free(all);
-  if (st == WEFT_SUCCESS && failed >= 0)
-    st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: %s ran out of memory",
-                     comm->rank, failed == comm->rank ? "this rank" : "a peer");
+  if (st == WEFT_SUCCESS && failed >= 0 && reg != WEFT_SUCCESS && failed == comm->rank) st = reg;
+  else if (st == WEFT_SUCCESS && failed >= 0)
+    st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: %s could not register it "
+                     "(out of memory, or a transport refused it)", comm->rank,
+                     failed == comm->rank ? "this rank" : "a peer");
   if (st != WEFT_SUCCESS) {
     window_free(w);
     return st;
@@ -209,7 +230,7 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
               err == EACCES || err == EPERM ? ": other user, or no ptrace read access?" : "");
   else if (!usable)
     WEFT_INFO("window: not usable for direct collectives on rank %d (%s)", comm->rank,
-              n < 2 ? "one rank" : !all_shm(comm) ? "ranks on several hosts or not over shm"
+              n < 2 ? "one rank" : !all_peer_memory(comm) ? "some peer's transport cannot reach its memory (ranks on several hosts, or not over shm)"
               : mapped ? "a peer could not map a buffer"
               : "WEFT_DIRECT=0 on some rank, or ranks' buffers of different memory kinds");
   w->usable = usable;

@@ -21,6 +21,7 @@ struct weft_window {
   char **peer_base;  /* [nranks]: rank j's buffer as mapped here (ours: base); NULL if not */
   size_t *peer_bytes;  /* [nranks] */
   weft__mem_mapping *maps; /* [nranks]: what the space imported (ours: none) */
+  void *tr_handles[8];  /* each transport's registration (its reg), by registry index */
   struct weft_window *next;
 };
 

@@ -13,7 +13,6 @@
  * list under a mutex: tests only, so simplicity beats speed. While no guarded block
  * exists, weft__mem_space_of never gets here (weft__mem_foreign_blocks is 0). */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -191,15 +190,12 @@ static int g_export(const weft__mem_space *s, const void *p, size_t bytes, weft_
 }
 
 static int g_import(const weft__mem_space *s, const weft__mem_handle *h, weft__mem_mapping *m) {
-  char path[64];
   memset(m, 0, sizeof *m);
-  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errno;
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t start = (size_t)h->offset / page * page, lead = (size_t)h->offset - start;
+  size_t start = 0, lead = 0;
+  int fd, err = weft__memfd_open(h, &start, &lead, &fd);
+  if (err != 0) return err;
   guard_block *b = calloc(1, sizeof *b);
-  int err = b == NULL ? ENOMEM : map_twice(b, fd, (off_t)start, lead + (size_t)h->bytes);
+  err = b == NULL ? ENOMEM : map_twice(b, fd, (off_t)start, lead + (size_t)h->bytes);
   close(fd);
   if (err != 0) {
     free(b);

@@ -147,17 +147,25 @@ static int host_export(const weft__mem_space *s, const void *p, size_t bytes, we
   return found;
 }
 
-int weft__memfd_import(const weft__mem_handle *h, weft__mem_mapping *m) {
+int weft__memfd_open(const weft__mem_handle *h, size_t *start, size_t *lead, int *fd) {
   char path[64];
-  memset(m, 0, sizeof *m);
   snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errno;
+  *fd = open(path, O_RDWR | O_CLOEXEC);
+  if (*fd < 0) return errno;
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t start = (size_t)h->offset / page * page, lead = (size_t)h->offset - start;
+  *start = (size_t)h->offset / page * page;
+  *lead = (size_t)h->offset - *start;
+  return 0;
+}
+
+int weft__memfd_import(const weft__mem_handle *h, weft__mem_mapping *m) {
+  memset(m, 0, sizeof *m);
+  size_t start = 0, lead = 0;
+  int fd, err = weft__memfd_open(h, &start, &lead, &fd);
+  if (err != 0) return err;
   size_t len = lead + (size_t)h->bytes;
   void *addr = weft__map_coloured(len, fd, (off_t)start); /* why: map_colour.h */
-  int err = addr == MAP_FAILED ? errno : 0;
+  err = addr == MAP_FAILED ? errno : 0;
   close(fd);
   if (err != 0) return err;
   m->map_addr = addr;

@@ -184,6 +184,16 @@ int harness_names_rank(const char *msg, int rank) {
   return 0;
 }
 
+int harness_init_on_emulated_host(harness_rank *r, const char *hosts) {
+  char id[32];
+  snprintf(id, sizeof id, "weft-test-host-%c", hosts[r->rank]);
+  setenv("WEFT_HOSTID", id, 1);
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  if (st == WEFT_SUCCESS) return 0;
+  r->comm = NULL;
+  return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st), weft_get_last_error(NULL));
+}
+
 /* ---- guarded buffers and cross-rank checks -------------------------------------------- */
 
 static int guarded_memory;

@@ -71,6 +71,11 @@ void harness_filter_from_env(void);
 /* Shorthand: nranks over transport with the defaults. */
 void harness_run_simple(int nranks, const char *transport, harness_body_fn body, void *arg);
 
+/* In a rank of a harness_opts.no_init run: creates r->comm as a rank of emulated host
+ * hosts[rank] (WEFT_HOSTID: ranks with the same letter share memory, the others use
+ * sockets, as on separate machines). Returns 0, or the failure count. */
+int harness_init_on_emulated_host(harness_rank *r, const char *hosts);
+
 /* In a rank: prints "# rank R: <message>" to stderr and counts a failure. Returns 0 so
  * checks read `if (!cond) return harness_fail(...)`-style when convenient. */
 int harness_fail(harness_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

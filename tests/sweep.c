@@ -422,7 +422,7 @@ static int open_window(harness_rank *r, const sweep_params *prm, weft_window_t *
  * two ranks or more they must have; elsewhere the window is unusable and none may. */
 static void check_direct_ran(harness_rank *r, const sweep_params *prm) {
   uint64_t ran = r->comm->direct_calls, fell = r->comm->direct_fallbacks;
-  int usable = r->nranks > 1 && strcmp(prm->transport, "shm") == 0;
+  int usable = r->nranks > 1 && strcmp(prm->transport, "shm") == 0 && prm->caps == NULL;
   if (usable && ran == 0) harness_fail(r, "no call ran direct, though all buffers were in windows");
   if (!usable && ran + fell > 0)
     harness_fail(r, "%llu calls ran direct on an unusable window", (unsigned long long)ran);
@@ -433,22 +433,10 @@ static void check_direct_ran(harness_rank *r, const sweep_params *prm) {
                  (unsigned long long)fell);
 }
 
-/* Creates r's communicator as a rank of emulated host hosts[rank] (WEFT_HOSTID: ranks with
- * the same letter share memory, the others use sockets); 0, or the failure count. */
-static int init_on_emulated_host(harness_rank *r, const char *hosts) {
-  char id[32];
-  snprintf(id, sizeof id, "weft-test-host-%c", hosts[r->rank]);
-  setenv("WEFT_HOSTID", id, 1);
-  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
-  if (st == WEFT_SUCCESS) return 0;
-  r->comm = NULL;
-  return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st), weft_get_last_error(NULL));
-}
-
 static int sweep_body(harness_rank *r) {
   const sweep_params *prm = r->arg;
   harness_use_guarded_memory(prm->guarded);
-  if (prm->hosts != NULL && init_on_emulated_host(r, prm->hosts)) return r->failures;
+  if (prm->hosts != NULL && harness_init_on_emulated_host(r, prm->hosts)) return r->failures;
   sweep *s = calloc(1, sizeof *s);
   if (!s) abort();
   s->r = r;
@@ -505,6 +493,7 @@ static int sweep_body(harness_rank *r) {
 void sweep_run(void **state) {
   const sweep_params *prm = *state;
   if (prm->algo != NULL) setenv("WEFT_ALGO", prm->algo, 1); /* the forked ranks inherit it */
+  if (prm->caps != NULL) setenv("WEFT_TRANSPORT_CAPS", prm->caps, 1);
   harness_opts o = {0};
   o.nranks = prm->nranks;
   o.transport = prm->hosts != NULL ? NULL : prm->transport;
@@ -513,4 +502,5 @@ void sweep_run(void **state) {
   o.deadline_s = 240;
   harness_run(&o, sweep_body, (void *)prm);
   if (prm->algo != NULL) unsetenv("WEFT_ALGO");
+  if (prm->caps != NULL) unsetenv("WEFT_TRANSPORT_CAPS");
 }

@@ -22,6 +22,8 @@ typedef struct {
   const char *algo;   /* WEFT_ALGO for the ranks (NULL: the tuner's choice) */
   const char *hosts;  /* emulated hosts, one letter per rank (WEFT_HOSTID), or NULL */
   int quick;          /* 1: counts 0, 1, 7, 4097 and the large one; 0: also 2, 3, 5, 4095 */
+  const char *caps;   /* WEFT_TRANSPORT_CAPS for the ranks (NULL: every capability): "0"
+                         shows the core assumes none of the optional ones */
 } sweep_params;
 
 /* A cmocka test: runs the sweep *state (a sweep_params) on real rank processes. */

@@ -55,7 +55,7 @@ static int full(void) { return getenv("WEFT_GUARDED_FULL") != NULL; }
 
 static void run(int column, const char *transport, int n) {
   sweep_params p = {n, transport, 64 << 10, (size_t)(full() ? 1 << 20 : 256 << 10), 0, 1,
-                    columns[column], NULL, 1};
+                    columns[column], NULL, 1, NULL};
   sweep_run(&(void *){&p});
 }
 
@@ -96,7 +96,7 @@ static void direct_algorithms_match_reference_on_guarded_windows(void **state) {
   static const struct { int n, mode; const char *tr; } runs[] = {
       {2, 1, "shm"}, {3, 2, "shm"}, {4, 1, "shm"}, {2, 1, "socket"}};
   for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
-    sweep_params p = {runs[i].n, runs[i].tr, 0, (size_t)256 << 10, runs[i].mode, 1, NULL, NULL, 1};
+    sweep_params p = {runs[i].n, runs[i].tr, 0, (size_t)256 << 10, runs[i].mode, 1, NULL, NULL, 1, NULL};
     sweep_run(&(void *){&p});
   }
 }
@@ -109,7 +109,7 @@ static void hierarchical_algorithms_match_reference_on_guarded_memory(void **sta
     sweep_params p = {(int)strlen(layouts[i]), NULL, 64 << 10, (size_t)256 << 10, 0, 1,
                       "allreduce:hierarchical;allgather:hierarchical;reducescatter:hierarchical;"
                       "broadcast:hierarchical",
-                      layouts[i], 1};
+                      layouts[i], 1, NULL};
     sweep_run(&(void *){&p});
   }
 }

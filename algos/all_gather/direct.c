@@ -8,6 +8,7 @@
  * Source: the memory-bandwidth floor's all-gather (perf/membw_floor.c) over shared
  * memory, as NCCL's symmetric-memory all-gather. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -31,4 +32,5 @@ const weft__direct_ops weft__direct_all_gather = {extents, work};
 
 const weft__algo weft__algo_all_gather_direct = {
     .name = "direct", .coll = WEFT__COLL_ALL_GATHER, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU};
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

@@ -12,6 +12,7 @@
  * Source: the reduce-scatter + all-gather decomposition (Rabenseifner 2004) with both
  * halves fused into one pass over shared memory, as NCCL's symmetric-memory kernels do. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -69,4 +70,5 @@ const weft__direct_ops weft__direct_all_reduce = {extents, work};
 
 const weft__algo weft__algo_all_reduce_direct = {
     .name = "direct", .coll = WEFT__COLL_ALL_REDUCE, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU};
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

@@ -9,6 +9,7 @@
  * that: the floor's broadcast (perf/membw_floor.c).
  * Source: the scatter + all-gather broadcast (van de Geijn) in one pass over shared memory. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -32,4 +33,5 @@ const weft__direct_ops weft__direct_broadcast = {extents, work};
 
 const weft__algo weft__algo_broadcast_direct = {
     .name = "direct", .coll = WEFT__COLL_BROADCAST, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU};
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

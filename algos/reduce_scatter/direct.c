@@ -9,6 +9,7 @@
  * Source: direct reduction from shared memory, as Open MPI's XPMEM path and NCCL's
  * symmetric-memory kernels. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -35,4 +36,5 @@ const weft__direct_ops weft__direct_reduce_scatter = {extents, work};
 
 const weft__algo weft__algo_reduce_scatter_direct = {
     .name = "direct", .coll = WEFT__COLL_REDUCE_SCATTER, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU};
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

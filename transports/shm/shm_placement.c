@@ -19,6 +19,7 @@
 #include "lib/task.h"
 #include "transports/shm/shm_conn.h"
 #include "transports/shm/shm_placement.h"
+#include "transports/shm/shm_state.h"
 #include "transports/transport.h"
 
 int weft__shm_nt_mode(void) {
@@ -130,12 +131,14 @@ static int probes_due(const weft__task *t) {
 weft_status_t weft__shm_placement_check(weft__task *t) {
   struct weft_comm *comm = t->comm;
   if (comm->nranks < 2 || comm->oversubscribed || !probes_due(t)) return WEFT_SUCCESS;
-  if (comm->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
+  weft__shm_state *state = weft__shm_state_of(comm);
+  if (state == NULL) return WEFT_SUCCESS;
+  if (state->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
   int next, prev, n = comm->nranks;
   int pos = ring_neighbours(comm, &next, &prev);
   weft__shm_conn *to = shm_peer(comm, next), *from = shm_peer(comm, prev);
   /* Every rank takes part whatever its WEFT_SHM_NT_COPY: its partners cannot know it. */
-  uint64_t gen = ++comm->placement_probes;
+  uint64_t gen = ++state->placement_probes;
   probe_side out = {.gen = gen, .best_ns = UINT64_MAX}, in = {.gen = gen};
   for (int phase = 0; phase < 3; phase++) {
     if (to != NULL && phase_of(pos, n) == phase) {

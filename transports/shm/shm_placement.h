@@ -50,7 +50,8 @@ enum { WEFT__SHM_NT_NEVER = 0, WEFT__SHM_NT_ALWAYS = 1, WEFT__SHM_NT_AUTO = 2 };
 /* WEFT_SHM_NT_COPY as a WEFT__SHM_NT_* mode (unknown values: auto, with a warning). */
 int weft__shm_nt_mode(void);
 
-/* Called by every rank before each collective starts (lib/task.c). When the schedule above
+/* The transport's before_collective (WEFT__TRANSPORT_CAP_PLACEMENT): every rank calls it
+ * before each collective starts (lib/task.c). When the schedule above
  * says so, runs the probe with the ring successor and predecessor over shm and sets
  * nt_out of the successor's connection; otherwise returns at once. Blocks until the
  * partners join, at most the communicator's timeout: WEFT_ERR_TIMEOUT naming the rank and
