@@ -8,6 +8,8 @@
 #include "weft.h"
 #include "lib/req.h"
 
+struct weft__task;
+
 /* What every rank tells every other at init (bootstrap all-gather). */
 typedef struct {
   uint64_t host_hash;   /* equal for ranks that can share memory (see host.c) */
@@ -41,6 +43,10 @@ struct weft_comm {
   unsigned transport_caps[WEFT__COMM_TRANSPORTS];
   unsigned caps_all;         /* the capabilities every peer's transport has (all bits: no peer) */
   const struct weft__transport *forced_transport; /* WEFT_TRANSPORT's, or NULL (auto) */
+  /* The before_collective hooks of the transports with WEFT__TRANSPORT_CAP_PLACEMENT, in
+   * registry order (lib/task.c runs them before every operation). */
+  weft_status_t (*before[WEFT__COMM_TRANSPORTS])(struct weft__task *t);
+  int nbefore;
   struct weft__topo_system *topo; /* the merged system view (topo/topo.h), built at init */
   int *ring;                 /* [nranks]: the rank at ring position p (topo order), or NULL:
                                 rank order */

@@ -65,7 +65,11 @@ static weft_status_t choose_all(struct weft_comm *c, int *list, int *count) {
 /* The capabilities the core may use of each transport, and of every peer's. */
 static void discover_caps(struct weft_comm *c) {
   unsigned mask = (unsigned)weft__env_long("WEFT_TRANSPORT_CAPS", WEFT__TRANSPORT_CAP_ALL);
-  for (int t = 0; weft__transports[t] != NULL; t++) c->transport_caps[t] = weft__transports[t]->caps & mask;
+  c->nbefore = 0;
+  for (int t = 0; weft__transports[t] != NULL; t++) {
+    c->transport_caps[t] = weft__transports[t]->caps & mask;
+    if (c->transport_caps[t] & WEFT__TRANSPORT_CAP_PLACEMENT) c->before[c->nbefore++] = weft__transports[t]->before_collective;
+  }
   c->caps_all = ~0u;
   for (int p = 0; p < c->nranks; p++) {
     if (c->conns[p].tr == NULL) continue;

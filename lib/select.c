@@ -432,25 +432,21 @@ static const weft__algo *resolve_cached(struct weft__tuner_cache *c, weft__selec
   return a;
 }
 
-/* Per collective, its row with `wanted` (at most one; the direct algorithm), found once. */
-static const weft__algo *wanted_row(weft__coll_t coll) {
-  static const weft__algo *rows[WEFT__NUM_COLLS];
-  static atomic_int ready;
-  if (!atomic_load_explicit(&ready, memory_order_acquire)) {
-    const weft__algo *found[WEFT__NUM_COLLS] = {0};
-    for (int i = 0; i < weft__algo_table_len; i++)
-      if (weft__algo_table[i]->wanted != NULL && found[weft__algo_table[i]->coll] == NULL)
-        found[weft__algo_table[i]->coll] = weft__algo_table[i];
-    for (int c = 0; c < WEFT__NUM_COLLS; c++) rows[c] = found[c]; /* same values in every thread */
-    atomic_store_explicit(&ready, 1, memory_order_release);
-  }
-  return rows[coll];
+/* Per collective, its row with `wanted` (at most one; the direct algorithm). */
+static const weft__algo *wanted_rows[WEFT__NUM_COLLS];
+
+/* Filled when the library loads, so the latency path reads a plain table. */
+__attribute__((constructor)) static void find_wanted_rows(void) {
+  for (int i = 0; i < weft__algo_table_len; i++)
+    if (weft__algo_table[i]->wanted != NULL && wanted_rows[weft__algo_table[i]->coll] == NULL)
+      wanted_rows[weft__algo_table[i]->coll] = weft__algo_table[i];
 }
 
 const weft__algo *weft__select_algo(const weft__task *t) {
   if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
-  const weft__algo *w = wanted_row(t->coll);
-  if (w != NULL && handles(w, (int)t->mem->kind) && (w->needs & ~t->comm->caps_all) == 0 && w->wanted(t))
+  const weft__algo *w = wanted_rows[t->coll];
+  /* wanted first: it says no at once without registered windows */
+  if (w != NULL && w->wanted(t) && handles(w, (int)t->mem->kind) && (w->needs & ~t->comm->caps_all) == 0)
     return w;
   return weft__select_modelled(t);
 }

@@ -305,10 +305,9 @@ static const char *root_reported_failure(struct weft_comm *comm) {
 }
 
 /* Every transport's PLACEMENT hook (shm's placement probe), in registry order: every rank
- * runs them at the same point of every operation. */
+ * runs them at the same point of every operation. comm->before lists them (lib/connect.c). */
 static weft_status_t before_collective(weft__task *t) {
-  for (int i = 0; weft__transports[i] != NULL; i++)
-    if (t->comm->transport_caps[i] & WEFT__TRANSPORT_CAP_PLACEMENT) WEFT_TRY(weft__transports[i]->before_collective(t));
+  for (int i = 0; i < t->comm->nbefore; i++) WEFT_TRY(t->comm->before[i](t));
   return WEFT_SUCCESS;
 }
 

@@ -114,6 +114,18 @@ static void hierarchical_algorithms_match_reference_on_guarded_memory(void **sta
   }
 }
 
+/* The single-copy path (shm's CMA: the receiver reads the sender's buffer with
+ * process_vm_readv at its space's host view) for every message, on 3 ranks. */
+static void single_copy_messages_match_reference_on_guarded_memory(void **state) {
+  (void)state;
+  setenv("WEFT_SHM_CMA_BYTES", "1", 1);
+  setenv("WEFT_PROTO", "Simple", 1); /* LL would keep the smallest messages off the single copy */
+  sweep_params p = {3, "shm", 64 << 10, (size_t)256 << 10, 0, 1, NULL, NULL, 1, NULL};
+  sweep_run(&(void *){&p});
+  unsetenv("WEFT_SHM_CMA_BYTES");
+  unsetenv("WEFT_PROTO");
+}
+
 /* Sends and receives (single and grouped, a send to self among them) and the barrier, on
  * guarded buffers: each rank sends count elements to the next rank and receives from the
  * previous one, and copies a block to itself in the same group. */
@@ -176,6 +188,7 @@ int main(void) {
       cmocka_unit_test(direct_algorithms_match_reference_on_guarded_windows),
       cmocka_unit_test(hierarchical_algorithms_match_reference_on_guarded_memory),
       cmocka_unit_test(sends_and_receives_match_on_guarded_memory),
+      cmocka_unit_test(single_copy_messages_match_reference_on_guarded_memory),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
