@@ -1,24 +1,27 @@
 /* select.c: the tuner. Picks the algorithm that runs a task, as NCCL's tuning does: every
  * candidate algorithm of the collective gets a cost from an alpha-beta model,
  *     time = steps * alpha + bytes on the critical path * beta + bytes reduced * gamma,
- * with alpha, beta and gamma per transport from a stored table (model_table below, measured
- * on a 2-core VM with all_reduce_perf; WEFT_TUNER_MODEL replaces it), and the cheapest wins.
- * Candidates and their cost functions are rows of data, each in its algorithm's file
- * (lib/algo.h; the registry in algos/registry.c), not nested ifs.
+ * with alpha, beta and gamma from the transport in use (its .model row, measured with
+ * all_reduce_perf and kept beside the transport; WEFT_TUNER_MODEL replaces rows), and the
+ * cheapest wins. Candidates and their cost functions are rows of data, each in its
+ * algorithm's file (lib/algo.h; the registry in algos/registry.c), not nested ifs; only rows
+ * that handle the buffers' memory kind and whose needed transport capabilities every peer's
+ * transport has are candidates.
  *
  * Every rank must run the same algorithm, so the choice depends only on values identical on
- * all ranks: the collective, count, datatype, nranks, environment variables that must be
- * equal everywhere (WEFT_ALGO, WEFT_TUNER_MODEL, WEFT_CHUNK_BYTES, WEFT_TRANSPORT), and
- * comm-wide facts computed from comm->peers (every rank's host identity, exchanged at init):
- * whether all ranks share one host (then the transport is shm unless forced to socket, else
- * the slowest link, socket, is modelled) and whether they outnumber its cores; across hosts,
- * the host shape (hosts, fewest and most ranks on one, from the system view comm->topo),
- * which the hierarchical algorithms' costs (all-reduce, all-gather, reduce-scatter,
- * broadcast) read with both transports' parameters: shm within hosts, socket across.
+ * all ranks: the collective, count, datatype, memory kind, nranks, environment variables
+ * that must be equal everywhere (WEFT_ALGO, WEFT_TUNER_MODEL, WEFT_CHUNK_BYTES,
+ * WEFT_TRANSPORT, WEFT_TRANSPORT_CAPS), and comm-wide facts of the system view comm->topo
+ * (every rank's host, exchanged at init): on one host the transport its ranks use and
+ * whether they outnumber its cores; across hosts the transport of a pair on two hosts (the
+ * slowest link, which the flat algorithms cross) and the host shape (hosts, fewest and most
+ * ranks on one), which the hierarchical algorithms' costs (all-reduce, all-gather,
+ * reduce-scatter, broadcast) read with both transports' parameters: the one within a host
+ * and the one across (lib/connect.c's choice per pair reads only the system view too).
  *
  * WEFT_ALGO overrides the model with NCCL_ALGO's grammar (see weft__algo_filter_parse);
  * WEFT_TUNER_TRACE=1 logs each call's choice and why; weft-tune prints the resolved table.
- * The protocol (LL or Simple, WEFT_PROTO) is the shm transport's choice per message size
+ * A protocol (shm's LL or Simple, WEFT_PROTO) is its transport's choice per message size
  * (lib/proto.c), not the tuner's: it does not change which algorithm is cheapest. */
 #include <ctype.h>
 #include <math.h>
