@@ -74,6 +74,7 @@ static void discover_caps(struct weft_comm *c) {
   for (int p = 0; p < c->nranks; p++) {
     if (c->conns[p].tr == NULL) continue;
     c->conns[p].caps = c->transport_caps[weft__transport_index(c->conns[p].tr)];
+    c->conns[p].slow = c->conns[p].tr->post != NULL || !(c->conns[p].caps & WEFT__TRANSPORT_CAP_RECV_REDUCE);
     c->caps_all &= c->conns[p].caps;
   }
 }

@@ -51,16 +51,10 @@ static void stage_done(weft__req *r) {
   r->stage_dst = NULL;
 }
 
-void weft__req_post(weft__conn *conn, weft__req *r) {
+void weft__req_post_slow(weft__conn *conn, weft__req *r) {
   if (r->kind == WEFT__REQ_SEND && !(r->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(r->mem);
   if (r->acc != NULL && r->bytes > 0 && !(conn->caps & WEFT__TRANSPORT_CAP_RECV_REDUCE)) stage_reduce(r);
-  r->conn = conn;
-  r->next = NULL;
-  weft__req **head = r->kind == WEFT__REQ_SEND ? &conn->send_head : &conn->recv_head;
-  weft__req **tail = r->kind == WEFT__REQ_SEND ? &conn->send_tail : &conn->recv_tail;
-  if (*head == NULL) *head = r;
-  else (*tail)->next = r;
-  *tail = r;
+  weft__req_enqueue(conn, r);
   if (conn->tr->post != NULL) conn->tr->post(conn, r);
 }
 

@@ -9,6 +9,7 @@
 #define WEFT_REQ_H
 #include <stddef.h>
 #include "weft.h"
+#include "mem/space.h"
 
 struct weft_comm;
 struct weft__transport;
@@ -51,6 +52,8 @@ typedef struct weft__conn {
   const struct weft__transport *tr; /* NULL for self */
   void *priv;                       /* the transport's per-peer state */
   unsigned caps;                    /* tr's capabilities the core may use (comm.h) */
+  int slow;                         /* tr has post, or cannot reduce on arrival: posts take
+                                       the long way (lib/req.c) */
   int peer;
   weft__req *send_head, *send_tail;
   weft__req *recv_head, *recv_tail;
@@ -61,10 +64,27 @@ void weft__req_init_send(weft__req *r, const struct weft__mem_space *mem, const 
 /* Fills a receive request: copy into dst (acc NULL) or dst = acc op incoming. */
 void weft__req_init_recv(weft__req *r, const struct weft__mem_space *mem, void *dst, const void *acc,
                          size_t bytes, weft_datatype_t dt, weft_redop_t op);
-/* Appends r to conn's send or receive queue and tells the transport (its post). A send's
- * bytes are complete in its space first (weft__mem_wait, for a space whose operations may
- * still run); a reducing receive on a transport that cannot reduce on arrival is staged. */
-void weft__req_post(weft__conn *conn, weft__req *r);
+/* Appends r to conn's send or receive queue (no more). */
+static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
+  r->conn = conn;
+  r->next = NULL;
+  weft__req **head = r->kind == WEFT__REQ_SEND ? &conn->send_head : &conn->recv_head;
+  weft__req **tail = r->kind == WEFT__REQ_SEND ? &conn->send_tail : &conn->recv_tail;
+  if (*head == NULL) *head = r;
+  else (*tail)->next = r;
+  *tail = r;
+}
+/* weft__req_post's long way (lib/req.c): a space whose operations may still run (a send's
+ * bytes are completed first, weft__mem_wait), a reducing receive on a transport that cannot
+ * reduce on arrival (staged), a transport that wants to know at once (its post). */
+void weft__req_post_slow(weft__conn *conn, weft__req *r);
+/* Appends r to conn's send or receive queue, and tells the transport when it asks to know.
+ * Host memory on a transport without post that reduces on arrival (conn->slow 0, set at
+ * connect) takes one test and the queue: the latency path. */
+static inline void weft__req_post(weft__conn *conn, weft__req *r) {
+  if (conn->slow || r->mem != &weft__mem_host) weft__req_post_slow(conn, r);
+  else weft__req_enqueue(conn, r);
+}
 
 /* For transports: hands nbytes of incoming message data (host memory: a FIFO slot, a
  * staging buffer) to r, the message's bytes [at, at + nbytes): copies or reduces them into

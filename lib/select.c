@@ -424,10 +424,18 @@ static int row_of(const weft__algo *algo) {
   return -1;
 }
 
+static uint64_t cache_key(size_t bytes, int mem_kind) {
+  return ((uint64_t)bytes << 4 | (uint64_t)mem_kind) << 8;
+}
+
+/* The last choice for (bytes, mem_kind) of coll, or NULL. */
+static const weft__algo *cached(struct weft__tuner_cache *c, weft__coll_t coll, size_t bytes, int mem_kind) {
+  uint64_t e = atomic_load_explicit(&c->last[coll], memory_order_relaxed);
+  return e != 0 && (e & ~(uint64_t)0xff) == cache_key(bytes, mem_kind) ? weft__algo_table[(e & 0xff) - 1] : NULL;
+}
+
 static const weft__algo *resolve_cached(struct weft__tuner_cache *c, weft__select_input *in) {
-  uint64_t key = ((uint64_t)in->bytes << 4 | (uint64_t)in->mem_kind) << 8;
-  uint64_t e = atomic_load_explicit(&c->last[in->coll], memory_order_relaxed);
-  if (e != 0 && (e & ~(uint64_t)0xff) == key) return weft__algo_table[(e & 0xff) - 1];
+  uint64_t key = cache_key(in->bytes, in->mem_kind);
   const weft__algo *a = weft__select_resolve(in, &c->filter, NULL, 0);
   int row = a != NULL ? row_of(a) : -1;
   if (row >= 0 && row < 255 && (uint64_t)in->bytes < (UINT64_C(1) << 52) && in->mem_kind < 16)
@@ -459,9 +467,12 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
   struct weft_comm *comm = t->comm;
   struct weft__tuner_cache *cache = weft__tuner_trace_on() ? NULL : tuner_cache(comm);
   if (cache != NULL) {
+    size_t bytes = model_bytes(t);
+    const weft__algo *hit = cached(cache, t->coll, bytes, (int)t->mem->kind);
+    if (hit != NULL) return hit;
     weft__select_input in = cache->facts;
     in.coll = t->coll;
-    in.bytes = model_bytes(t);
+    in.bytes = bytes;
     in.mem_kind = (int)t->mem->kind;
     return resolve_cached(cache, &in);
   }

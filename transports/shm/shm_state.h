@@ -44,7 +44,9 @@ extern const weft__transport weft__transport_shm;
 
 /* comm's shm state (NULL before listen and after close). */
 static inline weft__shm_state *weft__shm_state_of(struct weft_comm *comm) {
-  return comm->transport_state[weft__transport_index(&weft__transport_shm)];
+  static int slot = -1; /* the registry is constant: look it up once */
+  if (slot < 0) slot = weft__transport_index(&weft__transport_shm);
+  return comm->transport_state[slot];
 }
 
 /* Setup (shm_setup.c): the transport's listen, connect, close and can_connect. */
