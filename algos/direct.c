@@ -3,11 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "algos/direct.h"
-#include "algos/ring.h"
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
 #include "lib/dtype.h"
-#include "lib/mem.h"
 #include "lib/select.h"
 #include "lib/log.h"
 #include "lib/status.h"
@@ -65,10 +62,9 @@ int weft__direct_wanted(const weft__task *t) {
   return bytes >= min && bytes > 0;
 }
 
-void weft__direct_copy(void *dst, const void *src, size_t n, size_t out_bytes) {
-  if (dst == src || n == 0) return;
-  if (out_bytes >= weft__copy_stream_threshold()) weft__copy_stream_unfenced(dst, src, n);
-  else memcpy(dst, src, n);
+void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n, size_t out_bytes) {
+  if (dst == src) return;
+  weft__mem_copy(t->mem, dst, src, n, weft__mem_nt_flag(out_bytes, 0));
 }
 
 /* Where this rank's buffer [p, p + bytes) is: its window id and offset, or window 0. */
@@ -78,7 +74,7 @@ static void locate(struct weft_comm *comm, const void *p, size_t bytes, uint64_t
   *off = w != NULL ? (uint64_t)((const char *)p - w->base) : 0;
 }
 
-static weft_status_t direct_start(weft__task *t) {
+weft_status_t weft__direct_start(weft__task *t) {
   struct weft_comm *comm = t->comm;
   int n = comm->nranks;
   size_t per = sizeof(direct_desc) + 4 * sizeof(weft__req) + 2 * sizeof(char *);
@@ -105,9 +101,9 @@ static weft_status_t direct_start(weft__task *t) {
   }
   for (int j = 0; j < n; j++) {
     if (j == comm->rank) continue;
-    weft__req_init_recv(&st->reqs[n + j], &st->descs[j], NULL, sizeof(direct_desc), WEFT_UINT8, WEFT_SUM);
+    weft__req_init_recv(&st->reqs[n + j], &weft__mem_host, &st->descs[j], NULL, sizeof(direct_desc), WEFT_UINT8, WEFT_SUM);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[n + j]);
-    weft__req_init_send(&st->reqs[j], m, sizeof *m);
+    weft__req_init_send(&st->reqs[j], &weft__mem_host, m, sizeof *m);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[j]);
   }
   st->descs[comm->rank] = *m;
@@ -197,19 +193,19 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
                     weft__task_describe(t, desc, sizeof desc));
   st->ops->work(t, &b);
   comm->direct_calls++;
-  weft__store_fence(); /* the non-temporal stores land before "done" tells peers to read */
+  weft__mem_wait(t->mem); /* the (non-temporal) stores land before "done" tells peers to read */
   for (int j = 0; j < n; j++) {
     if (j == comm->rank) continue;
-    weft__req_init_recv(&st->reqs[3 * n + j], NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
+    weft__req_init_recv(&st->reqs[3 * n + j], &weft__mem_host, NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[3 * n + j]);
-    weft__req_init_send(&st->reqs[2 * n + j], NULL, 0);
+    weft__req_init_send(&st->reqs[2 * n + j], &weft__mem_host, NULL, 0);
     weft__req_post(weft__comm_conn(comm, j), &st->reqs[2 * n + j]);
   }
   st->phase = PHASE_DONE;
   return WEFT_IN_PROGRESS;
 }
 
-static weft_status_t direct_progress(weft__task *t) {
+weft_status_t weft__direct_progress(weft__task *t) {
   direct_state *st = t->state;
   if (st->phase == PHASE_EXCHANGE) {
     if (!phase_complete(t, st, 0)) return WEFT_IN_PROGRESS;
@@ -219,18 +215,3 @@ static weft_status_t direct_progress(weft__task *t) {
   }
   return phase_complete(t, st, 2) ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
-
-static const weft__algo direct_algos[] = {
-    {"direct", WEFT__COLL_ALL_REDUCE, direct_start, direct_progress},
-    {"direct", WEFT__COLL_ALL_GATHER, direct_start, direct_progress},
-    {"direct", WEFT__COLL_REDUCE_SCATTER, direct_start, direct_progress},
-    {"direct", WEFT__COLL_ALL_TO_ALL, direct_start, direct_progress},
-    {"direct", WEFT__COLL_BROADCAST, direct_start, direct_progress},
-};
-
-const weft__algo *weft__direct_algo(weft__coll_t coll) {
-  for (size_t i = 0; i < sizeof direct_algos / sizeof *direct_algos; i++)
-    if (direct_algos[i].coll == coll) return &direct_algos[i];
-  return NULL;
-}
-

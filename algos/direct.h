@@ -19,7 +19,7 @@
 #ifndef WEFT_ALGOS_DIRECT_H
 #define WEFT_ALGOS_DIRECT_H
 #include <stddef.h>
-#include "lib/task.h"
+#include "lib/algo.h"
 
 /* What a direct collective needs from the driver: every rank's buffers as mapped here. */
 typedef struct {
@@ -45,17 +45,18 @@ typedef struct {
 extern const weft__direct_ops weft__direct_all_reduce, weft__direct_all_gather,
     weft__direct_reduce_scatter, weft__direct_all_to_all, weft__direct_broadcast;
 
-/* The direct algorithm of coll, or NULL if it has none. */
-const weft__algo *weft__direct_algo(weft__coll_t coll);
-
-/* 1 when t should try its direct algorithm: comm has usable windows, t's collective has
+/* The driver, shared by every direct row (algos/<collective>/direct.c). */
+weft_status_t weft__direct_start(weft__task *t);
+weft_status_t weft__direct_progress(weft__task *t);
+/* The rows' `wanted`: 1 when t should try its direct algorithm: comm has usable windows, t's collective has
  * one and its larger buffer holds at least comm->direct_min_bytes. Depends only on values equal on every
  * rank. Caller holds comm->lock. */
 int weft__direct_wanted(const weft__task *t);
 
-/* Copies n bytes; past the cache (weft__copy_part's rule) when the collective's output
- * (out_bytes, whole) is large. Shared by the work functions. */
-void weft__direct_copy(void *dst, const void *src, size_t n, size_t out_bytes);
+/* Copies n bytes through t's memory space; past the cache (weft__mem_nt_flag) when the
+ * collective's output (out_bytes, whole) is large. Shared by the work functions; the
+ * driver waits for the space before telling peers it is done. */
+void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n, size_t out_bytes);
 
 /* Block b's [begin, end) of count elements cut in n near-equal blocks (the first
  * count % n blocks one element longer). */

@@ -2,6 +2,7 @@
  * hier.h for the segments; all_reduce/hierarchical.c for what runs on them).
  * Grouping costs O(n * hosts) with hosts capped at WEFT__HIER_MAX_HOSTS, so the tuner can
  * afford it on every call. */
+#include <math.h>
 #include <string.h>
 #include "algos/hier.h"
 #include "algos/ring.h"
@@ -179,9 +180,9 @@ static void finish_seg(weft__task *t, weft__hsched *s, const weft__hseg *g, int 
     size_t off, bytes = block_of(s, g, nb, b, &off);
     if (bytes == 0) continue;
     if (g->k == 1 && g->from_send && t->sendbuf != t->recvbuf)
-      memcpy((char *)t->recvbuf + off, (const char *)t->sendbuf + off, bytes);
+      weft__mem_copy(t->mem, (char *)t->recvbuf + off, (const char *)t->sendbuf + off, bytes, 0);
     if (g->avg && t->op == WEFT_AVG)
-      weft__avg_finalize((char *)t->recvbuf + off, bytes / s->esize, t->dtype, t->comm->nranks);
+      weft__mem_avg(t->mem, (char *)t->recvbuf + off, bytes / s->esize, t->dtype, t->comm->nranks);
   }
 }
 
@@ -209,4 +210,13 @@ void weft__hsched_start(weft__hsched *s, weft__task *t, weft__req *req) {
 weft_status_t weft__hsched_progress(weft__task *t) {
   weft__hsched *s = t->state;
   return weft__rounds_progress(&s->rounds, t);
+}
+
+double weft__hier_gather_cost(const weft__cost_in *c, int reduce) {
+  if (c->H < 2 || c->Lmax < 2) return INFINITY;
+  double H = c->H, L = c->Lmax, B = c->bytes, n = c->n;
+  double net_blocks = n - c->Lmin > (H - 1) * L ? n - c->Lmin : (H - 1) * L;
+  double intra = (L - 1) * c->a_in + (L - 1) / L * n * B * (c->b_in + (reduce ? c->g_in : 0));
+  double inter = (H - 1) * c->a_out + net_blocks * B * (c->b_out + (reduce ? c->g_out : 0));
+  return intra + inter;
 }

@@ -28,12 +28,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "algos/rounds.h"
+#include "lib/algo.h"
 #include "lib/comm.h"
 
 /* The host shape of a communicator: what the tuner needs (no allocation). nhosts is 0
  * when there are more than WEFT__HIER_MAX_HOSTS hosts (the tuner then skips the
  * hierarchical algorithms). */
-enum { WEFT__HIER_MAX_HOSTS = 256 };
 typedef struct weft__hier_shape {
   int nhosts;
   int min_local, max_local; /* fewest and most ranks on one host */
@@ -90,10 +90,12 @@ static inline int weft__hier_ring_member(const weft__hier *h, int x, int b) {
 /* Writes the set of (host x, local l) into out (ranks, at most n); returns its size. */
 int weft__hier_set(const weft__hier *h, int W, int x, int l, int *out);
 
-/* The two-level algorithms besides the all-reduce (algos/<collective>/hierarchical.c). */
-extern const weft__algo weft__algo_all_gather_hierarchical;
-extern const weft__algo weft__algo_reduce_scatter_hierarchical;
-extern const weft__algo weft__algo_broadcast_hierarchical;
+/* The tuner's cost of the two-level all-gather (reduce 0) and reduce-scatter (reduce 1),
+ * B bytes per rank: H-1 network steps on W = Lmax rings that share the host's link, which
+ * carries the larger of the n - Lmin blocks the least crowded host receives and the
+ * (H-1) W slots it forwards; then Lmax - 1 steps within the host moving the other ranks'
+ * blocks of the host. reduce adds the reductions of both levels. */
+double weft__hier_gather_cost(const weft__cost_in *c, int reduce);
 
 /* ---- schedules ---- */
 enum { WEFT__HSEG_RS, WEFT__HSEG_AG, WEFT__HSEG_FOLD, WEFT__HSEG_UNFOLD };

@@ -32,18 +32,7 @@
 #define WEFT_ALGOS_PATTERNS_H
 #include "algos/ring.h"
 
-/* Smallest k with 2^k >= n (0 for n <= 1). */
-static inline int weft__ceil_log2(int n) {
-  int k = 0;
-  while ((1LL << k) < n) k++;
-  return k;
-}
-/* Largest power of two <= n (n >= 1). */
-static inline int weft__pow2_floor(int n) {
-  int p = 1;
-  while ((long long)p * 2 <= n) p *= 2;
-  return p;
-}
+/* weft__ceil_log2 and weft__pow2_floor live in lib/algo.h (the cost model uses them too). */
 
 /* ---- binomial tree ---- */
 static inline int weft__binomial_vrank(int rank, int root, int n) {

@@ -1,5 +1,5 @@
 /* ring.c: the ring step driver (see ring.h) that the ring reduce-scatter, all-gather and
- * all-reduce run their schedules on, and the state allocation every algorithm shares.
+ * all-reduce run their schedules on.
  *
  * The driver keeps, per slice, how many sends and receives were posted and how long a prefix
  * of each has completed. Each connection completes its requests in FIFO order, so prefix
@@ -9,7 +9,6 @@
 #include <string.h>
 #include "algos/ring.h"
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
 #include "lib/status.h"
 #include "lib/task.h"
 
@@ -25,10 +24,10 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
   d->prev = weft__comm_conn(comm, weft__comm_ring_prev(comm, comm->rank));
   d->send = send;
   d->recv = recv;
-  d->stream = 0;
+  d->nt = 0;
 }
 
-int weft__ring_streams(size_t out_bytes) { return out_bytes >= weft__copy_stream_threshold(); }
+int weft__ring_nt_output(size_t out_bytes) { return out_bytes >= weft__mem_nt_threshold(); }
 
 /* Posts r on c, or completes it at once when empty: the peer skips the same message. */
 static void post_or_skip(weft__conn *c, weft__req *r) {
@@ -65,8 +64,8 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     const void *acc = NULL;
     size_t bytes = 0;
     d->ops->recv_of(t, d->slice, d->posted_recv, &dst, &acc, &bytes);
-    weft__req_init_recv(r, dst, acc, bytes, t->dtype, t->op);
-    r->stream = d->stream && d->posted_recv == d->nsteps - 1;
+    weft__req_init_recv(r, t->mem, dst, acc, bytes, t->dtype, t->op);
+    r->nt = d->nt && d->posted_recv == d->nsteps - 1;
     d->posted_recv++;
     post_or_skip(d->prev, r);
     posted = 1;
@@ -77,9 +76,9 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     const void *buf = NULL;
     size_t bytes = 0;
     d->ops->send_of(t, d->slice, d->posted_send, &buf, &bytes);
-    weft__req_init_send(r, buf, bytes);
+    weft__req_init_send(r, t->mem, buf, bytes);
     if (d->ops->send_copy_to) r->copy_to = d->ops->send_copy_to(t, d->slice, d->posted_send);
-    r->stream = d->stream && r->copy_to != NULL;
+    r->nt = d->nt && r->copy_to != NULL;
     d->posted_send++;
     post_or_skip(d->next, r);
     posted = 1;
@@ -100,39 +99,16 @@ weft_status_t weft__ring_driver_progress(weft__ring_driver *d, weft__task *t) {
   return WEFT_SUCCESS;
 }
 
-void *weft__comm_scratch(weft__task *t, size_t bytes, weft_status_t *st) {
-  struct weft_comm *c = t->comm;
-  if (bytes > c->scratch_bytes) {
-    void *p = malloc(bytes);
-    if (p == NULL) {
-      *st = weft__error(c, WEFT_ERR_NO_MEMORY, "rank %d: %s %s: cannot allocate %zu bytes of scratch", c->rank,
-                        weft__coll_name(t->coll), t->algo ? t->algo->name : "algorithm", bytes);
-      return NULL;
-    }
-    free(c->scratch);
-    c->scratch = p;
-    c->scratch_bytes = bytes;
-  }
-  *st = WEFT_SUCCESS;
-  return c->scratch;
-}
+/* The chain driver's fixed cost per call, in alphas, as the ring's: on 2 ranks, where the
+ * chain and the binomial tree both take one step and the model tied (the table's first row,
+ * chain, won), the chain broadcast measured 0.23 us against the binomial's 0.17-0.18 us at
+ * 8 B and 0.26-0.41 against 0.21-0.23 at 512 B, and no faster up to 1 MiB (bound, 2,000
+ * calls, in place, 3 launches); reduce alike (0.21-0.24 against 0.18-0.21 us at 8-512 B). */
+#define CHAIN_CALL_ALPHAS 0.13
 
-void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
-  if (extra <= sizeof(t->state_inline) && hdr <= sizeof(t->state_inline) - extra) {
-    memset(t->state_inline, 0, hdr + extra);
-    t->state = t->state_inline;
-    *st = WEFT_SUCCESS;
-    return t->state;
-  }
-  void *p = extra <= SIZE_MAX - hdr ? calloc(1, hdr + extra) : NULL;
-  if (p == NULL) {
-    *st = weft__error(t->comm, WEFT_ERR_NO_MEMORY,
-                      "rank %d: %s %s: cannot allocate %zu + %zu bytes of state and scratch",
-                      t->comm->rank, weft__coll_name(t->coll),
-                      t->algo ? t->algo->name : "algorithm", hdr, extra);
-    return NULL;
-  }
-  t->state = p;
-  *st = WEFT_SUCCESS;
-  return p;
+double weft__chain_cost(const weft__cost_in *c, double per_byte) {
+  /* Filling the pipeline takes n-2 chunk steps, then the chunks stream. */
+  double piece = c->bytes < c->chunk ? c->bytes : c->chunk;
+  return CHAIN_CALL_ALPHAS * c->a + (c->n - 2 + weft__cost_ceil_div(c->bytes, c->chunk)) * c->a +
+         (c->n - 2) * piece * per_byte + c->bytes * per_byte;
 }

@@ -28,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "weft.h"
+#include "lib/algo.h"
 #include "lib/comm.h"
 #include "lib/req.h"
 
@@ -151,9 +152,9 @@ struct weft__ring_driver {
   weft__conn *next, *prev;
   weft__req *send, *recv; /* [nsteps] each, owned by the algorithm's state */
   /* 1: the last step's receives and every send's copy_to are written past the cache
-   * (weft__req.stream); the algorithm sets it after init for a large collective whose
-   * output nothing reads again in this call (weft__ring_streams). 0 after init. */
-  int stream;
+   * (weft__req.nt); the algorithm sets it after init for a large collective whose
+   * output nothing reads again in this call (weft__ring_nt_output). 0 after init. */
+  int nt;
 };
 
 void weft__ring_driver_init(weft__ring_driver *d, struct weft__task *t, const weft__ring_ops *ops,
@@ -161,19 +162,12 @@ void weft__ring_driver_init(weft__ring_driver *d, struct weft__task *t, const we
 /* WEFT_IN_PROGRESS until every slice is done, then WEFT_SUCCESS. */
 weft_status_t weft__ring_driver_progress(weft__ring_driver *d, struct weft__task *t);
 
+/* The tuner's cost of a pipelined chain (broadcast/chain.c, reduce/chain.c): per_byte is
+ * beta (broadcast) or beta + gamma (reduce). */
+double weft__chain_cost(const weft__cost_in *c, double per_byte);
+
 /* 1 when a collective whose output is out_bytes long should write it past the cache
- * (weft__copy_stream_threshold, copy_stream.h): it is larger than half the L3. */
-int weft__ring_streams(size_t out_bytes);
+ * (weft__mem_nt_threshold, mem/space.h): it is larger than half the L3. */
+int weft__ring_nt_output(size_t out_bytes);
 
-/* ---- Helpers shared by every algorithm ------------------------------------------------ */
-static inline size_t weft__align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-/* hdr + extra zeroed bytes as t->state: inside the task when they fit in its state_inline
- * (no allocation), else calloc'd (freed with the task); on failure raises
- * WEFT_ERR_NO_MEMORY naming the rank and operation, stores it in *st and returns NULL. */
-void *weft__algo_state_alloc(struct weft__task *t, size_t hdr, size_t extra, weft_status_t *st);
-/* The communicator's kept scratch, at least bytes long (grown when needed; its contents are
- * not kept). Valid until the task ends. On failure raises WEFT_ERR_NO_MEMORY naming the
- * rank and operation, stores it in *st and returns NULL. */
-void *weft__comm_scratch(struct weft__task *t, size_t bytes, weft_status_t *st);
 #endif

@@ -11,6 +11,7 @@
 #define WEFT_ALGOS_ROUNDS_H
 #include "lib/comm.h"
 #include "lib/req.h"
+#include "lib/algo.h"
 #include "lib/task.h"
 
 typedef struct weft__rounds {
@@ -50,7 +51,7 @@ static inline void weft__round_post(weft__rounds *r, weft__task *t, int peer, we
 static inline void weft__round_send(weft__rounds *r, weft__task *t, int peer, const void *buf,
                                     size_t bytes) {
   weft__req *q = &r->req[r->nreq];
-  weft__req_init_send(q, buf, bytes);
+  weft__req_init_send(q, t->mem, buf, bytes);
   weft__round_post(r, t, peer, q);
 }
 
@@ -58,7 +59,7 @@ static inline void weft__round_send(weft__rounds *r, weft__task *t, int peer, co
 static inline void weft__round_recv(weft__rounds *r, weft__task *t, int peer, void *dst,
                                     const void *acc, size_t bytes) {
   weft__req *q = &r->req[r->nreq];
-  weft__req_init_recv(q, dst, acc, bytes, t->dtype, t->op);
+  weft__req_init_recv(q, t->mem, dst, acc, bytes, t->dtype, t->op);
   weft__round_post(r, t, peer, q);
 }
 

@@ -329,7 +329,7 @@ WEFT_API weft_status_t weft_get_algorithm(weft_comm_t comm, const char *collecti
  * Use it for buffers that will be registered with weft_comm_window_register. Successive
  * blocks start at different offsets modulo 16 MiB, never an exact multiple of 256 MiB
  * apart: on AMD Zen such buffers evict each other from L1 and a direct all-reduce over
- * them ran at half speed (lib/map_colour.h). Takes 16 MiB of address space (not memory)
+ * them ran at half speed (mem/map_colour.h). Takes 16 MiB of address space (not memory)
  * beyond size for the duration of the call.
  * size: bytes, > 0 (rounded up to whole pages internally).
  * Errors: WEFT_ERR_INVALID_ARGUMENT (ptr NULL, size 0), WEFT_ERR_SYSTEM (memfd_create,

@@ -2,9 +2,9 @@
  *
  * Init: join the bootstrap, all-gather every rank's host identity, pid and topology summary
  * in one round, merge the summaries into the system view (comm->topo, topo/comm_topo.c:
- * also the ring order), choose a transport per peer from it (same host: shm, else socket;
- * WEFT_TRANSPORT forces one, WEFT_HOSTID fakes hosts), and let each transport connect its
- * peers. A failed init closes the bootstrap connection without a
+ * also the ring order), and connect every peer with the transport that prefers it most
+ * (lib/connect.c; WEFT_TRANSPORT forces one, WEFT_HOSTID fakes hosts). A failed init
+ * closes the bootstrap connection without a
  * goodbye, so the root tells the other ranks at once instead of leaving them to time out. */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,12 +20,6 @@
 #include "lib/log.h"
 #include "lib/status.h"
 #include "topo/topo.h"
-#include "transports/transport.h"
-
-static const weft__transport *const transports[WEFT__NUM_TRANSPORTS] = {
-    [WEFT__TRANSPORT_SHM] = &weft__transport_shm,
-    [WEFT__TRANSPORT_SOCKET] = &weft__transport_socket,
-};
 
 #define DEFAULT_TIMEOUT_MS 120000
 #define DEFAULT_CHUNK_BYTES (512u << 10)
@@ -46,15 +40,6 @@ static weft_status_t check_config(const weft_config_t *cfg, int *timeout_ms, int
     return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
                        "weft_comm_init_rank_config: blocking must be 0 or 1, got %d", *blocking);
   return WEFT_SUCCESS;
-}
-
-/* -1: auto (shm within a host, socket across). */
-static int forced_transport(void) {
-  const char *t = weft__env_str("WEFT_TRANSPORT", "auto");
-  if (strcmp(t, "shm") == 0) return WEFT__TRANSPORT_SHM;
-  if (strcmp(t, "socket") == 0) return WEFT__TRANSPORT_SOCKET;
-  if (strcmp(t, "auto") != 0) WEFT_WARN("WEFT_TRANSPORT=%s is not shm, socket or auto; using auto", t);
-  return -1;
 }
 
 /* What each rank sends in the one init round: its identity and its topology summary. */
@@ -88,47 +73,6 @@ static weft_status_t exchange_peer_info(struct weft_comm *c) {
   return st;
 }
 
-/* Same host in the system view (which WEFT_HOSTID and WEFT_TOPO_FILE shape). */
-static int same_host(const struct weft_comm *c, int p) {
-  return c->topo->ranks[p].host == c->topo->ranks[c->rank].host;
-}
-
-/* Chooses each peer's transport and lets every transport connect its peers. */
-static weft_status_t connect_peers(struct weft_comm *c) {
-  int forced = forced_transport();
-  int *list = calloc((size_t)c->nranks * WEFT__NUM_TRANSPORTS + 1, sizeof(int));
-  c->peer_transports = calloc((size_t)c->nranks, sizeof(int));
-  c->conns = calloc((size_t)c->nranks, sizeof(weft__conn));
-  if (list == NULL || c->peer_transports == NULL || c->conns == NULL) {
-    free(list);
-    return weft__error(c, WEFT_ERR_NO_MEMORY, "rank %d: init: out of memory", c->rank);
-  }
-  int count[WEFT__NUM_TRANSPORTS] = {0};
-  for (int p = 0; p < c->nranks; p++) {
-    c->conns[p].peer = p;
-    c->peer_transports[p] = -1;
-    if (p == c->rank) continue;
-    int local = same_host(c, p);
-    int t = forced >= 0 ? forced : (local ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET);
-    if (t == WEFT__TRANSPORT_SHM && !local) {
-      free(list);
-      return weft__error(c, WEFT_ERR_INVALID_USAGE,
-                         "rank %d: WEFT_TRANSPORT=shm but peer %d runs on another host (%s)", c->rank,
-                         p, c->peers[p].hostname);
-    }
-    c->peer_transports[p] = t;
-    list[t * c->nranks + count[t]++] = p;
-  }
-  weft_status_t st = WEFT_SUCCESS;
-  for (int t = 0; t < WEFT__NUM_TRANSPORTS && st == WEFT_SUCCESS; t++)
-    st = transports[t]->setup(c, &list[t * c->nranks], count[t]);
-  free(list);
-  if (st == WEFT_SUCCESS)
-    WEFT_INFO("rank %d of %d ready: %d shm peers, %d socket peers", c->rank, c->nranks,
-              count[WEFT__TRANSPORT_SHM], count[WEFT__TRANSPORT_SOCKET]);
-  return st;
-}
-
 /* More ranks on this host than online cores: spinning while waiting would only burn the
  * time slice the rank we wait for needs, so waits yield at once (task.c). */
 static int host_oversubscribed(const struct weft_comm *c) {
@@ -137,17 +81,11 @@ static int host_oversubscribed(const struct weft_comm *c) {
   return cores > 0 && local > cores;
 }
 
-static void release_transports(struct weft_comm *c) {
-  if (c->conns == NULL) return;
-  for (int t = 0; t < WEFT__NUM_TRANSPORTS; t++) transports[t]->teardown(c);
-}
-
 static void free_comm(struct weft_comm *c) {
   weft__window_free_all(c);
   free(c->scratch);
   free(c->peers);
   free(c->conns);
-  free(c->peer_transports);
   weft__topo_comm_free(c);
   weft__select_comm_free(c);
   pthread_mutex_destroy(&c->lock);
@@ -163,9 +101,9 @@ static weft_status_t init_body(struct weft_comm *c, const weft__id_layout *id) {
   weft_status_t st = weft__bootstrap_join(c, id);
   if (st == WEFT_SUCCESS) st = exchange_peer_info(c);
   if (st == WEFT_SUCCESS) c->oversubscribed = host_oversubscribed(c);
-  if (st == WEFT_SUCCESS) st = connect_peers(c);
+  if (st == WEFT_SUCCESS) st = weft__comm_connect(c);
   if (st != WEFT_SUCCESS) {
-    release_transports(c);
+    weft__comm_close_transports(c);
     if (c->bootstrap_fd >= 0) close(c->bootstrap_fd); /* no goodbye: the root tells the others */
     c->bootstrap_fd = -1;
   }
@@ -287,7 +225,8 @@ static weft_status_t finish(struct weft_comm *c, int goodbye) {
       goodbye = 0;
     }
     pthread_mutex_lock(&c->lock);
-    release_transports(c);
+    weft__window_free_all(c); /* before the transports they are registered with close */
+    weft__comm_close_transports(c);
     if (goodbye) weft__bootstrap_leave(c);
     pthread_mutex_unlock(&c->lock);
   }

@@ -8,6 +8,8 @@
 #include "weft.h"
 #include "lib/req.h"
 
+struct weft__task;
+
 /* What every rank tells every other at init (bootstrap all-gather). */
 typedef struct {
   uint64_t host_hash;   /* equal for ranks that can share memory (see host.c) */
@@ -16,7 +18,8 @@ typedef struct {
   char hostname[64];
 } weft__peer_info;
 
-enum { WEFT__TRANSPORT_SHM = 0, WEFT__TRANSPORT_SOCKET = 1, WEFT__NUM_TRANSPORTS };
+/* Slots of per-transport state on a communicator (transports/transport.h's limit). */
+enum { WEFT__COMM_TRANSPORTS = 8 };
 
 enum { WEFT__INIT_RUNNING = 0, WEFT__INIT_DONE = 1, WEFT__INIT_FAILED = 2 };
 
@@ -32,9 +35,18 @@ struct weft_comm {
   char bootstrap_failed_text[256];
 
   weft__peer_info *peers;    /* [nranks] */
-  weft__conn *conns;         /* [nranks]; conns[rank].tr == NULL (self) */
-  void *transport_state[WEFT__NUM_TRANSPORTS];
-  int *peer_transports;      /* [nranks]: WEFT__TRANSPORT_* per peer; -1 for self */
+  weft__conn *conns;         /* [nranks]: conns[p].tr is the transport chosen for peer p
+                                (transports/transport.h); NULL for self */
+  /* Per transport, by its index in the registry (transports/registry.c): its state, and
+   * the capabilities the core may use (declared, masked by WEFT_TRANSPORT_CAPS). */
+  void *transport_state[WEFT__COMM_TRANSPORTS];
+  unsigned transport_caps[WEFT__COMM_TRANSPORTS];
+  unsigned caps_all;         /* the capabilities every peer's transport has (all bits: no peer) */
+  const struct weft__transport *forced_transport; /* WEFT_TRANSPORT's, or NULL (auto) */
+  /* The before_collective hooks of the transports with WEFT__TRANSPORT_CAP_PLACEMENT, in
+   * registry order (lib/task.c runs them before every operation). */
+  weft_status_t (*before[WEFT__COMM_TRANSPORTS])(struct weft__task *t);
+  int nbefore;
   struct weft__topo_system *topo; /* the merged system view (topo/topo.h), built at init */
   int *ring;                 /* [nranks]: the rank at ring position p (topo order), or NULL:
                                 rank order */
@@ -51,12 +63,9 @@ struct weft_comm {
   /* A large scratch an algorithm needs for one call (in-place all-to-all's staged input),
    * kept for the next call: allocating it per call cost page faults on every call (64 MiB
    * in place took 47.9 ms against 6.8 ms out of place). Used only under lock (one task at
-   * a time); freed with the communicator (algos/ring.h: weft__comm_scratch). */
+   * a time); freed with the communicator (lib/algo.h: weft__comm_scratch). */
   void *scratch;
   size_t scratch_bytes;
-  /* Large uniform collectives so far, and shm placement probes run among them
-   * (transports/shm/shm_placement.h): the same on every rank. */
-  uint64_t placement_calls, placement_probes;
   /* Registered windows (lib/window.h), under lock: the list, the last id handed out, and
    * how many are usable for direct collectives. All three are the same on every rank,
    * since registration and deregistration are collective. */
@@ -79,6 +88,12 @@ struct weft_comm {
 static inline weft__conn *weft__comm_conn(struct weft_comm *comm, int peer) {
   return &comm->conns[peer];
 }
+
+/* Chooses each peer's transport and connects them all (lib/connect.c). Errors name the
+ * rank and the peer or transport. */
+weft_status_t weft__comm_connect(struct weft_comm *comm);
+/* Closes every transport's state of comm (safe after a failed or partial connect). */
+void weft__comm_close_transports(struct weft_comm *comm);
 
 /* Waits for a non-blocking init to end; returns its status (WEFT_SUCCESS when ready). */
 weft_status_t weft__comm_wait_ready(struct weft_comm *comm);

@@ -11,6 +11,7 @@
 #include "lib/group.h"
 #include "lib/status.h"
 #include "lib/task.h"
+#include "mem/space.h"
 
 typedef struct {
   weft__coll_t coll;
@@ -80,17 +81,27 @@ static weft_status_t null_comm(weft__coll_t coll) {
   return st;
 }
 
+/* The memory space of the call's buffers (mem/space.h); one lookup only while some memory
+ * outside the host space exists. Buffers in two different such spaces are an error. */
+static weft_status_t find_space(struct weft_comm *comm, const call_args *a, const weft__mem_space **mem) {
+  *mem = weft__mem_space_of2(a->sendbuf, a->recvbuf);
+  if (*mem != NULL) return WEFT_SUCCESS;
+  return bad(comm, weft__coll_name(a->coll), "sendbuf and recvbuf lie in two different memory spaces");
+}
+
 /* Checks the call and describes it as a new task (not yet launched). */
-static weft_status_t check_call(struct weft_comm *comm, const call_args *a) {
+static weft_status_t check_call(struct weft_comm *comm, const call_args *a, const weft__mem_space **mem) {
   if (comm == NULL) return null_comm(a->coll);
   WEFT_TRY(check_args(comm, a));
+  WEFT_TRY(find_space(comm, a, mem));
   if (atomic_load(&comm->aborted))
     return weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: %s: the communicator was aborted", comm->rank,
                        weft__coll_name(a->coll));
   return WEFT_SUCCESS;
 }
 
-static void fill_task(weft__task *t, const call_args *a) {
+static void fill_task(weft__task *t, const call_args *a, const weft__mem_space *mem) {
+  t->mem = mem;
   t->sendbuf = a->sendbuf;
   t->recvbuf = a->recvbuf;
   t->count = a->count;
@@ -101,10 +112,11 @@ static void fill_task(weft__task *t, const call_args *a) {
 }
 
 static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft__task **out) {
-  WEFT_TRY(check_call(comm, a));
+  const weft__mem_space *mem = &weft__mem_host;
+  WEFT_TRY(check_call(comm, a, &mem));
   weft__task *t = NULL;
   WEFT_TRY(weft__task_new(comm, a->coll, &t));
-  fill_task(t, a);
+  fill_task(t, a, mem);
   *out = t;
   return WEFT_SUCCESS;
 }
@@ -119,10 +131,11 @@ static weft_status_t submit(weft__task *t, weft_stream_t stream) {
  * on this stack frame: with the algorithm's state inline, no heap allocation at all. */
 static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_stream_t stream) {
   if (stream == NULL && !weft__group_active()) {
-    WEFT_TRY(check_call(comm, a));
+    const weft__mem_space *mem = &weft__mem_host;
+    WEFT_TRY(check_call(comm, a, &mem));
     weft__task t;
     weft__task_init(&t, comm, a->coll);
-    fill_task(&t, a);
+    fill_task(&t, a, mem);
     weft_status_t st = weft__task_run(&t);
     weft__task_release(&t);
     return st;

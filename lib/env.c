@@ -1,7 +1,9 @@
 /* env.c: typed reads of weft's environment variables. A malformed value is a user error we
  * warn about and replace by the default rather than failing far from its cause. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include "lib/env.h"
 #include "lib/log.h"
 
@@ -41,4 +43,22 @@ size_t weft__env_size(const char *name, size_t def) {
     return def;
   }
   return (size_t)(x << shift);
+}
+
+const char *weft__env_name(const char *name, const char *old) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static const char *warned[16];
+  const char *v = getenv(name), *o = getenv(old);
+  if ((v != NULL && *v != '\0') || o == NULL || *o == '\0') return name;
+  int first = 1;
+  pthread_mutex_lock(&mu);
+  for (int i = 0; i < 16 && warned[i] != NULL && first; i++) first = strcmp(warned[i], old) != 0;
+  for (int i = 0; i < 16 && first; i++)
+    if (warned[i] == NULL) {
+      warned[i] = old;
+      break;
+    }
+  pthread_mutex_unlock(&mu);
+  if (first) WEFT_WARN("%s is deprecated; use %s (same meaning)", old, name);
+  return old;
 }

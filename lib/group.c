@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include "lib/comm.h"
 #include "lib/group.h"
+#include "mem/space.h"
 #include "lib/status.h"
 #include "lib/stream.h"
 
@@ -68,7 +69,9 @@ static weft_status_t fold_p2p_run(weft__task **cursor, weft__task **out) {
     weft__task *next = t->next;
     size_t esize = weft_datatype_size(t->dtype);
     g->p2p[i] = (weft__p2p_op){t->coll == WEFT__COLL_SEND, t->peer,
-                               t->coll == WEFT__COLL_SEND ? (void *)t->sendbuf : t->recvbuf, t->count * esize};
+                               t->coll == WEFT__COLL_SEND ? (void *)t->sendbuf : t->recvbuf, t->count * esize,
+                               t->mem};
+    if (g->mem == &weft__mem_host) g->mem = t->mem; /* the group waits on a space that may be async */
     weft__task_free(t);
     t = next;
   }

@@ -1,24 +1,27 @@
 /* req.c: request queues per connection and the progress pass over a communicator. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/req.h"
+#include "mem/space.h"
 #include "transports/transport.h"
 
-void weft__req_init_send(weft__req *r, const void *src, size_t bytes) {
+void weft__req_init_send(weft__req *r, const weft__mem_space *mem, const void *src, size_t bytes) {
   memset(r, 0, sizeof(*r));
   r->kind = WEFT__REQ_SEND;
+  r->mem = mem;
   r->src = src;
   r->bytes = bytes;
 }
 
-void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes, weft_datatype_t dt,
-                         weft_redop_t op) {
+void weft__req_init_recv(weft__req *r, const weft__mem_space *mem, void *dst, const void *acc, size_t bytes,
+                         weft_datatype_t dt, weft_redop_t op) {
   memset(r, 0, sizeof(*r));
   r->kind = WEFT__REQ_RECV;
+  r->mem = mem;
   r->dst = dst;
   r->acc = acc;
   r->bytes = bytes;
@@ -26,34 +29,62 @@ void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes,
   r->op = op;
 }
 
-void weft__req_post(weft__conn *conn, weft__req *r) {
-  r->conn = conn;
-  r->next = NULL;
-  weft__req **head = r->kind == WEFT__REQ_SEND ? &conn->send_head : &conn->recv_head;
-  weft__req **tail = r->kind == WEFT__REQ_SEND ? &conn->send_tail : &conn->recv_tail;
-  if (*head == NULL) *head = r;
-  else (*tail)->next = r;
-  *tail = r;
+/* A reducing receive on a transport that cannot reduce on arrival: the message lands in a
+ * host bounce buffer, reduced into place when it is complete (stage_done). An allocation
+ * failure leaves stage NULL with stage_dst set, reported by the next progress. */
+static void stage_reduce(weft__req *r) {
+  r->stage_dst = r->dst;
+  r->stage_acc = r->acc;
+  r->stage = malloc(r->bytes);
+  r->dst = r->stage;
+  r->acc = NULL;
 }
 
-/* The message size weft__copy_part decides by: any size streams when r->stream is set. */
-static size_t copy_bytes(const weft__req *r) { return r->stream ? SIZE_MAX : r->bytes; }
+static void stage_done(weft__req *r) {
+  size_t esize = weft__dtype_size(r->dtype);
+  weft__mem_reduce(r->mem, r->stage_dst, r->stage_acc, r->stage, r->bytes / esize, r->dtype, r->op);
+  weft__mem_publish(r->mem, 0);
+  free(r->stage);
+  r->stage = NULL;
+  r->dst = r->stage_dst;
+  r->acc = r->stage_acc;
+  r->stage_dst = NULL;
+}
+
+void weft__req_post_slow(weft__conn *conn, weft__req *r) {
+  if (r->kind == WEFT__REQ_SEND && !(r->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(r->mem);
+  if (r->acc != NULL && r->bytes > 0 && !(conn->caps & WEFT__TRANSPORT_CAP_RECV_REDUCE)) stage_reduce(r);
+  weft__req_enqueue(conn, r);
+  if (conn->tr->post != NULL) conn->tr->post(conn, r);
+}
+
+/* The copy flags of r's bytes: past the cache when r->nt is set or the message is large. */
+static unsigned copy_flags(const weft__req *r) { return weft__mem_nt_flag(r->bytes, r->nt); }
+
+void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes) {
+  if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
+  char *dst = (char *)r->dst + at;
+  if (r->acc == NULL) {
+    unsigned flags = copy_flags(r);
+    weft__mem_copy(r->mem, dst, data, nbytes, flags);
+    weft__mem_publish(r->mem, flags);
+    return;
+  }
+  size_t esize = weft__dtype_size(r->dtype);
+  weft__mem_reduce(r->mem, dst, (const char *)r->acc + at, data, nbytes / esize, r->dtype, r->op);
+  weft__mem_publish(r->mem, 0);
+}
 
 void weft__req_deliver(weft__req *r, const void *data, size_t nbytes) {
-  if (nbytes == 0) return; /* an empty message may have a NULL dst: no pointer arithmetic on it */
-  char *dst = (char *)r->dst + r->done;
-  if (r->acc == NULL) {
-    weft__copy_part(dst, data, nbytes, copy_bytes(r));
-  } else {
-    size_t esize = weft__dtype_size(r->dtype);
-    weft__reduce(dst, (const char *)r->acc + r->done, data, nbytes / esize, r->dtype, r->op);
-  }
+  weft__req_land(r, r->done, data, nbytes);
   r->done += nbytes;
 }
 
 /* A send's copy_to gets the bytes [from, r->done) the transport has just read from r->src. */
 static void copy_sent(weft__req *r, size_t from) {
-  weft__copy_part((char *)r->copy_to + from, (const char *)r->src + from, r->done - from, copy_bytes(r));
+  unsigned flags = copy_flags(r);
+  weft__mem_copy(r->mem, (char *)r->copy_to + from, (const char *)r->src + from, r->done - from, flags);
+  weft__mem_publish(r->mem, flags);
 }
 
 /* Moves the head requests of one queue while they complete. */
@@ -62,11 +93,15 @@ static weft_status_t progress_queue(struct weft_comm *comm, weft__conn *c, int k
   while (*head != NULL) {
     weft__req *r = *head;
     size_t before = r->done;
-    weft_status_t st = kind == WEFT__REQ_SEND ? c->tr->send_progress(comm, c, r, progressed)
-                                              : c->tr->recv_progress(comm, c, r, progressed);
+    if (r->stage_dst != NULL && r->stage == NULL)
+      return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: recv from peer %d: no memory to stage a "
+                         "%zu-byte message", comm->rank, c->peer, r->bytes);
+    weft_status_t st = kind == WEFT__REQ_SEND ? c->tr->send_test(comm, c, r, progressed)
+                                              : c->tr->recv_test(comm, c, r, progressed);
     if (r->copy_to != NULL && r->done > before) copy_sent(r, before);
     if (st != WEFT_SUCCESS) return st;
     if (!r->complete) return WEFT_SUCCESS;
+    if (r->stage != NULL) stage_done(r);
     *head = r->next;
     *progressed = 1;
   }
@@ -85,6 +120,10 @@ weft_status_t weft__comm_progress(struct weft_comm *comm, int *progressed) {
 void weft__comm_drop_requests(struct weft_comm *comm) {
   for (int p = 0; p < comm->nranks; p++) {
     weft__conn *c = &comm->conns[p];
+    for (weft__req *r = c->recv_head; r != NULL; r = r->next) {
+      free(r->stage);
+      r->stage = NULL;
+    }
     c->send_head = c->send_tail = c->recv_head = c->recv_tail = NULL;
   }
 }

@@ -9,9 +9,11 @@
 #define WEFT_REQ_H
 #include <stddef.h>
 #include "weft.h"
+#include "mem/space.h"
 
 struct weft_comm;
 struct weft__transport;
+struct weft__mem_space;
 
 enum { WEFT__REQ_SEND = 0, WEFT__REQ_RECV = 1 };
 
@@ -19,6 +21,9 @@ typedef struct weft__req {
   struct weft__req *next;      /* in its connection's queue */
   struct weft__conn *conn;
   int kind;                    /* WEFT__REQ_SEND or WEFT__REQ_RECV */
+  /* The memory space of src, dst, acc and copy_to (mem/space.h): every byte of them is read
+   * and written through it, by the core and by transports alike. */
+  const struct weft__mem_space *mem;
   const void *src;             /* send: the message */
   void *dst;                   /* recv: where it lands */
   const void *acc;             /* recv: NULL to copy, else dst = acc op incoming (acc may == dst) */
@@ -31,31 +36,64 @@ typedef struct weft__req {
    * (so from cache): an all-gather's own block, fused with its first send (progress_queue) */
   void *copy_to;
   /* 1: the bytes copied into dst (receive) or copy_to (send) bypass the cache
-   * (weft__copy_stream) whatever the message size. Set by an algorithm for the pieces of a
-   * large collective that nothing reads again soon; 0: only messages of at least
-   * weft__copy_stream_threshold() bytes do. Reductions on receive are not affected. */
-  int stream;
+   * (non-temporal stores, weft__nt_copy) whatever the message size. Set by an algorithm
+   * for the pieces of a large collective that nothing reads again soon; 0: only messages
+   * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
+  int nt;
+  /* recv on a transport without WEFT__TRANSPORT_CAP_RECV_REDUCE: the message lands in
+   * `stage` (host memory, r->bytes) and is reduced into stage_dst = stage_acc op stage when
+   * complete (lib/req.c); NULL otherwise. */
+  void *stage;
+  void *stage_dst;
+  const void *stage_acc;
 } weft__req;
 
 typedef struct weft__conn {
   const struct weft__transport *tr; /* NULL for self */
   void *priv;                       /* the transport's per-peer state */
+  unsigned caps;                    /* tr's capabilities the core may use (comm.h) */
+  int slow;                         /* tr has post, or cannot reduce on arrival: posts take
+                                       the long way (lib/req.c) */
   int peer;
   weft__req *send_head, *send_tail;
   weft__req *recv_head, *recv_tail;
 } weft__conn;
 
-/* Fills a send request for bytes at src to conn's peer (not yet posted). */
-void weft__req_init_send(weft__req *r, const void *src, size_t bytes);
+/* Fills a send request for bytes at src (in space mem) to conn's peer (not yet posted). */
+void weft__req_init_send(weft__req *r, const struct weft__mem_space *mem, const void *src, size_t bytes);
 /* Fills a receive request: copy into dst (acc NULL) or dst = acc op incoming. */
-void weft__req_init_recv(weft__req *r, void *dst, const void *acc, size_t bytes,
-                         weft_datatype_t dt, weft_redop_t op);
-/* Appends r to conn's send or receive queue. */
-void weft__req_post(weft__conn *conn, weft__req *r);
+void weft__req_init_recv(weft__req *r, const struct weft__mem_space *mem, void *dst, const void *acc,
+                         size_t bytes, weft_datatype_t dt, weft_redop_t op);
+/* Appends r to conn's send or receive queue (no more). */
+static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
+  r->conn = conn;
+  r->next = NULL;
+  weft__req **head = r->kind == WEFT__REQ_SEND ? &conn->send_head : &conn->recv_head;
+  weft__req **tail = r->kind == WEFT__REQ_SEND ? &conn->send_tail : &conn->recv_tail;
+  if (*head == NULL) *head = r;
+  else (*tail)->next = r;
+  *tail = r;
+}
+/* weft__req_post's long way (lib/req.c): a space whose operations may still run (a send's
+ * bytes are completed first, weft__mem_wait), a reducing receive on a transport that cannot
+ * reduce on arrival (staged), a transport that wants to know at once (its post). */
+void weft__req_post_slow(weft__conn *conn, weft__req *r);
+/* Appends r to conn's send or receive queue, and tells the transport when it asks to know.
+ * Host memory on a transport without post that reduces on arrival (conn->slow 0, set at
+ * connect) takes one test and the queue: the latency path. */
+static inline void weft__req_post(weft__conn *conn, weft__req *r) {
+  if (conn->slow || r->mem != &weft__mem_host) weft__req_post_slow(conn, r);
+  else weft__req_enqueue(conn, r);
+}
 
-/* For transports: hands nbytes of incoming message data, the next bytes of r, to r: copies
- * or reduces them into r->dst at offset r->done and advances r->done. When reducing, nbytes
- * must be a multiple of the element size (transports cut messages on element boundaries). */
+/* For transports: hands nbytes of incoming message data (host memory: a FIFO slot, a
+ * staging buffer) to r, the message's bytes [at, at + nbytes): copies or reduces them into
+ * r->dst at offset `at` through r's space, and waits for the space where its contract asks
+ * (mem/space.h), so the bytes are in place when this returns. When reducing, at and nbytes
+ * must be multiples of the element size (transports cut messages on element boundaries).
+ * Does not touch r->done. */
+void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes);
+/* weft__req_land at r->done, then advances r->done by nbytes. */
 void weft__req_deliver(weft__req *r, const void *data, size_t nbytes);
 
 /* Moves every connection of comm that has queued requests as far as it can without
@@ -63,6 +101,6 @@ void weft__req_deliver(weft__req *r, const void *data, size_t nbytes);
  * Returns the first transport error (the message names the peer). Caller holds comm->lock. */
 weft_status_t weft__comm_progress(struct weft_comm *comm, int *progressed);
 
-/* Drops every queued request of comm (after an error or abort). */
+/* Drops every queued request of comm (after an error or abort), freeing their stages. */
 void weft__comm_drop_requests(struct weft_comm *comm);
 #endif

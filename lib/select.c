@@ -1,35 +1,37 @@
 /* select.c: the tuner. Picks the algorithm that runs a task, as NCCL's tuning does: every
  * candidate algorithm of the collective gets a cost from an alpha-beta model,
  *     time = steps * alpha + bytes on the critical path * beta + bytes reduced * gamma,
- * with alpha, beta and gamma per transport from a stored table (model_table below, measured
- * on a 2-core VM with all_reduce_perf; WEFT_TUNER_MODEL replaces it), and the cheapest wins.
- * Candidates and their cost functions are rows of data (candidates[] below), not nested ifs.
+ * with alpha, beta and gamma from the transport in use (its .model row, measured with
+ * all_reduce_perf and kept beside the transport; WEFT_TUNER_MODEL replaces rows), and the
+ * cheapest wins. Candidates and their cost functions are rows of data, each in its
+ * algorithm's file (lib/algo.h; the registry in algos/registry.c), not nested ifs; only rows
+ * that handle the buffers' memory kind and whose needed transport capabilities every peer's
+ * transport has are candidates.
  *
  * Every rank must run the same algorithm, so the choice depends only on values identical on
- * all ranks: the collective, count, datatype, nranks, environment variables that must be
- * equal everywhere (WEFT_ALGO, WEFT_TUNER_MODEL, WEFT_CHUNK_BYTES, WEFT_TRANSPORT), and
- * comm-wide facts computed from comm->peers (every rank's host identity, exchanged at init):
- * whether all ranks share one host (then the transport is shm unless forced to socket, else
- * the slowest link, socket, is modelled) and whether they outnumber its cores; across hosts,
- * the host shape (hosts, fewest and most ranks on one, from the system view comm->topo),
- * which the hierarchical algorithms' costs (all-reduce, all-gather, reduce-scatter,
- * broadcast) read with both transports' parameters: shm within hosts, socket across.
+ * all ranks: the collective, count, datatype, memory kind, nranks, environment variables
+ * that must be equal everywhere (WEFT_ALGO, WEFT_TUNER_MODEL, WEFT_CHUNK_BYTES,
+ * WEFT_TRANSPORT, WEFT_TRANSPORT_CAPS), and comm-wide facts of the system view comm->topo
+ * (every rank's host, exchanged at init): on one host the transport its ranks use and
+ * whether they outnumber its cores; across hosts the transport of a pair on two hosts (the
+ * slowest link, which the flat algorithms cross) and the host shape (hosts, fewest and most
+ * ranks on one), which the hierarchical algorithms' costs (all-reduce, all-gather,
+ * reduce-scatter, broadcast) read with both transports' parameters: the one within a host
+ * and the one across (lib/connect.c's choice per pair reads only the system view too).
  *
  * WEFT_ALGO overrides the model with NCCL_ALGO's grammar (see weft__algo_filter_parse);
  * WEFT_TUNER_TRACE=1 logs each call's choice and why; weft-tune prints the resolved table.
- * The protocol (LL or Simple, WEFT_PROTO) is the shm transport's choice per message size
+ * A protocol (shm's LL or Simple, WEFT_PROTO) is its transport's choice per message size
  * (lib/proto.c), not the tuner's: it does not change which algorithm is cheapest. */
 #include <ctype.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "algos/algos.h"
-#include "algos/direct.h"
-#include "algos/hier.h"
-#include "algos/patterns.h"
+#include "lib/algo.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
@@ -37,250 +39,60 @@
 #include "lib/select.h"
 #include "lib/status.h"
 #include "topo/topo.h"
+#include "transports/transport.h"
 
-/* ---- the model's parameters: a stored table ------------------------------------------ */
-typedef struct {
-  double alpha_us;       /* one dependent message step (post, deliver, the peer noticing) */
-  double beta_us;        /* per KiB moved through the transport (one pass over memory) */
-  double gamma_us;       /* per KiB reduced */
-  double oversub_alpha;  /* added to alpha when ranks outnumber cores */
-  double oversub_beta;   /* beta and gamma are multiplied by this then (cores are shared) */
-} model_params;
+/* ---- the model's parameters: each transport's row (transports/transport.h) ---------- */
+typedef weft__transport_model model_params;
 
-/* Fitted to all_reduce_perf / all_gather_perf / alltoall_perf -z 1 (p50 of single calls,
- * medians of 3-5 interleaved runs) on the 2-core VM weft is developed on. Its per-step cost
- * swings with the load of other jobs: 2-rank shm all-reduce of 8 B took 38 us with the ring
- * (2 steps) against 25.5 us with recursive doubling (1 step) at load 5-9, so alpha ~12 us,
- * and 7.0 against 6.7 us when quiet, so alpha < 1 us; alpha = 6 puts the crossover between
- * the two measured ones (32 KiB: 40.8 against 30.9 us loaded, 11.6 against 13.2 us quiet).
- * 512 KiB took 104 us with the ring, hence beta ~0.1 us/KiB; with 4 ranks on the 2 cores
- * the per-byte cost doubled (ring: 160 us at 128 KiB). Socket (loopback), 2 ranks, loaded:
- * ring 86 us and recursive doubling 47 us at 8 B, hence alpha ~40 us; 171 us for both at
- * 256 KiB, hence beta ~0.25 us/KiB. */
-static const model_params model_table[WEFT__NUM_TRANSPORTS] = {
-    [WEFT__TRANSPORT_SHM] = {6.0, 0.10, 0.05, 0.0, 2.0},
-    [WEFT__TRANSPORT_SOCKET] = {40.0, 0.25, 0.05, 0.0, 1.5},
-};
+/* ---- the candidates: the registry's rows (lib/algo.h) ---------------------------------
+ * A collective's candidates are its rows without `wanted`, in registry order. */
 
-/* ---- cost of each algorithm ----------------------------------------------------------- */
-typedef struct {
-  double a;           /* alpha of one step, with oversubscription */
-  double b, g;        /* beta and gamma per byte */
-  double n, bytes, chunk;
-  int L;              /* ceil(log2 n) */
-  int oversub;        /* more ranks on a host than cores */
-  int p2, rem;        /* the recursive-doubling fold */
-  /* Two-level algorithms: the host shape, and both transports' parameters per byte. */
-  int H, Lmin, Lmax;
-  double a_shm, b_shm, g_shm, a_net, b_net, g_net;
-} cost_in;
-
-static double ceil_div(double x, double y) { return x <= 0 ? 0 : (double)(long long)((x + y - 1) / y); }
-
-static double ar_ring(const cost_in *c) {
-  double slices = ceil_div(c->bytes, c->n * c->chunk);
-  return slices * 2 * (c->n - 1) * c->a + 2 * (c->n - 1) / c->n * c->bytes * c->b +
-         (c->n - 1) / c->n * c->bytes * c->g;
-}
-static double ar_recursive_doubling(const cost_in *c) {
-  /* Each step moves the whole buffer; the higher rank of a pair also makes a separate pass
-   * to reduce in rank order (measured: 2.4x the ring's per-byte cost). */
-  int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
-  return (lp + fold) * (c->a + c->bytes * c->b) + lp * c->bytes * (c->b + c->g);
-}
-static double ar_rabenseifner(const cost_in *c) {
-  /* Measured: its steps cost about twice a ring step on 4 ranks over 2 cores, since each
-   * waits for a different peer (127 us against the ring's 113 us at 8 B), and its bytes
-   * 1.5 times the ring's (whole halves in flight rather than pipelined slices: 822 us
-   * against 600 us at 256 KiB on 8 ranks). */
-  int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
-  double frac = (double)(c->p2 - 1) / c->p2;
-  return (2 * lp + fold) * 2 * c->a + (2 * frac + fold) * c->bytes * c->b * 1.5 +
-         (frac + fold / 2) * c->bytes * c->g;
-}
-static double ar_tree(const cost_in *c) {
-  /* Up: L levels receiving both halves into scratch and reducing; down: L levels. */
-  return 2 * c->L * c->a + c->L * c->bytes * (3 * c->b + c->g);
-}
-static double ar_hierarchical(const cost_in *c) {
-  /* Only for several hosts with more than one rank on some (else it is the flat ring or
-   * a fold into one rank). W blocks, each with an inter-host ring; on the most crowded host
-   * min(W, Lmax) ranks run the intra-host ring and F - 1 fold into each; on the least
-   * crowded one a rank reduces ceil(W / Lmin) blocks (hierarchical.c). The inter-host rings
-   * of a host share its link, so the network term charges a host's bytes, 2 (H-1)/H B, not
-   * one ring's: conservative. */
-  if (c->H < 2 || c->Lmax < 2) return INFINITY;
-  double W = weft__hier_width(c->Lmax, (size_t)c->bytes), H = c->H, B = c->bytes;
-  double Wl = W < c->Lmax ? W : c->Lmax, F = ceil(c->Lmax / Wl);
-  double served = ceil(W / (c->Lmin < W ? c->Lmin : W));
-  double fold = (F - 1) * (c->a_shm + B * (c->b_shm + c->g_shm));
-  double unfold = F > 1 ? c->a_shm + (F - 1) * B * c->b_shm : 0;
-  double intra = 2 * (Wl - 1) * c->a_shm + 2 * (Wl - 1) / Wl * B * c->b_shm + (Wl - 1) / Wl * B * c->g_shm;
-  double inter = 2 * (H - 1) * c->a_net + 2 * (H - 1) / H * B * c->b_net +
-                 (H - 1) / H * B * served / W * c->g_net;
-  return fold + intra + inter + unfold;
-}
-/* The two-level all-gather and reduce-scatter (all_gather/hierarchical.c, reduce_scatter/
- * hierarchical.c), B bytes per rank: H-1 network steps on W = Lmax rings that share the
- * host's link, which carries the larger of the n - Lmin blocks the least crowded host
- * receives and the (H-1) W slots it forwards; then Lmax - 1 shm steps moving the other
- * ranks' blocks of the host. reduce adds the reductions of both levels. */
-static double two_level_gather(const cost_in *c, int reduce) {
-  if (c->H < 2 || c->Lmax < 2) return INFINITY;
-  double H = c->H, L = c->Lmax, B = c->bytes, n = c->n;
-  double net_blocks = n - c->Lmin > (H - 1) * L ? n - c->Lmin : (H - 1) * L;
-  double intra = (L - 1) * c->a_shm + (L - 1) / L * n * B * (c->b_shm + (reduce ? c->g_shm : 0));
-  double inter = (H - 1) * c->a_net + net_blocks * B * (c->b_net + (reduce ? c->g_net : 0));
-  return intra + inter;
-}
-static double ag_hierarchical(const cost_in *c) { return two_level_gather(c, 0); }
-static double rs_hierarchical(const cost_in *c) { return two_level_gather(c, 1); }
-static double rs_ring(const cost_in *c) {
-  return ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * (c->b + c->g);
-}
-static double rs_recursive_doubling(const cost_in *c) {
-  /* The all-reduce's exchange over all n blocks, then this rank's block copied out. */
-  cost_in whole = *c;
-  whole.bytes = c->bytes * c->n;
-  return ar_recursive_doubling(&whole) + c->bytes * c->b;
-}
-static double bc_hierarchical(const cost_in *c) {
-  /* Binomial trees over the hosts' leaders, then within the most crowded host. */
-  if (c->H < 2 || c->Lmax < 2) return INFINITY;
-  return weft__ceil_log2(c->H) * (c->a_net + c->bytes * c->b_net) +
-         weft__ceil_log2(c->Lmax) * (c->a_shm + c->bytes * c->b_shm);
-}
-/* The ring driver's fixed cost per call, in alphas: on 2 ranks, where the ring and Bruck
- * both take one step, the ring all-gather measured 0.31-0.38 us against Bruck's 0.22-0.35 us
- * at 8-512 B (bound, 20,000 calls, in and out of place) and tied at 2 KiB; 0.13 alpha puts the
- * model's crossover there (4 B beta = 0.13 alpha). */
-#define RING_CALL_ALPHAS 0.13
-static double ag_ring(const cost_in *c) {
-  return RING_CALL_ALPHAS * c->a + ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a +
-         (c->n - 1) * c->bytes * c->b;
-}
-static double ag_bruck(const cost_in *c) {
-  /* Plus the copies into and out of the rotated scratch. */
-  return c->L * c->a + (c->n - 1) * c->bytes * c->b + 2 * c->n * c->bytes * c->b;
-}
-static double a2a_pairwise(const cost_in *c) {
-  /* Every message is posted at once, but each peer's is a step of its own to schedule ...
-   * except when ranks outnumber cores: then each of Bruck's dependent steps waits for the
-   * next rank to be scheduled, while the pairwise exchanges complete in whatever order the
-   * ranks run, so they cost one step. Measured with 3 and 4 ranks on the 2 cores, 16 B-8 KiB
-   * (2,000 calls, 2 launches): pairwise 2.7-3.3 us against Bruck's 3.9-5.1 us (3 ranks) and
-   * 4.8-7.0 against 6.1-12.7 us (4 ranks). */
-  double steps = c->oversub ? 1 : c->n - 1;
-  return steps * c->a + (c->n - 1) * c->bytes * c->b;
-}
-static double a2a_bruck(const cost_in *c) {
-  /* About n/2 blocks per step, packed and unpacked, plus the two rotations. */
-  double moved = c->L * (c->n / 2) * c->bytes;
-  return c->L * c->a + moved * c->b * 2 + 2 * c->n * c->bytes * c->b;
-}
-/* The chain driver's fixed cost per call, in alphas, as the ring's: on 2 ranks, where the
- * chain and the binomial tree both take one step and the model tied (the table's first row,
- * chain, won), the chain broadcast measured 0.23 us against the binomial's 0.17-0.18 us at
- * 8 B and 0.26-0.41 against 0.21-0.23 at 512 B, and no faster up to 1 MiB (bound, 2,000
- * calls, in place, 3 launches); reduce alike (0.21-0.24 against 0.18-0.21 us at 8-512 B). */
-#define CHAIN_CALL_ALPHAS 0.13
-static double chain(const cost_in *c, double per_byte) {
-  /* Filling the pipeline takes n-2 chunk steps, then the chunks stream. */
-  double piece = c->bytes < c->chunk ? c->bytes : c->chunk;
-  return CHAIN_CALL_ALPHAS * c->a + (c->n - 2 + ceil_div(c->bytes, c->chunk)) * c->a +
-         (c->n - 2) * piece * per_byte + c->bytes * per_byte;
-}
-static double bc_chain(const cost_in *c) { return chain(c, c->b); }
-static double bc_binomial(const cost_in *c) { return c->L * (c->a + c->bytes * c->b); }
-static double rd_chain(const cost_in *c) { return chain(c, c->b + c->g); }
-static double rd_binomial(const cost_in *c) { return c->L * (c->a + c->bytes * (c->b + c->g)); }
-
-/* ---- the candidates: rows of data --------------------------------------------------- */
-typedef struct {
-  weft__coll_t coll;
-  const weft__algo *algo;
-  double (*cost)(const cost_in *); /* NULL: the only candidate, not modelled */
-  size_t max_bytes;                /* above this the model does not consider it (0: no cap) */
-} candidate;
-
-/* The caps keep whole-message algorithms (no pipelining, scratch as large as the buffer)
- * where they were measured to win: past the caches their rounds stall on memory, which a
- * linear model does not see (recursive doubling went from 59 us at 512 KiB to 306 us at
- * 1 MiB on 2 ranks, while the ring went from 107 to 173 us). */
-static const candidate candidates[] = {
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_ring, ar_ring, 0},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_recursive_doubling, ar_recursive_doubling, 512 << 10},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_rabenseifner, ar_rabenseifner, 1 << 20},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_tree, ar_tree, 512 << 10},
-    {WEFT__COLL_ALL_REDUCE, &weft__algo_all_reduce_hierarchical, ar_hierarchical, 0},
-    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_ring, ag_ring, 0},
-    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_bruck, ag_bruck, 256 << 10},
-    {WEFT__COLL_ALL_GATHER, &weft__algo_all_gather_hierarchical, ag_hierarchical, 0},
-    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_chain, bc_chain, 0},
-    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_binomial, bc_binomial, 1 << 20},
-    {WEFT__COLL_BROADCAST, &weft__algo_broadcast_hierarchical, bc_hierarchical, 0},
-    {WEFT__COLL_REDUCE, &weft__algo_reduce_chain, rd_chain, 0},
-    {WEFT__COLL_REDUCE, &weft__algo_reduce_binomial, rd_binomial, 1 << 20},
-    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_ring, rs_ring, 0},
-    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_recursive_doubling, rs_recursive_doubling, 16 << 10},
-    {WEFT__COLL_REDUCE_SCATTER, &weft__algo_reduce_scatter_hierarchical, rs_hierarchical, 0},
-    {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_pairwise, a2a_pairwise, 0},
-    {WEFT__COLL_ALL_TO_ALL, &weft__algo_all_to_all_bruck, a2a_bruck, 64 << 10},
-    {WEFT__COLL_ALL_TO_ALLV, &weft__algo_all_to_allv_pairwise, NULL, 0},
-    {WEFT__COLL_GATHER, &weft__algo_gather_linear, NULL, 0},
-    {WEFT__COLL_SCATTER, &weft__algo_scatter_linear, NULL, 0},
-    {WEFT__COLL_BARRIER, &weft__algo_barrier_dissemination, NULL, 0},
-    {WEFT__COLL_SEND, &weft__algo_p2p, NULL, 0},
-    {WEFT__COLL_RECV, &weft__algo_p2p, NULL, 0},
-    {WEFT__COLL_P2P_GROUP, &weft__algo_p2p, NULL, 0},
-};
-enum { NCANDIDATES = sizeof(candidates) / sizeof(candidates[0]) };
-
-/* The candidates of coll as indices into candidates[]; returns how many. */
+/* The candidates of coll as indices into weft__algo_table; returns how many. */
 static int rows_of(weft__coll_t coll, int *rows) {
   int k = 0;
-  for (int i = 0; i < NCANDIDATES && k < WEFT__SELECT_MAX_CANDIDATES; i++)
-    if (candidates[i].coll == coll) rows[k++] = i;
+  for (int i = 0; i < weft__algo_table_len && k < WEFT__SELECT_MAX_CANDIDATES; i++)
+    if (weft__algo_table[i]->coll == coll && weft__algo_table[i]->wanted == NULL) rows[k++] = i;
   return k;
 }
 
 int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max) {
   int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(coll, rows);
-  for (int i = 0; i < k && i < max; i++) out[i] = candidates[rows[i]].algo;
+  for (int i = 0; i < k && i < max; i++) out[i] = weft__algo_table[rows[i]];
   return k;
 }
 
-const char *weft__select_transport_name(int transport) {
-  return transport == WEFT__TRANSPORT_SHM ? "shm" : "socket";
-}
-
-/* ---- WEFT_TUNER_MODEL: "shm:alpha,beta,gamma,oversub_alpha,oversub_beta;socket:..." ---- */
+/* ---- WEFT_TUNER_MODEL: "shm:alpha,beta,gamma,oversub_alpha,oversub_beta;socket:..." ----
+ * Each item replaces the row of the transport it names; the others keep their own. */
 static void parse_model(const char *spec, model_params *out) {
-  memcpy(out, model_table, sizeof(model_table));
+  for (int t = 0; weft__transports[t] != NULL; t++) out[t] = weft__transports[t]->model;
   for (const char *p = spec; p != NULL && *p != '\0';) {
     const char *end = strchr(p, ';');
     size_t len = end ? (size_t)(end - p) : strlen(p);
     char item[128];
     snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) - 1 ? len : sizeof(item) - 1), p);
-    int tr = strncmp(item, "shm:", 4) == 0 ? WEFT__TRANSPORT_SHM
-             : strncmp(item, "socket:", 7) == 0 ? WEFT__TRANSPORT_SOCKET : -1;
+    char *colon = strchr(item, ':');
+    if (colon != NULL) *colon = '\0';
+    int t = colon != NULL ? weft__transport_index(weft__transport_by_name(item)) : -1;
     model_params m;
-    if (tr < 0 || sscanf(strchr(item, ':') + 1, "%lf,%lf,%lf,%lf,%lf", &m.alpha_us, &m.beta_us,
-                         &m.gamma_us, &m.oversub_alpha, &m.oversub_beta) != 5) {
-      WEFT_WARN("WEFT_TUNER_MODEL: cannot read \"%s\" (want shm:alpha,beta,gamma,oversub_alpha,"
-                "oversub_beta or socket:...; us and us per KiB); keeping the stored table for it", item);
+    if (t < 0 || sscanf(colon + 1, "%lf,%lf,%lf,%lf,%lf", &m.alpha_us, &m.beta_us, &m.gamma_us,
+                        &m.oversub_alpha, &m.oversub_beta) != 5) {
+      if (colon != NULL) *colon = ':';
+      WEFT_WARN("WEFT_TUNER_MODEL: cannot read \"%s\" (want <transport>:alpha,beta,gamma,"
+                "oversub_alpha,oversub_beta, e.g. shm:6,0.1,0.05,0,2; us and us per KiB); keeping "
+                "the transport's own row for it", item);
     } else {
-      out[tr] = m;
+      out[t] = m;
     }
     p = end ? end + 1 : NULL;
   }
 }
 
-static const model_params *model_for(int transport) {
+/* tr's row under WEFT_TUNER_MODEL. */
+static const model_params *model_for(const weft__transport *tr) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   static char cached[256];
   static int parsed;
-  static model_params params[WEFT__NUM_TRANSPORTS];
+  static model_params params[WEFT__MAX_TRANSPORTS];
   const char *spec = weft__env_str("WEFT_TUNER_MODEL", "");
   pthread_mutex_lock(&mu);
   if (!parsed || strncmp(cached, spec, sizeof(cached)) != 0) {
@@ -289,10 +101,11 @@ static const model_params *model_for(int transport) {
     parsed = 1;
   }
   pthread_mutex_unlock(&mu);
-  return &params[transport == WEFT__TRANSPORT_SHM ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET];
+  int t = weft__transport_index(tr);
+  return &params[t >= 0 ? t : 0];
 }
 
-static void make_cost_in(const weft__select_input *in, cost_in *c) {
+static void make_cost_in(const weft__select_input *in, weft__cost_in *c) {
   const model_params *m = model_for(in->transport);
   double scale = in->oversubscribed ? m->oversub_beta : 1;
   c->a = m->alpha_us + (in->oversubscribed ? m->oversub_alpha : 0);
@@ -309,17 +122,18 @@ static void make_cost_in(const weft__select_input *in, cost_in *c) {
   c->Lmin = in->min_local;
   c->Lmax = in->max_local;
   if (in->nhosts < 2) return; /* spare the latency path two more table look-ups */
-  const model_params *shm = model_for(WEFT__TRANSPORT_SHM), *net = model_for(WEFT__TRANSPORT_SOCKET);
-  c->a_shm = shm->alpha_us, c->b_shm = shm->beta_us / 1024, c->g_shm = shm->gamma_us / 1024;
-  c->a_net = net->alpha_us, c->b_net = net->beta_us / 1024, c->g_net = net->gamma_us / 1024;
+  const model_params *across = model_for(in->transport);
+  const model_params *in_host = model_for(in->transport_in_host ? in->transport_in_host : in->transport);
+  c->a_in = in_host->alpha_us, c->b_in = in_host->beta_us / 1024, c->g_in = in_host->gamma_us / 1024;
+  c->a_out = across->alpha_us, c->b_out = across->beta_us / 1024, c->g_out = across->gamma_us / 1024;
 }
 
 double weft__select_cost(const weft__algo *algo, const weft__select_input *in) {
   int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(in->coll, rows);
-  cost_in c;
+  weft__cost_in c;
   make_cost_in(in, &c);
   for (int i = 0; i < k; i++)
-    if (candidates[rows[i]].algo == algo && candidates[rows[i]].cost) return candidates[rows[i]].cost(&c);
+    if (weft__algo_table[rows[i]] == algo && algo->cost) return algo->cost(&c);
   return -1;
 }
 
@@ -360,7 +174,8 @@ static unsigned named_mask(weft__coll_t coll, const char *p, size_t len, int *un
     int found = 0;
     for (int i = 0; i < k; i++) {
       char have[64];
-      squash(candidates[rows[i]].algo->name, strlen(candidates[rows[i]].algo->name), have, sizeof(have));
+      const char *name = weft__algo_table[rows[i]]->name;
+      squash(name, strlen(name), have, sizeof(have));
       if (strcmp(want, have) == 0) mask |= 1u << i, found = 1;
     }
     if (!found && want[0] != '\0') *unknown = 1;
@@ -409,10 +224,10 @@ int weft__algo_filter_parse(const char *spec, weft__algo_filter *f) {
 /* "ring, tree, ...; collectives: all_reduce, ..." for the warning on a bad WEFT_ALGO. */
 static void valid_names(char *out, size_t len) {
   size_t n = (size_t)snprintf(out, len, "algorithms:");
-  for (int i = 0; i < NCANDIDATES && n < len; i++) {
+  for (int i = 0; i < weft__algo_table_len && n < len; i++) {
     int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = strcmp(candidates[j].algo->name, candidates[i].algo->name) == 0;
-    if (!seen) n += (size_t)snprintf(out + n, len - n, " %s", candidates[i].algo->name);
+    for (int j = 0; j < i && !seen; j++) seen = strcmp(weft__algo_table[j]->name, weft__algo_table[i]->name) == 0;
+    if (!seen) n += (size_t)snprintf(out + n, len - n, " %s", weft__algo_table[i]->name);
   }
   for (int c = 0; c < WEFT__NUM_COLLS && n < len; c++)
     n += (size_t)snprintf(out + n, len - n, "%s%s", c == 0 ? "; collectives: " : ", ",
@@ -442,39 +257,56 @@ static void filter_from_env(weft__algo_filter *out) {
 }
 
 /* ---- resolving ------------------------------------------------------------------------ */
-/* 1 when candidate c may run in.bytes under the model (its cap). */
-static int within_cap(const candidate *c, const weft__select_input *in) {
+/* 1 when row c may run in.bytes under the model (its cap). */
+static int within_cap(const weft__algo *c, const weft__select_input *in) {
   return c->max_bytes == 0 || in->bytes <= c->max_bytes;
+}
+
+/* 1 when row c handles user buffers of in's memory kind. */
+static int handles(const weft__algo *c, int mem_kind) {
+  return (c->spaces & WEFT__MEM_KIND_BIT(mem_kind)) != 0;
+}
+
+/* 1 when every peer's transport has what row c needs (in->caps 0: unknown, assume all). */
+static int reachable(const weft__algo *c, const weft__select_input *in) {
+  return (c->needs & ~(in->caps ? in->caps : ~0u)) == 0;
 }
 
 const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
                                        char *why, size_t whylen) {
   int rows[WEFT__SELECT_MAX_CANDIDATES], k = rows_of(in->coll, rows);
   unsigned allowed = f ? f->allowed[in->coll] : ~0u;
-  int any_in_cap = 0;
-  for (int i = 0; i < k; i++)
-    if (((allowed >> i) & 1) && within_cap(&candidates[rows[i]], in)) any_in_cap = 1;
+  int any_in_cap = 0, any_here = 0;
+  for (int i = 0; i < k; i++) {
+    const weft__algo *c = weft__algo_table[rows[i]];
+    int here = handles(c, in->mem_kind) && reachable(c, in);
+    if (((allowed >> i) & 1) && here) any_here = 1;
+    if (((allowed >> i) & 1) && here && within_cap(c, in)) any_in_cap = 1;
+  }
   const weft__algo *best = NULL;
   double best_cost = 0;
   size_t used = 0;
-  cost_in ci;
+  weft__cost_in ci;
   if (k > 1) make_cost_in(in, &ci);
   if (why && whylen) why[0] = '\0';
   for (int i = 0; i < k; i++) {
-    const candidate *c = &candidates[rows[i]];
-    int ok = (allowed >> i) & 1, capped = !within_cap(c, in);
+    const weft__algo *c = weft__algo_table[rows[i]];
+    int here = handles(c, in->mem_kind) && reachable(c, in);
+    /* WEFT_ALGO's choice stands unless it cannot touch this memory: then the others do. */
+    int ok = ((allowed >> i) & 1) || (!any_here && here), capped = !within_cap(c, in);
     double cost = c->cost && k > 1 ? c->cost(&ci) : 0;
-    if (why && used < whylen && (k > 1 || !ok))
+    if (why && used < whylen && (k > 1 || !ok || !here))
       used += (size_t)snprintf(why + used, whylen - used, "%s%s %.1f us%s", used ? ", " : "",
-                               c->algo->name, cost,
-                               !ok ? " (excluded by WEFT_ALGO)" : capped ? " (above its size cap)"
+                               c->name, cost,
+                               !here ? " (not for this memory or transport)" : !ok ? " (excluded by WEFT_ALGO)"
+                               : capped ? " (above its size cap)"
                                : isinf(cost) ? " (not for this host layout)" : "");
     /* A forced algorithm runs at any size; the model alone keeps to the caps. */
-    if (!ok || (capped && any_in_cap)) continue;
-    if (best == NULL || cost < best_cost) best = c->algo, best_cost = cost;
+    if (!here || !ok || (capped && any_in_cap)) continue;
+    if (best == NULL || cost < best_cost) best = c, best_cost = cost;
   }
   if (why && used == 0) snprintf(why, whylen, "the only algorithm");
-  return best ? best : (k > 0 ? candidates[rows[0]].algo : NULL);
+  return best;
 }
 
 /* The bytes the model sees: count * size, i.e. the whole buffer, or the block per rank of an
@@ -505,13 +337,12 @@ static int has_two_level(weft__coll_t coll) {
          coll == WEFT__COLL_BROADCAST;
 }
 
-/* The host shape from the communicator's system view (O(hosts)); from the peers' host
- * identities when there is none. */
+/* The host shape from the communicator's system view (O(hosts)); none (which rules the
+ * two-level algorithms out) beyond WEFT__HIER_MAX_HOSTS hosts. */
 static void host_shape(const struct weft_comm *comm, weft__select_input *in) {
   const weft__topo_system *sys = comm->topo;
   if (sys == NULL || sys->nhosts > WEFT__HIER_MAX_HOSTS) {
-    weft__hier_shape sh = weft__hier_shape_of(comm->peers, comm->nranks);
-    in->nhosts = sh.nhosts, in->min_local = sh.min_local, in->max_local = sh.max_local;
+    in->nhosts = in->min_local = in->max_local = 0;
     return;
   }
   in->nhosts = sys->nhosts, in->min_local = comm->nranks, in->max_local = 0;
@@ -521,21 +352,38 @@ static void host_shape(const struct weft_comm *comm, weft__select_input *in) {
   }
 }
 
-/* Comm-wide facts, identical on all ranks: the system view (comm->topo) or comm->peers
- * holds every rank's host. */
+/* The transport the core picks for two ranks on different hosts (same 0) or on one (same
+ * 1) of sys, or NULL when no such pair exists: the same on every rank (lib/connect.c's
+ * choice reads only the system view). */
+static const weft__transport *pair_transport(const struct weft_comm *comm, int same) {
+  const weft__topo_system *sys = comm->topo;
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = a + 1; b < comm->nranks; b++)
+      if ((sys->ranks[a].host == sys->ranks[b].host) == same)
+        return weft__transport_choose(sys, a, b, comm->forced_transport);
+  return NULL;
+}
+
+/* Comm-wide facts, identical on all ranks, from the system view (comm->topo): the
+ * transport of the links the flat algorithms cross (across hosts: the slowest), and within
+ * one host for the two-level ones. */
 static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
-  int one_host = comm->topo != NULL ? comm->topo->nhosts == 1 : 1;
-  for (int p = 1; comm->topo == NULL && p < comm->nranks && one_host; p++)
-    one_host = comm->peers[p].host_hash == comm->peers[0].host_hash;
-  in->transport = WEFT__TRANSPORT_SOCKET;
+  int one_host = comm->topo->nhosts == 1;
+  /* Without a pair, the registry's last transport: the one that reaches any pair. */
+  in->transport = weft__transports[0];
+  for (int t = 1; weft__transports[t] != NULL; t++) in->transport = weft__transports[t];
+  in->transport_in_host = NULL;
+  in->caps = comm->caps_all;
   in->oversubscribed = 0;
   if (!one_host) {
+    in->transport = pair_transport(comm, 0);
     if (has_two_level(in->coll)) host_shape(comm, in);
+    if (in->nhosts > 1) in->transport_in_host = pair_transport(comm, 1);
     return;
   }
   if (comm->nranks < 2) return;
-  /* On one host every rank's peers use the same transport: shm, or socket when forced. */
-  in->transport = comm->peer_transports[(comm->rank + 1) % comm->nranks];
+  /* On one host every rank's peers use the same transport (shm, or socket when forced). */
+  in->transport = comm->conns[(comm->rank + 1) % comm->nranks].tr;
   long cores = online_cores();
   in->oversubscribed = cores > 0 && comm->nranks > cores;
 }
@@ -555,13 +403,13 @@ int weft__tuner_trace_on(void) {
  * and costing every candidate: that was ~15% of an 8-byte all-reduce's 0.5 us. So each
  * communicator reads WEFT_ALGO and its comm-wide facts once, at its first call (like NCCL,
  * which reads its variables at init: change them before creating a communicator), and
- * remembers its last choice per collective. An entry packs (bytes, candidate row + 1) into
- * one 64-bit word, so a stream's worker thread and the caller's thread may use the cache at
- * once without a lock. WEFT_TUNER_TRACE bypasses it so every call is logged. */
+ * remembers its last choice per collective. An entry packs (bytes, memory kind, candidate
+ * row + 1) into one 64-bit word, so a stream's worker thread and the caller's thread may use
+ * the cache at once without a lock. WEFT_TUNER_TRACE bypasses it so every call is logged. */
 struct weft__tuner_cache {
   weft__algo_filter filter;
   weft__select_input facts;                   /* transport, oversubscription, host shape */
-  _Atomic uint64_t last[WEFT__NUM_COLLS];     /* (bytes << 8) | (row + 1); 0: empty */
+  _Atomic uint64_t last[WEFT__NUM_COLLS];     /* (bytes << 12) | (kind << 8) | (row + 1); 0: empty */
 };
 
 static struct weft__tuner_cache *tuner_cache(struct weft_comm *comm) {
@@ -570,8 +418,8 @@ static struct weft__tuner_cache *tuner_cache(struct weft_comm *comm) {
   struct weft__tuner_cache *fresh = calloc(1, sizeof(*fresh));
   if (fresh == NULL) return NULL; /* the caller resolves without a cache */
   filter_from_env(&fresh->filter);
-  fresh->facts = (weft__select_input){WEFT__COLL_ALL_REDUCE, comm->nranks, 0, WEFT__TRANSPORT_SHM, 0,
-                                      comm->chunk_bytes, 0, 0, 0};
+  fresh->facts = (weft__select_input){.coll = WEFT__COLL_ALL_REDUCE, .nranks = comm->nranks,
+                                      .chunk_bytes = comm->chunk_bytes};
   comm_facts(comm, &fresh->facts);
   struct weft__tuner_cache *expected = NULL;
   if (atomic_compare_exchange_strong_explicit(&comm->tuner, &expected, fresh, memory_order_acq_rel,
@@ -585,26 +433,48 @@ void weft__select_comm_free(struct weft_comm *comm) {
   free(atomic_exchange_explicit(&comm->tuner, NULL, memory_order_acq_rel));
 }
 
-/* The row of candidates[] holding algo for coll, or -1. */
-static int row_of(weft__coll_t coll, const weft__algo *algo) {
-  for (int i = 0; i < NCANDIDATES; i++)
-    if (candidates[i].coll == coll && candidates[i].algo == algo) return i;
+/* The row of weft__algo_table holding algo, or -1. */
+static int row_of(const weft__algo *algo) {
+  for (int i = 0; i < weft__algo_table_len; i++)
+    if (weft__algo_table[i] == algo) return i;
   return -1;
 }
 
+static uint64_t cache_key(size_t bytes, int mem_kind) {
+  return ((uint64_t)bytes << 4 | (uint64_t)mem_kind) << 8;
+}
+
+/* The last choice for (bytes, mem_kind) of coll, or NULL. */
+static const weft__algo *cached(struct weft__tuner_cache *c, weft__coll_t coll, size_t bytes, int mem_kind) {
+  uint64_t e = atomic_load_explicit(&c->last[coll], memory_order_relaxed);
+  return e != 0 && (e & ~(uint64_t)0xff) == cache_key(bytes, mem_kind) ? weft__algo_table[(e & 0xff) - 1] : NULL;
+}
+
 static const weft__algo *resolve_cached(struct weft__tuner_cache *c, weft__select_input *in) {
-  uint64_t e = atomic_load_explicit(&c->last[in->coll], memory_order_relaxed);
-  if (e != 0 && e >> 8 == (uint64_t)in->bytes) return candidates[(e & 0xff) - 1].algo;
+  uint64_t key = cache_key(in->bytes, in->mem_kind);
   const weft__algo *a = weft__select_resolve(in, &c->filter, NULL, 0);
-  int row = a != NULL ? row_of(in->coll, a) : -1;
-  if (row >= 0 && row < 255 && (uint64_t)in->bytes < (UINT64_C(1) << 56))
-    atomic_store_explicit(&c->last[in->coll], ((uint64_t)in->bytes << 8) | (uint64_t)(row + 1),
-                          memory_order_relaxed);
+  int row = a != NULL ? row_of(a) : -1;
+  if (row >= 0 && row < 255 && (uint64_t)in->bytes < (UINT64_C(1) << 52) && in->mem_kind < 16)
+    atomic_store_explicit(&c->last[in->coll], key | (uint64_t)(row + 1), memory_order_relaxed);
   return a;
 }
 
+/* Per collective, its row with `wanted` (at most one; the direct algorithm). */
+static const weft__algo *wanted_rows[WEFT__NUM_COLLS];
+
+/* Filled when the library loads, so the latency path reads a plain table. */
+__attribute__((constructor)) static void find_wanted_rows(void) {
+  for (int i = 0; i < weft__algo_table_len; i++)
+    if (weft__algo_table[i]->wanted != NULL && wanted_rows[weft__algo_table[i]->coll] == NULL)
+      wanted_rows[weft__algo_table[i]->coll] = weft__algo_table[i];
+}
+
 const weft__algo *weft__select_algo(const weft__task *t) {
-  if ((unsigned)t->coll < WEFT__NUM_COLLS && weft__direct_wanted(t)) return weft__direct_algo(t->coll);
+  if ((unsigned)t->coll >= WEFT__NUM_COLLS) return NULL;
+  const weft__algo *w = wanted_rows[t->coll];
+  /* wanted first: it says no at once without registered windows */
+  if (w != NULL && w->wanted(t) && handles(w, (int)t->mem->kind) && (w->needs & ~t->comm->caps_all) == 0)
+    return w;
   return weft__select_modelled(t);
 }
 
@@ -613,13 +483,17 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
   struct weft_comm *comm = t->comm;
   struct weft__tuner_cache *cache = weft__tuner_trace_on() ? NULL : tuner_cache(comm);
   if (cache != NULL) {
+    size_t bytes = model_bytes(t);
+    const weft__algo *hit = cached(cache, t->coll, bytes, (int)t->mem->kind);
+    if (hit != NULL) return hit;
     weft__select_input in = cache->facts;
     in.coll = t->coll;
-    in.bytes = model_bytes(t);
+    in.bytes = bytes;
+    in.mem_kind = (int)t->mem->kind;
     return resolve_cached(cache, &in);
   }
-  weft__select_input in = {t->coll, comm->nranks, model_bytes(t), WEFT__TRANSPORT_SHM, 0,
-                           comm->chunk_bytes, 0, 0, 0};
+  weft__select_input in = {.coll = t->coll, .nranks = comm->nranks, .bytes = model_bytes(t),
+                           .chunk_bytes = comm->chunk_bytes, .mem_kind = (int)t->mem->kind};
   comm_facts(comm, &in);
   weft__algo_filter f;
   filter_from_env(&f);
@@ -629,9 +503,11 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
   char hosts[64] = "";
   if (in.nhosts > 1)
     snprintf(hosts, sizeof(hosts), " (%d hosts, %d-%d ranks each)", in.nhosts, in.min_local, in.max_local);
-  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B, %d ranks over %s%s%s: %s (%s)",
-                  weft__task_describe(t, what, sizeof(what)), in.bytes, in.nranks,
-                  weft__select_transport_name(in.transport), hosts,
+  char memory[48] = "";
+  if (t->mem->kind != WEFT__MEM_HOST) snprintf(memory, sizeof(memory), " in %s memory", t->mem->name);
+  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B%s, %d ranks over %s%s%s: %s (%s)",
+                  weft__task_describe(t, what, sizeof(what)), in.bytes, memory, in.nranks,
+                  in.transport->name, hosts,
                   in.oversubscribed ? " (more ranks than cores)" : "", a ? a->name : "none", why);
   return a;
 }
@@ -668,6 +544,7 @@ weft_status_t weft_get_algorithm(weft_comm_t comm, const char *collective, size_
   t.count = count;
   t.dtype = datatype;
   t.root = t.peer = -1;
+  t.mem = &weft__mem_host;
   const weft__algo *a = weft__select_modelled(&t); /* direct depends on the buffers */
   *name = a != NULL ? a->name : "none";
   return WEFT_SUCCESS;

@@ -3,7 +3,9 @@
 #ifndef WEFT_SELECT_H
 #define WEFT_SELECT_H
 #include <stddef.h>
-#include "lib/task.h"
+#include "lib/algo.h"
+
+struct weft__transport;
 
 enum { WEFT__SELECT_MAX_CANDIDATES = 5 };
 
@@ -12,13 +14,19 @@ typedef struct weft__select_input {
   weft__coll_t coll;
   int nranks;
   size_t bytes;        /* count * size: the whole buffer, or per rank (all-gather, all-to-all) */
-  int transport;       /* WEFT__TRANSPORT_SHM or WEFT__TRANSPORT_SOCKET (the slowest in use) */
+  /* The transport whose model row the costs use (transports/transport.h): of the links the
+   * algorithms cross (across hosts: the slowest). NULL: the registry's first. */
+  const struct weft__transport *transport;
   int oversubscribed;  /* more ranks than cores on the one host they share */
   size_t chunk_bytes;  /* the pipeline chunk (WEFT_CHUNK_BYTES) */
   /* The host shape (algos/hier.h); nhosts 0 or 1: one host or unknown, which rules out the
    * hierarchical algorithms. */
   int nhosts;
   int min_local, max_local; /* fewest and most ranks on one host */
+  int mem_kind;        /* the user buffers' memory kind (mem/space.h); 0: host */
+  /* Two-level algorithms: the transport within a host (NULL: transport) */
+  const struct weft__transport *transport_in_host;
+  unsigned caps;       /* what every peer's transport can (WEFT__TRANSPORT_CAP_*); 0: unknown */
 } weft__select_input;
 
 /* Which candidates WEFT_ALGO leaves, per collective: bit i = candidate i allowed. */
@@ -40,13 +48,12 @@ int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max);
 /* The cost model's estimate in microseconds of algo for in (negative: not modelled). */
 double weft__select_cost(const weft__algo *algo, const weft__select_input *in);
 
-/* The choice for in under filter f (NULL: none); *why (may be NULL) gets a short reason. */
+/* The choice for in under filter f (NULL: none); *why (may be NULL) gets a short reason.
+ * Only rows that handle in->mem_kind count; NULL when none does. */
 const weft__algo *weft__select_resolve(const weft__select_input *in, const weft__algo_filter *f,
                                        char *why, size_t whylen);
 
 /* WEFT_TUNER_TRACE is set (read once): log every call's choice. Thread-safe. */
 int weft__tuner_trace_on(void);
 
-/* The model's transport name ("shm", "socket"). */
-const char *weft__select_transport_name(int transport);
 #endif

@@ -2,13 +2,15 @@
  *
  * Waiting: a rank that has nothing to move spins briefly (the answer is often microseconds
  * away), then yields the CPU (tests run more ranks than cores; with more ranks than cores on
- * the host it yields at once), then sleeps: on a futex in its shm segment that peers ring
- * when they publish something (transports/shm/shm_doorbell.h; a wake costs ~30 us here, so
- * only after the yield phase), or in poll() on the sockets it waits for; waiting on both,
- * it polls the sockets and sleeps on the futex for short naps. Every wait is bounded: when nothing has moved for
- * the communicator's timeout the operation fails naming the peer it waits for. While idle
- * it also checks, every few milliseconds, whether the bootstrap root reported a failed rank
- * and whether shared-memory peers it waits for are still alive. */
+ * the host it yields at once), then sleeps, through whatever the transports it waits on
+ * offer (transports/transport.h): poll() on their file descriptors (sockets), or their
+ * sleep hook (WEFT__TRANSPORT_CAP_WAIT: shm's doorbell futex, which peers ring when they
+ * publish something; a wake costs ~30 us here, so only after the yield phase); waiting on
+ * both, it polls the descriptors and sleeps for short naps; with neither, it naps. Every
+ * wait is bounded: when nothing has moved for the communicator's timeout the operation fails
+ * naming the peer it waits for. While idle it also checks, every few milliseconds, whether
+ * the bootstrap root reported a failed rank and whether peers it waits for are still alive
+ * (WEFT__TRANSPORT_CAP_LIVENESS). */
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
@@ -23,8 +25,9 @@
 #include "lib/dtype.h"
 #include "lib/env.h"
 #include "lib/status.h"
+#include "lib/algo.h"
 #include "lib/task.h"
-#include "transports/shm/shm_placement.h"
+#include "mem/space.h"
 #include "transports/transport.h"
 
 #define SPIN_ITERS 200
@@ -32,10 +35,8 @@
 #define CLOCK_EVERY 8              /* idle looks between two reads of the clock */
 #define YIELD_NS 200000ull         /* yield for 0.2 ms after the last progress, then sleep */
 #define OVERSUB_YIELD_NS 1000000ull /* the same with more ranks than cores: 1 ms */
-#define SLEEP_MAX_NS 1000000ull    /* one futex sleep: bounds a missed ring (shm_doorbell.h);
-                                      WEFT_SHM_SLEEP_MAX_US overrides it (tests: a long
-                                      value shows that peers really ring) */
-#define NAP_NS 50000               /* one nap when sockets and shm are both waited on: 50 us */
+#define NAP_NS 50000               /* one nap when descriptors and a sleep hook are both
+                                      waited on, or neither: 50 us */
 #define HEALTH_EVERY_NS 20000000ull /* check peers' health every 20 ms while idle */
 
 static const char *const coll_names[WEFT__NUM_COLLS] = {
@@ -62,6 +63,7 @@ void weft__task_init(weft__task *t, struct weft_comm *comm, weft__coll_t coll) {
   t->count = 0;
   t->dtype = WEFT_FLOAT32;
   t->op = WEFT_SUM;
+  t->mem = &weft__mem_host;
   t->root = -1;
   t->peer = -1;
   t->p2p = NULL;
@@ -121,20 +123,6 @@ static const weft__req *first_pending(struct weft_comm *comm) {
   return NULL;
 }
 
-/* 1 if pid no longer runs (gone, or a zombie nobody has reaped yet). */
-static int process_dead(int pid) {
-  if (kill(pid, 0) != 0) return errno == ESRCH;
-  char path[64], stat[256];
-  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL) return 0;
-  size_t n = fread(stat, 1, sizeof(stat) - 1, f);
-  fclose(f);
-  stat[n] = '\0';
-  const char *close_paren = strrchr(stat, ')');
-  return close_paren != NULL && (close_paren[2] == 'Z' || close_paren[2] == 'X');
-}
-
 /* A failed peer that this operation waits for, or -2; *why explains. The root going away is
  * no verdict: under mpirun it lives in rank 0's process, which may exit normally while the
  * other ranks finish their last operation among themselves. Then only a peer we wait for
@@ -145,63 +133,56 @@ static int failed_peer(struct weft_comm *comm, const char **why) {
   for (int p = 0; p < comm->nranks; p++) {
     weft__conn *c = &comm->conns[p];
     if (c->send_head == NULL && c->recv_head == NULL) continue;
-    if (comm->peer_transports[p] == WEFT__TRANSPORT_SHM && process_dead(comm->peers[p].pid)) {
-      *why = "exited (its process is gone)";
-      return p;
-    }
+    if ((c->caps & WEFT__TRANSPORT_CAP_LIVENESS) && c->tr->peer_failed(comm, p, why)) return p;
   }
   return -2;
 }
 
-/* Fills fds with the sockets the pending requests wait on; *others is set when some pending
- * request is on a transport without fds (shm), which poll() could not wake us for. */
-static int collect_poll_fds(struct weft_comm *comm, struct pollfd *fds, int max, int *others) {
-  int n = 0;
+/* Fills fds with the descriptors the pending requests wait on. Requests on transports
+ * without descriptors set *others, and *sleeper to their transport when it is one with a
+ * sleep hook (WEFT__TRANSPORT_CAP_WAIT) and the only such transport pending. */
+static int collect_waits(struct weft_comm *comm, struct pollfd *fds, int max, int *others,
+                         const weft__transport **sleeper) {
+  int n = 0, several = 0;
   *others = 0;
+  *sleeper = NULL;
   for (int p = 0; p < comm->nranks; p++) {
     weft__conn *c = &comm->conns[p];
     if (c->send_head == NULL && c->recv_head == NULL) continue;
-    if (c->tr == NULL || c->tr->poll_fds == NULL || n >= max) {
-      *others = 1;
+    if (c->tr->poll_fds != NULL && n < max) {
+      n += c->tr->poll_fds(c, fds + n, max - n);
       continue;
     }
-    n += c->tr->poll_fds(c, fds + n, max - n);
+    *others = 1;
+    if (!(c->caps & WEFT__TRANSPORT_CAP_WAIT)) several = 1;
+    else if (*sleeper != NULL && *sleeper != c->tr) several = 1;
+    else *sleeper = c->tr;
   }
+  if (several) *sleeper = NULL;
   return n;
 }
 
-static uint64_t sleep_max_ns(void) {
-  static _Atomic uint64_t cached;
-  uint64_t v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (v == 0) {
-    long us = weft__env_long("WEFT_SHM_SLEEP_MAX_US", (long)(SLEEP_MAX_NS / 1000));
-    v = us > 0 ? (uint64_t)us * 1000 : SLEEP_MAX_NS;
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-  }
-  return v;
-}
-
-/* Sleeps on this rank's shm doorbell for at most ns, after announcing it and looking for
- * work once more (a peer rings only an announced sleeper); *moved when that look found some.
- * Without shm peers, a plain nap. */
-static weft_status_t sleep_on_shm(struct weft_comm *comm, uint64_t ns, int *moved) {
-  uint32_t bell;
-  if (!weft__shm_sleep_begin(comm, &bell)) {
+/* Sleeps through the transport's hook for at most ns, after announcing it and looking for
+ * work once more (a peer signals only an announced sleeper); *moved when that look found
+ * some. Without a sleeper, or when it has nothing to sleep on, a plain nap. */
+static weft_status_t sleep_on(struct weft_comm *comm, const weft__transport *sleeper, uint64_t ns, int *moved) {
+  uint32_t token;
+  if (sleeper == NULL || !sleeper->sleep_begin(comm, &token)) {
     struct timespec ts = {0, (long)(ns < NAP_NS ? ns : NAP_NS)};
     nanosleep(&ts, NULL);
     return WEFT_SUCCESS;
   }
   weft_status_t st = weft__comm_progress(comm, moved);
-  if (st == WEFT_SUCCESS && !*moved) weft__shm_sleep(comm, bell, ns);
-  weft__shm_sleep_end(comm);
+  if (st == WEFT_SUCCESS && !*moved) sleeper->sleep(comm, token, ns);
+  sleeper->sleep_end(comm);
   return st;
 }
 
-/* Gives the CPU away according to how long nothing has moved. Waiting only on sockets, a
- * short spin then poll() is fastest: the kernel wakes us when data arrives, and spinning on
- * recv() over loopback measured 3-30x slower on these VMs. Waiting on shared memory: spin,
- * then yield (more ranks than cores), then sleep on the shm doorbell. Sets *moved when a
- * last look before sleeping moved something. */
+/* Gives the CPU away according to how long nothing has moved. Waiting only on descriptors
+ * (sockets), a short spin then poll() is fastest: the kernel wakes us when data arrives,
+ * and spinning on recv() over loopback measured 3-30x slower on these VMs. Waiting on
+ * memory (shm): spin, then yield (more ranks than cores), then sleep through the
+ * transport's hook. Sets *moved when a last look before sleeping moved something. */
 static weft_status_t back_off(struct weft_comm *comm, unsigned idle, uint64_t idle_ns, int *moved) {
   if (comm->oversubscribed && idle_ns < OVERSUB_YIELD_NS) { /* spinning first measured slower */
     sched_yield();
@@ -213,7 +194,8 @@ static weft_status_t back_off(struct weft_comm *comm, unsigned idle, uint64_t id
   }
   struct pollfd fds[64];
   int others;
-  int n = collect_poll_fds(comm, fds, 64, &others);
+  const weft__transport *sleeper;
+  int n = collect_waits(comm, fds, 64, &others, &sleeper);
   if (n > 0 && !others) {
     poll(fds, (nfds_t)n, 1);
     return WEFT_SUCCESS;
@@ -227,9 +209,10 @@ static weft_status_t back_off(struct weft_comm *comm, unsigned idle, uint64_t id
     return WEFT_SUCCESS;
   }
   if (n > 0) poll(fds, (nfds_t)n, 0);
-  uint64_t ns = n > 0 ? NAP_NS : sleep_max_ns();
-  uint64_t left = (uint64_t)comm->timeout_ms * 1000000ull - idle_ns; /* > 0: drive checked */
-  return sleep_on_shm(comm, ns < left + 1000000ull ? ns : left + 1000000ull, moved);
+  /* The deadline bounds the sleep; the transport bounds it further (a missed signal). */
+  uint64_t left = (uint64_t)comm->timeout_ms * 1000000ull - idle_ns + 1000000ull; /* > 0: drive checked */
+  uint64_t ns = n > 0 && NAP_NS < left ? NAP_NS : left;
+  return sleep_on(comm, sleeper, ns, moved);
 }
 
 static weft_status_t timed_out(weft__task *t) {
@@ -321,6 +304,13 @@ static const char *root_reported_failure(struct weft_comm *comm) {
   return text;
 }
 
+/* Every transport's PLACEMENT hook (shm's placement probe), in registry order: every rank
+ * runs them at the same point of every operation. comm->before lists them (lib/connect.c). */
+static weft_status_t before_collective(weft__task *t) {
+  for (int i = 0; i < t->comm->nbefore; i++) WEFT_TRY(t->comm->before[i](t));
+  return WEFT_SUCCESS;
+}
+
 weft_status_t weft__task_run(weft__task *t) {
   struct weft_comm *comm = t->comm;
   WEFT_TRY(weft__comm_wait_ready(comm));
@@ -329,12 +319,17 @@ weft_status_t weft__task_run(weft__task *t) {
   weft_status_t st = check_usable(t);
   if (st == WEFT_SUCCESS) {
     t->algo = weft__select_algo(t);
-    st = weft__shm_placement_check(t);
+    st = t->algo != NULL ? before_collective(t)
+                         : weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: no %s algorithm handles "
+                                       "buffers in %s memory", comm->rank, weft__coll_name(t->coll),
+                                       t->mem->name);
     if (st == WEFT_SUCCESS) st = t->algo->start(t);
     if (st == WEFT_SUCCESS || st == WEFT_IN_PROGRESS) {
       weft__error_quiet(1); /* one warning, with the operation named, instead of two */
       st = drive(t);
       weft__error_quiet(0);
+      /* The user reads the results next: an asynchronous space's work must be done. */
+      if (!(t->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(t->mem);
       if (st != WEFT_SUCCESS) {
         weft__comm_drop_requests(comm);
         comm->broken = 1;

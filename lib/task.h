@@ -38,14 +38,10 @@ typedef enum {
 const char *weft__coll_name(weft__coll_t coll);
 
 struct weft__task;
-typedef struct weft__algo {
-  const char *name; /* "ring", "chain", "pairwise", ... */
-  weft__coll_t coll;
-  /* Allocates t->state, posts the first requests. Errors end the task. */
-  weft_status_t (*start)(struct weft__task *t);
-  /* Advances after requests moved: WEFT_IN_PROGRESS, WEFT_SUCCESS when done, or an error. */
-  weft_status_t (*progress)(struct weft__task *t);
-} weft__algo;
+/* An algorithm: its row of the registry (lib/algo.h). */
+typedef struct weft__algo weft__algo;
+
+struct weft__mem_space;
 
 /* One send or receive of a group (kept as a list on the group's task). */
 typedef struct weft__p2p_op {
@@ -53,6 +49,7 @@ typedef struct weft__p2p_op {
   int peer;
   void *buf; /* send: const data; recv: destination */
   size_t bytes;
+  const struct weft__mem_space *mem; /* buf's memory space */
 } weft__p2p_op;
 
 enum { WEFT__TASK_STATE_INLINE = 512 }; /* bytes of state kept inside the task */
@@ -66,6 +63,9 @@ typedef struct weft__task {
   size_t count;             /* elements, as the caller gave it */
   weft_datatype_t dtype;
   weft_redop_t op;
+  /* The memory space of sendbuf and recvbuf (mem/space.h): the algorithm reads and writes
+   * them only through it. Host unless a buffer lies in another space. */
+  const struct weft__mem_space *mem;
   int root;                 /* rooted collectives; -1 otherwise */
   int peer;                 /* send / recv; -1 otherwise */
   weft__p2p_op *p2p;        /* WEFT__COLL_P2P_GROUP: its ops */
@@ -102,25 +102,12 @@ weft_status_t weft__task_run(weft__task *t);
 /* A short description for error messages: "all_reduce #42 (1024 x float32 sum)". */
 const char *weft__task_describe(const weft__task *t, char *buf, size_t len);
 
-/* Picks the algorithm for t: the direct one when its buffers may be in registered windows
- * (algos/direct.h), else the tuner's choice. */
+/* Picks the algorithm for t: a row whose `wanted` says so (the direct algorithms, when its
+ * buffers may be in registered windows), else the tuner's choice (lib/select.c). */
 const weft__algo *weft__select_algo(const weft__task *t);
-/* The tuner's choice for t (the cost model, or what WEFT_ALGO forces), direct aside. */
+/* The tuner's choice for t (the cost model, or what WEFT_ALGO forces), `wanted` rows aside. */
 const weft__algo *weft__select_modelled(const weft__task *t);
 /* Frees the tuner's per-communicator cache (comm.c, at destroy). */
 void weft__select_comm_free(struct weft_comm *comm);
 
-/* Algorithms. */
-extern const weft__algo weft__algo_all_reduce_ring;
-extern const weft__algo weft__algo_reduce_scatter_ring;
-extern const weft__algo weft__algo_reduce_scatter_recursive_doubling;
-extern const weft__algo weft__algo_all_gather_ring;
-extern const weft__algo weft__algo_broadcast_chain;
-extern const weft__algo weft__algo_reduce_chain;
-extern const weft__algo weft__algo_all_to_all_pairwise;
-extern const weft__algo weft__algo_all_to_allv_pairwise;
-extern const weft__algo weft__algo_gather_linear;
-extern const weft__algo weft__algo_scatter_linear;
-extern const weft__algo weft__algo_barrier_dissemination;
-extern const weft__algo weft__algo_p2p;
 #endif

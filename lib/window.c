@@ -1,9 +1,12 @@
 /* window.c: weft_comm_window_register / weft_comm_window_deregister.
  *
- * Registration is collective. Every rank all-gathers a descriptor of its buffer (its pid,
- * the memfd behind it from weft_mem_alloc, the offset and length) and maps each peer's
- * buffer by opening /proc/<pid>/fd/<fd>: the kernel allows that to a process of the same
- * user with ptrace read access, the same rule as Linux's cross-memory attach. A second
+ * Registration is collective. Every rank all-gathers a descriptor of its buffer (the
+ * handle its memory space exports: for host memory the pid and the memfd behind it from
+ * weft_mem_alloc, the offset and length) and imports each peer's buffer through its space
+ * (host: opening /proc/<pid>/fd/<fd>, mem/host.c). Windows are usable for direct
+ * collectives only when every peer's transport lets this rank reach that peer's memory
+ * (WEFT__TRANSPORT_CAP_PEER_MEMORY, transports/transport.h: shm) and every rank's buffer
+ * is of the same memory kind. A second
  * all-gather agrees on the outcome, so a window is usable for direct collectives on every
  * rank or on none; an unusable window stays registered, and one info line says why.
  * Windows get ids in registration order, the same on every rank, so a call can name a
@@ -14,19 +17,16 @@
  *   WEFT_DIRECT_MIN_BYTES (default 4K): collectives whose larger buffer is smaller take
  *   the usual path (16 times that with more ranks than cores: algos/direct.c). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 #include "lib/comm.h"
 #include "lib/env.h"
 #include "lib/log.h"
-#include "lib/map_colour.h"
-#include "lib/mem.h"
 #include "lib/status.h"
 #include "lib/window.h"
+#include "transports/transport.h"
 
 /* Where the direct algorithms start to win on 2 ranks (buffer bytes, us per call, direct
  * against the usual algorithm): broadcast 0.44-0.66 / 0.31-0.45 at 2 KiB, 0.54-0.61 /
@@ -39,11 +39,10 @@
 typedef struct {
   int32_t reason;    /* 0: arguments valid, buffer inside one weft_mem_alloc block; else
                         an index into reasons[] */
-  int32_t pid;
-  int32_t fd;
+  int32_t kind;      /* the buffer's memory kind (mem/space.h) */
   int32_t direct;    /* WEFT_DIRECT on this rank */
-  uint64_t offset;   /* of the buffer in the memfd */
-  uint64_t bytes;
+  int32_t pad;
+  weft__mem_handle handle; /* what the space exported */
   uint64_t min_bytes; /* WEFT_DIRECT_MIN_BYTES on this rank */
 } window_desc;
 
@@ -67,20 +66,29 @@ struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id) {
 }
 
 static void unmap_peers(struct weft_window *w) {
-  for (int j = 0; w->map_addr != NULL && j < w->comm->nranks; j++) {
-    if (w->map_addr[j] != NULL) munmap(w->map_addr[j], w->map_len[j]);
-    w->map_addr[j] = NULL;
+  for (int j = 0; w->maps != NULL && j < w->comm->nranks; j++) {
+    w->space->unimport(w->space, &w->maps[j]);
     if (w->peer_base != NULL && j != w->comm->rank) w->peer_base[j] = NULL;
   }
 }
 
+/* Registers the window with every transport that registers memory (RDMA-style); 0 on
+ * success. Every rank calls every transport alike: registration is collective. */
+static weft_status_t register_with_transports(struct weft_window *w) {
+  for (int t = 0; weft__transports[t] != NULL; t++)
+    if (weft__transports[t]->reg != NULL)
+      WEFT_TRY(weft__transports[t]->reg(w->comm, w->space, w->base, w->bytes, &w->tr_handles[t]));
+  return WEFT_SUCCESS;
+}
+
 static void window_free(struct weft_window *w) {
   if (w == NULL) return;
+  for (int t = 0; weft__transports[t] != NULL; t++)
+    if (w->tr_handles[t] != NULL) weft__transports[t]->dereg(w->comm, w->tr_handles[t]);
   unmap_peers(w);
   free(w->peer_base);
   free(w->peer_bytes);
-  free(w->map_addr);
-  free(w->map_len);
+  free(w->maps);
   free(w);
 }
 
@@ -93,38 +101,28 @@ void weft__window_free_all(struct weft_comm *comm) {
   comm->direct_windows = 0;
 }
 
-/* Maps rank j's buffer described by d into w; 0 or an errno. */
+/* Imports rank j's buffer described by d into w; 0 or an errno. */
 static int map_peer(struct weft_window *w, int j, const window_desc *d) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
-  int fd = open(path, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return errno;
-  size_t page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t start = (size_t)d->offset / page * page, lead = (size_t)d->offset - start;
-  size_t len = lead + (size_t)d->bytes;
-  void *m = weft__map_coloured(len, fd, (off_t)start); /* why: lib/map_colour.h */
-  int err = m == MAP_FAILED ? errno : 0;
-  close(fd);
+  int err = w->space->import_buf(w->space, &d->handle, &w->maps[j]);
   if (err != 0) return err;
-  w->map_addr[j] = m;
-  w->map_len[j] = len;
-  w->peer_base[j] = (char *)m + lead;
-  w->peer_bytes[j] = (size_t)d->bytes;
+  w->peer_base[j] = w->maps[j].base;
+  w->peer_bytes[j] = (size_t)d->handle.bytes;
   return 0;
 }
 
-static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t size) {
+static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t size,
+                                      const weft__mem_space *space) {
   struct weft_window *w = calloc(1, sizeof *w);
   size_t n = (size_t)comm->nranks;
   if (w == NULL) return NULL;
   w->comm = comm;
   w->base = buff;
   w->bytes = size;
+  w->space = space;
   w->peer_base = calloc(n, sizeof *w->peer_base);
   w->peer_bytes = calloc(n, sizeof *w->peer_bytes);
-  w->map_addr = calloc(n, sizeof *w->map_addr);
-  w->map_len = calloc(n, sizeof *w->map_len);
-  if (!w->peer_base || !w->peer_bytes || !w->map_addr || !w->map_len) {
+  w->maps = calloc(n, sizeof *w->maps);
+  if (!w->peer_base || !w->peer_bytes || !w->maps) {
     window_free(w);
     return NULL;
   }
@@ -133,11 +131,11 @@ static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t
   return w;
 }
 
-/* Whether all ranks share this host and reach each other through shm. */
-static int all_shm(const struct weft_comm *comm) {
-  for (int p = 0; p < comm->nranks; p++)
-    if (p != comm->rank && comm->peer_transports[p] != WEFT__TRANSPORT_SHM) return 0;
-  return 1;
+/* Whether every peer's transport lets this rank load and store that peer's imported
+ * buffers (WEFT__TRANSPORT_CAP_PEER_MEMORY: shm; not a socket). The same on every rank:
+ * the capabilities of a pair's transport are symmetric. */
+static int all_peer_memory(const struct weft_comm *comm) {
+  return (comm->caps_all & WEFT__TRANSPORT_CAP_PEER_MEMORY) != 0;
 }
 
 /* Maps every peer's buffer; returns 1 when all worked, else 0 with *bad_peer, *err set. */
@@ -161,16 +159,16 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   WEFT_TRY(weft__comm_wait_ready(comm));
   /* A rank with bad arguments still joins the exchange, so every rank fails at once with
    * the same message instead of its peers waiting for a deadline. */
-  int fd = -1, reason = 0;
-  size_t offset = 0;
+  int reason = 0;
+  const weft__mem_space *space = weft__mem_space_of(buff);
+  weft__mem_handle handle = {0};
   if (buff == NULL) reason = 1;
   else if (win == NULL) reason = 2;
   else if (size == 0) reason = 3;
   else if (flags != 0) reason = 4;
-  else if (!weft__mem_lookup(buff, size, &fd, &offset)) reason = 5;
-  window_desc mine = {.reason = reason, .pid = (int32_t)getpid(), .fd = fd,
-                      .direct = weft__env_long("WEFT_DIRECT", 1) != 0, .offset = offset,
-                      .bytes = size,
+  else if (!space->export_buf(space, buff, size, &handle)) reason = 5;
+  window_desc mine = {.reason = reason, .kind = (int32_t)space->kind,
+                      .direct = weft__env_long("WEFT_DIRECT", 1) != 0, .handle = handle,
                       .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES_DEFAULT)};
   int n = comm->nranks;
   window_desc *all = calloc((size_t)n, sizeof *all);
@@ -191,9 +189,15 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
     free(all);
     return st;
   }
-  struct weft_window *w = window_new(comm, buff, size);
-  int want = w != NULL && all_shm(comm) && n > 1, bad_peer = -1, err = 0;
-  for (int j = 0; j < n; j++) want = want && all[j].direct;
+  struct weft_window *w = window_new(comm, buff, size, space);
+  /* A failed registration counts as "not registered here": every rank then fails alike. */
+  weft_status_t reg = w != NULL ? register_with_transports(w) : WEFT_SUCCESS;
+  if (reg != WEFT_SUCCESS) {
+    window_free(w);
+    w = NULL;
+  }
+  int want = w != NULL && all_peer_memory(comm) && n > 1, bad_peer = -1, err = 0;
+  for (int j = 0; j < n; j++) want = want && all[j].direct && all[j].kind == (int32_t)space->kind;
   int mapped = want && map_all(w, all, &bad_peer, &err);
   size_t min_bytes = 0;
   for (int j = 0; j < n; j++)
@@ -210,9 +214,11 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   }
   free(oks);
   free(all);
-  if (st == WEFT_SUCCESS && failed >= 0)
-    st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: %s ran out of memory",
-                     comm->rank, failed == comm->rank ? "this rank" : "a peer");
+  if (st == WEFT_SUCCESS && failed >= 0 && reg != WEFT_SUCCESS && failed == comm->rank) st = reg;
+  else if (st == WEFT_SUCCESS && failed >= 0)
+    st = weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: %s could not register it "
+                     "(out of memory, or a transport refused it)", comm->rank,
+                     failed == comm->rank ? "this rank" : "a peer");
   if (st != WEFT_SUCCESS) {
     window_free(w);
     return st;
@@ -224,8 +230,9 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
               err == EACCES || err == EPERM ? ": other user, or no ptrace read access?" : "");
   else if (!usable)
     WEFT_INFO("window: not usable for direct collectives on rank %d (%s)", comm->rank,
-              n < 2 ? "one rank" : !all_shm(comm) ? "ranks on several hosts or not over shm"
-              : mapped ? "a peer could not map a buffer" : "WEFT_DIRECT=0 on some rank");
+              n < 2 ? "one rank" : !all_peer_memory(comm) ? "some peer's transport cannot reach its memory (ranks on several hosts, or not over shm)"
+              : mapped ? "a peer could not map a buffer"
+              : "WEFT_DIRECT=0 on some rank, or ranks' buffers of different memory kinds");
   w->usable = usable;
   pthread_mutex_lock(&comm->lock);
   w->id = ++comm->window_serial;

@@ -1,11 +1,13 @@
 /* window.h: registered windows (weft_comm_window_register): a rank's buffer in memory from
- * weft_mem_alloc, with every peer's buffer of the same registration mapped here, so the
- * direct algorithms (algos/direct.h) read and write peers' buffers in place. */
+ * weft_mem_alloc (or another space's alloc, mem/space.h), with every peer's buffer of the
+ * same registration imported here through that space, so the direct algorithms
+ * (algos/direct.h) read and write peers' buffers in place. */
 #ifndef WEFT_LIB_WINDOW_H
 #define WEFT_LIB_WINDOW_H
 #include <stddef.h>
 #include <stdint.h>
 #include "weft.h"
+#include "mem/space.h"
 
 struct weft_comm;
 
@@ -15,10 +17,11 @@ struct weft_window {
   char *base;        /* this rank's buffer */
   size_t bytes;
   int usable;        /* every rank mapped every peer's buffer (agreed at registration) */
+  const weft__mem_space *space; /* the space of base, which imported the peers' buffers */
   char **peer_base;  /* [nranks]: rank j's buffer as mapped here (ours: base); NULL if not */
   size_t *peer_bytes;  /* [nranks] */
-  void **map_addr;   /* [nranks]: what to munmap (page-aligned), NULL for ours */
-  size_t *map_len;   /* [nranks] */
+  weft__mem_mapping *maps; /* [nranks]: what the space imported (ours: none) */
+  void *tr_handles[8];  /* each transport's registration (its reg), by registry index */
   struct weft_window *next;
 };
 

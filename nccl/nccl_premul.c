@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "lib/dtype.h"
+#include "mem/kernels.h"
 #include "nccl/nccl_internal.h"
 
 NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar, ncclDataType_t datatype,

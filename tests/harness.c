@@ -26,7 +26,8 @@
 
 #include <cmocka.h>
 
-#include "lib/dtype.h"
+#include "mem/guarded.h"
+#include "mem/kernels.h"
 
 /* Why a rank did not exit 0: exit codes the rank itself chooses. */
 #define HARNESS_EXIT_CAP 100
@@ -183,22 +184,50 @@ int harness_names_rank(const char *msg, int rank) {
   return 0;
 }
 
+int harness_init_on_emulated_host(harness_rank *r, const char *hosts) {
+  char id[32];
+  snprintf(id, sizeof id, "weft-test-host-%c", hosts[r->rank]);
+  setenv("WEFT_HOSTID", id, 1);
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  if (st == WEFT_SUCCESS) return 0;
+  r->comm = NULL;
+  return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st), weft_get_last_error(NULL));
+}
+
 /* ---- guarded buffers and cross-rank checks -------------------------------------------- */
 
+static int guarded_memory;
+
+void harness_use_guarded_memory(int on) { guarded_memory = on; }
+int harness_guarded_memory(void) { return guarded_memory; }
+
+uint8_t *harness_view(const void *p, size_t bytes) {
+  if (p == NULL || bytes == 0 || !weft__mem_guarded.owns(&weft__mem_guarded, p)) return (uint8_t *)p;
+  return weft__mem_guarded.host_view(&weft__mem_guarded, p, bytes);
+}
+
 uint8_t *harness_guarded_alloc(size_t bytes, uint8_t fill) {
-  uint8_t *b = malloc(bytes + 2 * HARNESS_GUARD);
-  if (!b) abort();
+  void *m = NULL;
+  if (guarded_memory) {
+    if (weft__mem_guarded.alloc(&weft__mem_guarded, bytes + 2 * HARNESS_GUARD, &m) != WEFT_SUCCESS) abort();
+  } else if ((m = malloc(bytes + 2 * HARNESS_GUARD)) == NULL) {
+    abort();
+  }
+  uint8_t *b = harness_view(m, bytes + 2 * HARNESS_GUARD);
   memset(b, HARNESS_GUARD_BYTE, HARNESS_GUARD);
   memset(b + HARNESS_GUARD, fill, bytes);
   memset(b + HARNESS_GUARD + bytes, HARNESS_GUARD_BYTE, HARNESS_GUARD);
-  return b + HARNESS_GUARD;
+  return (uint8_t *)m + HARNESS_GUARD;
 }
 
 void harness_guarded_free(uint8_t *buf) {
-  if (buf) free(buf - HARNESS_GUARD);
+  if (buf == NULL) return;
+  if (weft__mem_guarded.owns(&weft__mem_guarded, buf)) weft__mem_guarded.free(&weft__mem_guarded, buf - HARNESS_GUARD);
+  else free(buf - HARNESS_GUARD);
 }
 
-int harness_guarded_check(harness_rank *r, const uint8_t *buf, size_t bytes, const char *desc) {
+int harness_guarded_check(harness_rank *r, const uint8_t *user_buf, size_t bytes, const char *desc) {
+  const uint8_t *buf = harness_view(user_buf - HARNESS_GUARD, bytes + 2 * HARNESS_GUARD) + HARNESS_GUARD;
   for (int i = 0; i < HARNESS_GUARD; i++) {
     const uint8_t *before = buf - HARNESS_GUARD + i, *after = buf + bytes + i;
     if (*before != HARNESS_GUARD_BYTE)

@@ -71,6 +71,11 @@ void harness_filter_from_env(void);
 /* Shorthand: nranks over transport with the defaults. */
 void harness_run_simple(int nranks, const char *transport, harness_body_fn body, void *arg);
 
+/* In a rank of a harness_opts.no_init run: creates r->comm as a rank of emulated host
+ * hosts[rank] (WEFT_HOSTID: ranks with the same letter share memory, the others use
+ * sockets, as on separate machines). Returns 0, or the failure count. */
+int harness_init_on_emulated_host(harness_rank *r, const char *hosts);
+
 /* In a rank: prints "# rank R: <message>" to stderr and counts a failure. Returns 0 so
  * checks read `if (!cond) return harness_fail(...)`-style when convenient. */
 int harness_fail(harness_rank *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -94,7 +99,7 @@ int harness_names_rank(const char *msg, int rank);
 
 /* Elements, for the tests' own references: bytes per element, names as in messages
  * ("float32", "sum"), and small integers stored in / loaded from any datatype (fp16 and
- * bf16 through lib/dtype.h's round-to-nearest-even conversions). */
+ * bf16 through mem/kernels.h's round-to-nearest-even conversions). */
 size_t harness_esize(weft_datatype_t dt);
 const char *harness_dt_name(weft_datatype_t dt);
 const char *harness_op_name(weft_redop_t op);
@@ -104,7 +109,10 @@ double harness_load(const void *p, size_t i, weft_datatype_t dt);
 /* ---- buffers with guard bytes on both sides, and cross-rank checks ----------------------
  * A guarded buffer has HARNESS_GUARD bytes of HARNESS_GUARD_BYTE before and after its
  * `bytes` usable bytes (filled with `fill`), so a write before the start (a negative offset,
- * a wrong displacement) is caught as well as one past the end. Never NULL, even for 0 bytes. */
+ * a wrong displacement) is caught as well as one past the end. Never NULL, even for 0 bytes.
+ * After harness_use_guarded_memory(1) (in a rank), these buffers come from the guarded
+ * memory space (mem/guarded.h): weft faults on any direct touch, and the test itself reads
+ * and writes them only through harness_view. */
 #define HARNESS_GUARD 64
 #define HARNESS_GUARD_BYTE 0xC3
 uint8_t *harness_guarded_alloc(size_t bytes, uint8_t fill);
@@ -112,6 +120,12 @@ void harness_guarded_free(uint8_t *buf);
 /* Checks both guards of buf (bytes usable bytes); reports the first overwritten byte with
  * desc and returns 0 when one was. */
 int harness_guarded_check(harness_rank *r, const uint8_t *buf, size_t bytes, const char *desc);
+/* Whether harness_guarded_alloc hands out guarded-space memory (0: host memory). */
+void harness_use_guarded_memory(int on);
+int harness_guarded_memory(void);
+/* Where the test reads and writes bytes [p, p + bytes) of a buffer it gave weft: p itself
+ * for host memory, the guarded space's host view for guarded memory. */
+uint8_t *harness_view(const void *p, size_t bytes);
 
 /* FNV-1a, 64 bits, over bytes (seeded with `seed`; 0 for the standard offset basis). */
 uint64_t harness_hash(const void *p, size_t bytes, uint64_t seed);

@@ -33,8 +33,9 @@
 #include "algos/hier.h"
 #include "algos/patterns.h"
 #include "lib/comm.h"
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 #include "lib/select.h"
+#include "transports/transport.h"
 #include "topo/topo.h"
 #include "tests/harness.h"
 
@@ -131,14 +132,17 @@ static int candidate_index(weft__coll_t coll, const char *name) {
 static const char *pick(const char *spec, weft__coll_t coll, int nranks, size_t bytes) {
   weft__algo_filter f;
   weft__algo_filter_parse(spec, &f);
-  weft__select_input in = {coll, nranks, bytes, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0};
+  weft__select_input in = {.coll = coll, .nranks = nranks, .bytes = bytes, .transport = weft__transport_by_name("shm"),
+                           .chunk_bytes = 512 * 1024};
   return weft__select_resolve(&in, &f, NULL, 0)->name;
 }
 
 /* The model's all-reduce over sockets for nhosts hosts of min_local .. max_local ranks. */
 static const char *pick_hosts(int nranks, int nhosts, int min_local, int max_local, size_t bytes) {
-  weft__select_input in = {WEFT__COLL_ALL_REDUCE, nranks, bytes, WEFT__TRANSPORT_SOCKET, 0,
-                           512 * 1024, nhosts, min_local, max_local};
+  weft__select_input in = {.coll = WEFT__COLL_ALL_REDUCE, .nranks = nranks, .bytes = bytes,
+                           .transport = weft__transport_by_name("socket"), .chunk_bytes = 512 * 1024,
+                           .nhosts = nhosts, .min_local = min_local, .max_local = max_local,
+                           .transport_in_host = weft__transport_by_name("shm")};
   return weft__select_resolve(&in, NULL, NULL, 0)->name;
 }
 
@@ -188,7 +192,8 @@ static void model_picks_log_depth_for_small_and_bandwidth_for_large(void **state
 /* More ranks than cores: Bruck's dependent steps each wait for a rank to be scheduled. */
 static void oversubscribed_small_all_to_all_takes_pairwise(void **state) {
   (void)state;
-  weft__select_input in = {WEFT__COLL_ALL_TO_ALL, 4, 64, WEFT__TRANSPORT_SHM, 0, 512 * 1024, 0, 0, 0};
+  weft__select_input in = {.coll = WEFT__COLL_ALL_TO_ALL, .nranks = 4, .bytes = 64,
+                           .transport = weft__transport_by_name("shm"), .chunk_bytes = 512 * 1024};
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "bruck");
   in.oversubscribed = 1;
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "pairwise");
@@ -460,20 +465,9 @@ typedef struct {
   int random;        /* run the random-float check instead of the sweep */
 } hier_case;
 
-/* Creates r's communicator as a rank of emulated host hosts[rank]; 0, or the failure count. */
-static int init_on_emulated_host(harness_rank *r, const char *hosts) {
-  char id[32];
-  snprintf(id, sizeof id, "weft-test-host-%c", hosts[r->rank]);
-  setenv("WEFT_HOSTID", id, 1);
-  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
-  if (st == WEFT_SUCCESS) return 0;
-  r->comm = NULL;
-  return harness_fail(r, "init on host %s: %s: \"%s\"", id, harness_status_name(st), weft_get_last_error(NULL));
-}
-
 static int hier_body(harness_rank *r) {
   const hier_case *hc = r->arg;
-  if (init_on_emulated_host(r, hc->hosts)) return r->failures;
+  if (harness_init_on_emulated_host(r, hc->hosts)) return r->failures;
   return hc->random ? random_float_body(r) : sweep_body(r);
 }
 
@@ -596,7 +590,7 @@ static int rs_sweep_body(harness_rank *r) {
 /* Init on the emulated host of hc->hosts, then the collective's sweep. */
 static int hier_any_body(harness_rank *r) {
   const hier_case *hc = r->arg;
-  if (init_on_emulated_host(r, hc->hosts)) return r->failures;
+  if (harness_init_on_emulated_host(r, hc->hosts)) return r->failures;
   const char *name = "?";
   static const char *coll_names[] = {[WEFT__COLL_ALL_GATHER] = "all_gather", [WEFT__COLL_BROADCAST] = "broadcast",
                                      [WEFT__COLL_REDUCE_SCATTER] = "reduce_scatter", [WEFT__COLL_ALL_REDUCE] = "all_reduce",

@@ -1,4 +1,4 @@
-/* test_mem.c: weft_mem_alloc's placement (lib/map_colour.h) and weft__map_coloured itself.
+/* test_mem.c: weft_mem_alloc's placement (mem/map_colour.h) and weft__map_coloured itself.
  *
  * Why placement is tested: on AMD Zen, buffers an exact multiple of 256 MiB apart evict each
  * other from L1 (map_colour.h), and the kernel put same-sized blocks back to back, so
@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "weft.h"
-#include "lib/map_colour.h"
+#include "mem/map_colour.h"
 
 enum { NBLOCKS = 16 };
 #define MIB ((size_t)1 << 20)

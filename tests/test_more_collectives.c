@@ -12,7 +12,8 @@
  * agree bit for bit on what every rank received.
  * The runs use 4 KiB chunks (WEFT_CHUNK_BYTES) so "larger than one chunk" stays cheap; one
  * run keeps the default chunk with a block just above it.
- * Also: the barrier lets no rank out before the last one entered (ranks enter at staggered
+ * Eight runs put every user buffer in the guarded memory space (mem/guarded.h), where weft
+ * faults on any direct touch. Also: the barrier lets no rank out before the last one entered (ranks enter at staggered
  * times), on a stream too; an all_to_allv recvcount that disagrees with the sender fails on
  * the receiver naming both sizes; bad all_to_allv / gather / scatter arguments fail at the
  * call.
@@ -40,6 +41,7 @@ typedef struct {
   const char *transport;
   size_t chunk_bytes; /* WEFT_CHUNK_BYTES of the run; 0: the default */
   size_t big_bytes;   /* the largest block, in bytes (above one chunk) */
+  int guarded;        /* user buffers in the guarded memory space (harness.h) */
 } params;
 
 /* One rank's state. */
@@ -55,7 +57,8 @@ static long value(int src, int dst, size_t j, int salt) {
   return (long)(((size_t)src * 31 + (size_t)dst * 17 + j * 5 + (size_t)salt) % 127);
 }
 
-static void fill_block(uint8_t *p, size_t count, weft_datatype_t dt, int src, int dst, int salt) {
+static void fill_block(uint8_t *user, size_t count, weft_datatype_t dt, int src, int dst, int salt) {
+  uint8_t *p = harness_view(user, count * harness_esize(dt));
   for (size_t j = 0; j < count; j++) harness_store(p, j, dt, value(src, dst, j, salt));
 }
 
@@ -68,9 +71,10 @@ static int call_ok(sweep *s, weft_status_t st, const char *desc) {
 }
 
 /* Compares bytes with the expected bytes; reports the first differing element. */
-static void verify(sweep *s, const char *desc, const char *what, const uint8_t *got,
+static void verify(sweep *s, const char *desc, const char *what, const uint8_t *user_got,
                    const uint8_t *want, size_t count, weft_datatype_t dt) {
   size_t esz = harness_esize(dt);
+  const uint8_t *got = harness_view(user_got, count * esz);
   if (count == 0 || memcmp(got, want, count * esz) == 0) return;
   if (s->r->failures >= MAX_REPORTS) { s->r->failures++; return; }
   for (size_t i = 0; i < count; i++)
@@ -83,7 +87,7 @@ static void verify(sweep *s, const char *desc, const char *what, const uint8_t *
 
 /* Adds a result to a hash chain (empty results too, so the number of calls counts). */
 static uint64_t chain(uint64_t h, const void *p, size_t bytes) {
-  return harness_hash(p, bytes, harness_hash(&bytes, sizeof bytes, h));
+  return harness_hash(harness_view(p, bytes), bytes, harness_hash(&bytes, sizeof bytes, h));
 }
 
 /* ---- gather ---------------------------------------------------------------------------- */
@@ -203,7 +207,7 @@ static void do_all_to_allv(sweep *s, weft_datatype_t dt, size_t count, uint8_t *
   uint8_t *send = harness_guarded_alloc(sext * esz, 0x5A), *recv = harness_guarded_alloc(rext * esz, FILL);
   for (int p = 0; p < n; p++) fill_block(send + sd[p] * esz, sc[p], dt, me, p, salt);
   uint8_t *send_copy = malloc(sext * esz + 1);
-  memcpy(send_copy, send, sext * esz);
+  memcpy(send_copy, harness_view(send, sext * esz), sext * esz);
   weft_status_t st = weft_all_to_allv(send, sc, sd, recv, rc, rd, dt, r->comm, NULL);
   if (call_ok(s, st, desc)) {
     a2av_expect(expect, count, dt, me, n, salt);
@@ -253,6 +257,7 @@ static void sweep_count(sweep *s, weft_datatype_t dt, size_t count, uint8_t *exp
 
 static int sweep_body(harness_rank *r) {
   const params *prm = r->arg;
+  harness_use_guarded_memory(prm->guarded);
   sweep *s = calloc(1, sizeof *s);
   s->r = r;
   double t0 = harness_now_ms();
@@ -395,24 +400,28 @@ static void bad_arguments_fail_at_the_call(void **state) {
   harness_run_simple(2, "shm", bad_args_body, NULL);
 }
 
-/* The pairwise exchanges with a window of 2 steps in flight (algos/window.h), so steps are
+/* The pairwise exchanges with a window of 2 steps in flight (algos/throttle.h), so steps are
  * posted from progress as earlier ones complete. Forked ranks read the variable afresh. */
-static int window_of_two(void **state) {
+static int throttle_of_two(void **state) {
   (void)state;
-  return setenv("WEFT_A2A_WINDOW", "2", 1);
+  return setenv("WEFT_A2A_THROTTLE", "2", 1);
 }
-static int window_default(void **state) {
+static int throttle_default(void **state) {
   (void)state;
-  return unsetenv("WEFT_A2A_WINDOW");
+  return unsetenv("WEFT_A2A_THROTTLE");
 }
 
 #define KIB4 ((size_t)4096)
 #define SWEEP(n, tr)                                                                           \
   {"all_to_allv_gather_scatter_match_reference_on_" #n "_ranks_over_" #tr, run_sweep, NULL, \
-   NULL, &(params){n, #tr, KIB4, 3 * KIB4 + 8}}
+   NULL, &(params){n, #tr, KIB4, 3 * KIB4 + 8, 0}}
+/* Every user buffer in the guarded memory space: weft faults on any direct touch. */
+#define SWEEP_GUARDED(n, tr)                                                                   \
+  {"all_to_allv_gather_scatter_match_reference_on_guarded_memory_on_" #n "_ranks_over_" #tr,  \
+   run_sweep, NULL, NULL, &(params){n, #tr, KIB4, 3 * KIB4 + 8, 1}}
 #define BARRIER(n, tr)                                                                            \
   {"barrier_lets_no_rank_out_before_all_entered_on_" #n "_ranks_over_" #tr, barrier_orders_entries, \
-   NULL, NULL, &(params){n, #tr, 0, 0}}
+   NULL, NULL, &(params){n, #tr, 0, 0, 0}}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -421,11 +430,13 @@ int main(void) {
       SWEEP(1, socket), SWEEP(2, socket), SWEEP(3, socket), SWEEP(4, socket),
       SWEEP(5, socket), SWEEP(6, socket), SWEEP(7, socket), SWEEP(8, socket),
       {"all_to_allv_gather_scatter_with_default_chunks_and_a_block_above_one_chunk_on_4_ranks_over_shm",
-       run_sweep, NULL, NULL, &(params){4, "shm", 0, (512u << 10) + 64}},
-      {"all_to_allv_gather_scatter_with_a_window_of_two_steps_on_7_ranks_over_shm", run_sweep, window_of_two,
-       window_default, &(params){7, "shm", KIB4, 3 * KIB4 + 8}},
-      {"all_to_allv_gather_scatter_with_a_window_of_two_steps_on_5_ranks_over_socket", run_sweep,
-       window_of_two, window_default, &(params){5, "socket", KIB4, 3 * KIB4 + 8}},
+       run_sweep, NULL, NULL, &(params){4, "shm", 0, (512u << 10) + 64, 0}},
+      {"all_to_allv_gather_scatter_with_a_throttle_of_two_steps_on_7_ranks_over_shm", run_sweep, throttle_of_two,
+       throttle_default, &(params){7, "shm", KIB4, 3 * KIB4 + 8, 0}},
+      {"all_to_allv_gather_scatter_with_a_throttle_of_two_steps_on_5_ranks_over_socket", run_sweep,
+       throttle_of_two, throttle_default, &(params){5, "socket", KIB4, 3 * KIB4 + 8, 0}},
+      SWEEP_GUARDED(1, shm), SWEEP_GUARDED(2, socket), SWEEP_GUARDED(3, shm), SWEEP_GUARDED(4, socket),
+      SWEEP_GUARDED(5, shm), SWEEP_GUARDED(6, socket), SWEEP_GUARDED(7, shm), SWEEP_GUARDED(8, socket),
       BARRIER(1, shm), BARRIER(2, shm), BARRIER(3, shm), BARRIER(5, shm), BARRIER(8, shm),
       BARRIER(3, socket), BARRIER(7, socket),
       {"all_to_allv_recvcount_mismatch_is_an_error_naming_both_sizes_over_shm",

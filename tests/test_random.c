@@ -27,7 +27,7 @@
 
 #include <cmocka.h>
 
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 #include "tests/harness.h"
 
 #define NOPS 300

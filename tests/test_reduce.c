@@ -1,5 +1,5 @@
 /* test_reduce.c: unit tests of the reduction kernels and the fp16/bf16 conversions
- * (lib/reduce.c, lib/half.c, lib/dtype.c), in one process.
+ * (mem/reduce.c, mem/half.c, lib/dtype.c), in one process.
  *
  * Every kernel is checked bit for bit against a scalar reference written independently
  * of the kernels' macros, over counts that hit the empty case, the vector tails and
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
-#include "lib/dtype.h"
-#include "lib/reduce_stream.h"
+#include "mem/kernels.h"
+#include "mem/reduce_nt.h"
 
 static const size_t counts[] = {0, 1, 7, 33, 4097};
 
@@ -665,7 +665,7 @@ static const struct {
      level_conversions_match_generic_for_every_pattern},
 };
 
-/* weft__reduce_stream (the direct all-reduce's fused pass) gives the bits of weft__reduce
+/* weft__reduce_nt (the direct all-reduce's fused pass) gives the bits of weft__reduce
  * in rank order plus weft__avg_finalize, for every supported type and op, 2-4 inputs,
  * 1-3 outputs, any element alignment and count; writes nothing outside the outputs; and
  * declines what it does not handle (other ops and types, outputs of mixed alignment).
@@ -708,7 +708,7 @@ static void reduce_stream_matches_reduce_then_finalize(void **state) {
               memcpy(ref, in[0], count * es);
               for (int k = 1; k < nin; k++) weft__reduce(ref, ref, in[k], count, dt, ops[oi]);
               if (ops[oi] == WEFT_AVG) weft__avg_finalize(ref, count, dt, nin);
-              assert_int_equal(weft__reduce_stream(out, nout, in, nin, count, dt, ops[oi]), 1);
+              assert_int_equal(weft__reduce_nt(out, nout, in, nin, count, dt, ops[oi]), 1);
               for (int j = 0; j < nout; j++) {
                 if (memcmp(out[j], ref, count * es) != 0)
                   fail_msg("%s op %d, %d inputs, output %d of %d, count %zu, shift %zu: bits differ",
@@ -721,14 +721,14 @@ static void reduce_stream_matches_reduce_then_finalize(void **state) {
               }
             }
     char *in2[2] = {in_mem[0], in_mem[1]}, *mixed[2] = {out_mem[0], out_mem[1] + es};
-    assert_int_equal(weft__reduce_stream(mixed, 2, in2, 2, 100, dt, WEFT_SUM), 0);
-    assert_int_equal(weft__reduce_stream(mixed, 1, in2, 2, 100, dt, WEFT_MAX), 0);
+    assert_int_equal(weft__reduce_nt(mixed, 2, in2, 2, 100, dt, WEFT_SUM), 0);
+    assert_int_equal(weft__reduce_nt(mixed, 1, in2, 2, 100, dt, WEFT_MAX), 0);
     free(ref);
     for (int k = 0; k < 4; k++) free(in_mem[k]);
     for (int j = 0; j < 3; j++) free(out_mem[j]);
   }
   char *in2[2] = {NULL, NULL}, *out1[1] = {NULL};
-  assert_int_equal(weft__reduce_stream(out1, 1, in2, 2, 0, WEFT_INT32, WEFT_SUM), 0);
+  assert_int_equal(weft__reduce_nt(out1, 1, in2, 2, 0, WEFT_INT32, WEFT_SUM), 0);
 }
 
 int main(void) {

@@ -18,6 +18,7 @@
 #include "lib/comm.h"
 #include "tests/harness.h"
 #include "topo/topo.h"
+#include "transports/transport.h"
 
 static void check_discovery_is_sane(void) {
   weft__topo_summary s;
@@ -451,9 +452,10 @@ static int view_body(harness_rank *r) {
   for (int p = 0; p < 4; p++)
     if (c->ring[p] != vc->ring[p]) harness_fail(r, "ring position %d: rank %d, expected %d", p, c->ring[p], vc->ring[p]);
   int same = c->topo->ranks[(r->rank + 2) % 4].host == c->topo->ranks[r->rank].host;
-  int want_tr = vc->nhosts == 1 || same ? WEFT__TRANSPORT_SHM : WEFT__TRANSPORT_SOCKET;
-  if (c->peer_transports[(r->rank + 2) % 4] != want_tr)
-    harness_fail(r, "transport to peer %d: %d, expected %d", (r->rank + 2) % 4, c->peer_transports[(r->rank + 2) % 4], want_tr);
+  const char *want_tr = vc->nhosts == 1 || same ? "shm" : "socket";
+  const char *got_tr = c->conns[(r->rank + 2) % 4].tr->name;
+  if (strcmp(got_tr, want_tr) != 0)
+    harness_fail(r, "transport to peer %d: %s, expected %s", (r->rank + 2) % 4, got_tr, want_tr);
   int32_t v = r->rank + 1, sum = 0;
   weft_status_t st = weft_all_reduce(&v, &sum, 1, WEFT_INT32, WEFT_SUM, c, NULL);
   if (st != WEFT_SUCCESS || sum != 10) harness_fail(r, "all_reduce: status %d, sum %d (expected 10)", st, sum);

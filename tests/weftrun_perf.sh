@@ -41,7 +41,7 @@ check_perf() {
   fi
 }
 
-echo "1..32"
+echo "1..34"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -71,8 +71,16 @@ for p in all_reduce all_gather reduce_scatter alltoall broadcast reduce sendrecv
 done
 check_perf "alltoall_perf on 3 ranks over socket" WEFT_TRANSPORT=socket -- \
   -n 3 ./alltoall_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d int8
-check_perf "alltoall_perf on 6 ranks with a window of 2 steps" WEFT_A2A_WINDOW=2 -- \
+check_perf "alltoall_perf on 6 ranks with a throttle of 2 steps" WEFT_A2A_THROTTLE=2 -- \
   -n 6 ./alltoall_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d int32
+# The variable's old name still works, with a warning that names the new one.
+check_perf "alltoall_perf with the deprecated WEFT_A2A_WINDOW" WEFT_A2A_WINDOW=2 -- \
+  -n 3 ./alltoall_perf -b 8 -e 1K -f 8 -n 2 -w 1 -d int32
+if grep -q 'WEFT_A2A_WINDOW is deprecated; use WEFT_A2A_THROTTLE' "$out"; then
+  ok "WEFT_A2A_WINDOW warns that WEFT_A2A_THROTTLE replaces it"
+else
+  not_ok "WEFT_A2A_WINDOW warns that WEFT_A2A_THROTTLE replaces it"
+fi
 check_perf "gather_perf on 3 ranks over socket, every root" WEFT_TRANSPORT=socket -- \
   -n 3 ./gather_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d bfloat16 -r -1
 

@@ -15,6 +15,7 @@
 #include "lib/comm.h"
 #include "lib/env.h"
 #include "lib/select.h"
+#include "transports/transport.h"
 #include "tools/weft_tune_measure.h"
 
 static const weft__coll_t tuned[] = {WEFT__COLL_ALL_REDUCE, WEFT__COLL_ALL_GATHER,
@@ -85,8 +86,8 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  weft__select_input in = {WEFT__COLL_ALL_REDUCE, 2, 0, WEFT__TRANSPORT_SHM, 0,
-                           weft__env_size("WEFT_CHUNK_BYTES", 512 * 1024), 0, 0, 0};
+  weft__select_input in = {.coll = WEFT__COLL_ALL_REDUCE, .nranks = 2, .transport = weft__transports[0],
+                           .chunk_bytes = weft__env_size("WEFT_CHUNK_BYTES", 512 * 1024)};
   size_t lo = 8, hi = (size_t)1 << 30;
   const char *only = NULL;
   int verbose = 0;
@@ -99,11 +100,12 @@ int main(int argc, char **argv) {
     switch (opt) {
       case 'n': in.nranks = atoi(optarg); break;
       case 't':
-        if (strcmp(optarg, "socket") != 0 && strcmp(optarg, "shm") != 0) {
-          fprintf(stderr, "weft-tune: -t %s: not a transport; valid: shm, socket\n", optarg);
+        if ((in.transport = weft__transport_by_name(optarg)) == NULL) {
+          fprintf(stderr, "weft-tune: -t %s: not a transport; valid:", optarg);
+          for (int i = 0; weft__transports[i] != NULL; i++) fprintf(stderr, " %s", weft__transports[i]->name);
+          fprintf(stderr, "\n");
           return 2;
         }
-        in.transport = strcmp(optarg, "socket") == 0 ? WEFT__TRANSPORT_SOCKET : WEFT__TRANSPORT_SHM;
         break;
       case 'o': in.oversubscribed = 1; break;
       case 'b': lo = parse_size(optarg); break;
@@ -135,7 +137,7 @@ int main(int argc, char **argv) {
   if (!weft__algo_filter_parse(spec, &f))
     fprintf(stderr, "weft-tune: WEFT_ALGO=%s names something unknown (see --list)\n", spec);
   printf("# %d ranks over %s%s, chunk %zu B%s%s\n", in.nranks,
-         weft__select_transport_name(in.transport), in.oversubscribed ? ", more ranks than cores" : "",
+         in.transport->name, in.oversubscribed ? ", more ranks than cores" : "",
          in.chunk_bytes, *spec ? ", WEFT_ALGO=" : "", spec);
   for (size_t i = 0; i < sizeof(tuned) / sizeof(tuned[0]); i++) {
     in.coll = tuned[i];

@@ -6,7 +6,8 @@
  * between algorithms move with them. NCCL likewise derives its tuning from measured link
  * bandwidths and latencies; here we measure the three constants directly.
  *
- * How: for each transport, real ranks started by weftrun next to this program run
+ * How: for each registered transport (WEFT_TRANSPORT=<name>, transports/registry.c) that
+ * runs on this host, real ranks started by weftrun next to this program run
  * all_reduce_perf / all_gather_perf with WEFT_ALGO=ring and blocking calls (-z 2 -L 1), 3
  * launches each, and the median of their p50 times is solved against the same cost
  * functions select.c uses (ag_ring, ar_ring):
@@ -14,8 +15,9 @@
  *     ring all-gather, block b     t = ceil(b/chunk) (n-1) alpha + (n-1) b beta   -> beta
  *     ring all-reduce of B bytes   t = ceil(B/(n chunk)) 2 (n-1) alpha
  *                                      + 2 (n-1)/n B beta + (n-1)/n B gamma       -> gamma
- * with n = 2 ranks; then the same two first fits with 2 x cores ranks (shm only) give the
- * oversubscription terms: oversub_alpha = alpha' - alpha, oversub_beta = beta' / beta.
+ * with n = 2 ranks; then the same two first fits with 2 x cores ranks give the
+ * oversubscription terms (for the registry's first transport, the one ranks of a host
+ * use; the others keep 0 and 1): oversub_alpha = alpha' - alpha, oversub_beta = beta' / beta.
  * beta and gamma are printed per KiB, as WEFT_TUNER_MODEL takes them. Takes ~1 minute. */
 #include <errno.h>
 #include <limits.h>
@@ -26,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "tools/weft_tune_measure.h"
+#include "transports/transport.h"
 
 #define LAUNCHES 3
 #define BIG_BYTES ((size_t)4 << 20) /* past the model's whole-message caps, ring only */
@@ -33,7 +36,7 @@
 typedef struct {
   char bindir[PATH_MAX]; /* where weftrun and the perf programs are */
   size_t chunk;
-  const char *transport; /* "shm" or "socket" */
+  const char *transport; /* a registered transport's name (WEFT_TRANSPORT) */
 } tune_ctx;
 
 /* The directory of this executable, where `make` and `make install` put the perf tools. */
@@ -144,12 +147,12 @@ static int fit_gamma(const tune_ctx *c, double alpha, double beta, double *gamma
 }
 
 /* One transport's five parameters, as "alpha,beta,gamma,oversub_alpha,oversub_beta". */
-static int fit_transport(tune_ctx *c, int cores, char *out, size_t len) {
+static int fit_transport(tune_ctx *c, int cores, int oversub, char *out, size_t len) {
   double a, b, g, a2 = 0, b2 = 0;
   if (fit_alpha_beta(c, 2, &a, &b) || fit_gamma(c, a, b, &g)) return -1;
   double oa = 0, ob = 1;
   int over = 2 * cores > 8 ? 8 : 2 * cores;
-  if (strcmp(c->transport, "shm") == 0 && over > 2) {
+  if (oversub && over > 2) {
     if (fit_alpha_beta(c, over, &a2, &b2)) return -1;
     oa = fmax(a2 - a, 0);
     ob = fmax(b2 / b, 1);
@@ -168,11 +171,18 @@ int weft_tune_measure(size_t chunk_bytes) {
   printf("# weft-tune --measure: ring all-reduce / all-gather p50 of blocking calls, median of %d launches,\n"
          "# %ld online cores, chunk %zu B; perf programs from %s\n",
          LAUNCHES, cores, chunk_bytes, c.bindir);
-  char shm[128], sock[128];
-  c.transport = "shm";
-  if (fit_transport(&c, (int)cores, shm, sizeof shm)) return 1;
-  c.transport = "socket";
-  if (fit_transport(&c, (int)cores, sock, sizeof sock)) return 1;
-  printf("export WEFT_TUNER_MODEL=\"%s;%s\"\n", shm, sock);
+  char model[1024] = "";
+  size_t at = 0;
+  for (int t = 0; weft__transports[t] != NULL; t++) {
+    char row[128];
+    c.transport = weft__transports[t]->name;
+    if (fit_transport(&c, (int)cores, t == 0, row, sizeof row)) {
+      if (t == 0) return 1; /* the host's own transport must run */
+      printf("# %s does not run on this host: it keeps its own row\n", c.transport);
+      continue;
+    }
+    at += (size_t)snprintf(model + at, sizeof model - at, "%s%s", at ? ";" : "", row);
+  }
+  printf("export WEFT_TUNER_MODEL=\"%s\"\n", model);
   return 0;
 }

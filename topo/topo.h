@@ -109,7 +109,8 @@ void weft__topo_add_device(weft__topo_host *host, const char *kind, const char *
  * WEFT_IB_HCA selects, through libibverbs or WEFT_IB_LIBRARY) into host's device list, one
  * entry per device (kind "ib" or "roce", its PCI address, path, NUMA node, speed), updating
  * an entry hwloc already listed under that name. Nothing without verbs headers at build
- * time, with WEFT_IB_DISABLE=1, or without a library or device. */
+ * time, with WEFT_IB_DISABLE=1, or without a library or device. Defined by the ib transport
+ * (transports/ib/ib_topo.c), which alone knows its discovery. */
 void weft__topo_discover_ib(weft__topo_host *host);
 /* The HCA rank should use: among its host's "ib"/"roce" devices, those on the rank's NUMA
  * node (all of them when none is, or the node is unknown), the (k mod count)-th where k

@@ -38,8 +38,8 @@ static void bk_finish(weft__task *t, int k) {
   int r = t->comm->rank, n = t->comm->nranks;
   /* Scratch blocks 0 .. n-r-1 are ranks r .. n-1, the rest ranks 0 .. r-1. */
   size_t head = (size_t)(n - r) * st->block;
-  memcpy((char *)t->recvbuf + (size_t)r * st->block, st->scratch, head);
-  memcpy(t->recvbuf, st->scratch + head, (size_t)r * st->block);
+  weft__mem_copy(t->mem, (char *)t->recvbuf + (size_t)r * st->block, st->scratch, head, 0);
+  weft__mem_copy(t->mem, t->recvbuf, st->scratch + head, (size_t)r * st->block, 0);
 }
 
 static weft_status_t bk_start(weft__task *t) {
@@ -54,11 +54,11 @@ static weft_status_t bk_start(weft__task *t) {
   st->scratch = (char *)st + hdr;
   if (!run) {
     char *mine = (char *)t->recvbuf + (size_t)r * block;
-    if (block > 0 && (const char *)t->sendbuf != mine) memcpy(mine, t->sendbuf, block);
+    if ((const char *)t->sendbuf != mine) weft__mem_copy(t->mem, mine, t->sendbuf, block, 0);
     weft__rounds_init(&st->rounds, 0, st->req, 2, bk_post, bk_finish);
     return WEFT_SUCCESS;
   }
-  memcpy(st->scratch, t->sendbuf, block);
+  weft__mem_copy(t->mem, st->scratch, t->sendbuf, block, 0);
   weft__rounds_init(&st->rounds, weft__ceil_log2(n), st->req, 2, bk_post, bk_finish);
   weft__rounds_progress(&st->rounds, t);
   return WEFT_SUCCESS;
@@ -69,5 +69,11 @@ static weft_status_t bk_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_all_gather_bruck = {"bruck", WEFT__COLL_ALL_GATHER, bk_start,
-                                                bk_progress};
+/* Plus the copies into and out of the rotated scratch. */
+static double bk_cost(const weft__cost_in *c) {
+  return c->L * c->a + (c->n - 1) * c->bytes * c->b + 2 * c->n * c->bytes * c->b;
+}
+
+const weft__algo weft__algo_all_gather_bruck = {
+    .name = "bruck", .coll = WEFT__COLL_ALL_GATHER, .start = bk_start, .progress = bk_progress,
+    .cost = bk_cost, .max_bytes = 256 << 10, .spaces = WEFT__MEM_KINDS_CPU};

@@ -8,6 +8,7 @@
  * Source: the memory-bandwidth floor's all-gather (perf/membw_floor.c) over shared
  * memory, as NCCL's symmetric-memory all-gather. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -23,8 +24,13 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   for (size_t at = 0; at < block; at += WEFT__DIRECT_PIECE) {
     size_t k = block - at < WEFT__DIRECT_PIECE ? block - at : WEFT__DIRECT_PIECE;
     for (int j = 0; j < n; j++)
-      weft__direct_copy(b->out[j] + (size_t)me * block + at, b->in[me] + at, k, out_bytes);
+      weft__direct_copy(t, b->out[j] + (size_t)me * block + at, b->in[me] + at, k, out_bytes);
   }
 }
 
 const weft__direct_ops weft__direct_all_gather = {extents, work};
+
+const weft__algo weft__algo_all_gather_direct = {
+    .name = "direct", .coll = WEFT__COLL_ALL_GATHER, .start = weft__direct_start,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

@@ -91,7 +91,7 @@ static weft_status_t hag_start(weft__task *t) {
   st->block = t->count * weft__dtype_size(t->dtype);
   st->inter_rounds = st->hier.nhosts - 1;
   char *own = block_at(t, st, t->comm->rank);
-  if (st->block > 0 && (const void *)own != t->sendbuf) memmove(own, t->sendbuf, st->block);
+  if ((const void *)own != t->sendbuf) weft__mem_copy(t->mem, own, t->sendbuf, st->block, WEFT__MEM_OVERLAP);
   weft__rounds_init(&st->rounds, st->inter_rounds + st->hier.nlocal - 1, st->req, (int)nreq, hag_post, NULL);
   weft__rounds_progress(&st->rounds, t); /* gets the first messages moving */
   return WEFT_SUCCESS;
@@ -102,5 +102,8 @@ static weft_status_t hag_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_all_gather_hierarchical = {"hierarchical", WEFT__COLL_ALL_GATHER, hag_start,
-                                                       hag_progress};
+static double hag_cost(const weft__cost_in *c) { return weft__hier_gather_cost(c, 0); }
+
+const weft__algo weft__algo_all_gather_hierarchical = {
+    .name = "hierarchical", .coll = WEFT__COLL_ALL_GATHER, .start = hag_start,
+    .progress = hag_progress, .cost = hag_cost, .spaces = WEFT__MEM_KINDS_CPU};

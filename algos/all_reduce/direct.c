@@ -12,10 +12,9 @@
  * Source: the reduce-scatter + all-gather decomposition (Rabenseifner 2004) with both
  * halves fused into one pass over shared memory, as NCCL's symmetric-memory kernels do. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
 #include "lib/dtype.h"
-#include "lib/reduce_stream.h"
 
 #define WEFT__DIRECT_FUSED_MAX 64 /* ranks the fused pass takes (pointer arrays on the stack) */
 
@@ -25,8 +24,9 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
 }
 
 /* Past the cache, float32 / float64 sums, products and averages take one fused pass
- * (lib/reduce_stream.h): 2 ranks, 64 MiB, 6 interleaved launches each, 9.6-12.5 GB/s busbw
- * against 8.1-9.4 for reducing 8 KiB pieces into a scratch and streaming that out; the
+ * (the space's reduce_fanout; mem/reduce_nt.h on the host): 2 ranks, 64 MiB, 6 interleaved
+ * launches each, 9.6-12.5 GB/s busbw against 8.1-9.4 for reducing 8 KiB pieces into a
+ * scratch and writing that out with non-temporal stores; the
  * fused two-thread floor read 11.9-12.3 then.
  * Out of place, "past the cache" counts every buffer the call touches on the host, all
  * ranks' send and receive buffers (they share the L3), against twice the non-temporal
@@ -39,7 +39,7 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
 static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
   int n = t->comm->nranks;
   size_t es = weft__dtype_size(t->dtype);
-  double bytes = (double)t->count * (double)es, thr = (double)weft__copy_stream_threshold();
+  double bytes = (double)t->count * (double)es, thr = (double)weft__mem_nt_threshold();
   double touched = 2.0 * n * bytes; /* every rank's send and receive buffer */
   int past = t->sendbuf == t->recvbuf ? bytes >= thr : touched >= 2.0 * thr;
   if (!past || n > WEFT__DIRECT_FUSED_MAX) return 0;
@@ -48,7 +48,7 @@ static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, siz
     out[j] = b->out[j] + lo * es;
     in[j] = b->in[j] + lo * es;
   }
-  return weft__reduce_stream(out, n, in, n, hi - lo, t->dtype, t->op);
+  return t->mem->reduce_fanout(t->mem, out, n, in, n, hi - lo, t->dtype, t->op);
 }
 
 static void work(const weft__task *t, const weft__direct_bufs *b) {
@@ -59,11 +59,16 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   if (fused(t, b, lo, hi)) return;
   for (size_t at = lo; at < hi; at += piece) {
     size_t k = hi - at < piece ? hi - at : piece, off = at * es;
-    weft__reduce(b->tmp, b->in[0] + off, b->in[1] + off, k, t->dtype, t->op);
-    for (int j = 2; j < n; j++) weft__reduce(b->tmp, b->tmp, b->in[j] + off, k, t->dtype, t->op);
-    if (t->op == WEFT_AVG) weft__avg_finalize(b->tmp, k, t->dtype, n);
-    for (int j = 0; j < n; j++) weft__direct_copy(b->out[j] + off, b->tmp, k * es, out_bytes);
+    weft__mem_reduce(t->mem, b->tmp, b->in[0] + off, b->in[1] + off, k, t->dtype, t->op);
+    for (int j = 2; j < n; j++) weft__mem_reduce(t->mem, b->tmp, b->tmp, b->in[j] + off, k, t->dtype, t->op);
+    if (t->op == WEFT_AVG) weft__mem_avg(t->mem, b->tmp, k, t->dtype, n);
+    for (int j = 0; j < n; j++) weft__direct_copy(t, b->out[j] + off, b->tmp, k * es, out_bytes);
   }
 }
 
 const weft__direct_ops weft__direct_all_reduce = {extents, work};
+
+const weft__algo weft__algo_all_reduce_direct = {
+    .name = "direct", .coll = WEFT__COLL_ALL_REDUCE, .start = weft__direct_start,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

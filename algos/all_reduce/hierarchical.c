@@ -31,6 +31,7 @@
  * Picked by the tuner (lib/select.c) for several hosts with more than one rank on some.
  * Sources: Open MPI's coll/han (node leaders), NCCL's tree/ring split between intra- and
  * inter-node, Thakur, Rabenseifner & Gropp 2005 (ring reduce-scatter / all-gather). */
+#include <math.h>
 #include <string.h>
 #include "algos/algos.h"
 #include "algos/hier.h"
@@ -122,5 +123,25 @@ static weft_status_t har_start(weft__task *t) {
 
 static weft_status_t har_progress(weft__task *t) { return weft__hsched_progress(t); }
 
-const weft__algo weft__algo_all_reduce_hierarchical = {"hierarchical", WEFT__COLL_ALL_REDUCE, har_start,
-                                                       har_progress};
+static double har_cost(const weft__cost_in *c) {
+  /* Only for several hosts with more than one rank on some (else it is the flat ring or
+   * a fold into one rank). W blocks, each with an inter-host ring; on the most crowded host
+   * min(W, Lmax) ranks run the intra-host ring and F - 1 fold into each; on the least
+   * crowded one a rank reduces ceil(W / Lmin) blocks. The inter-host rings of a host share
+   * its link, so the network term charges a host's bytes, 2 (H-1)/H B, not one ring's:
+   * conservative. */
+  if (c->H < 2 || c->Lmax < 2) return INFINITY;
+  double W = weft__hier_width(c->Lmax, (size_t)c->bytes), H = c->H, B = c->bytes;
+  double Wl = W < c->Lmax ? W : c->Lmax, F = ceil(c->Lmax / Wl);
+  double served = ceil(W / (c->Lmin < W ? c->Lmin : W));
+  double fold = (F - 1) * (c->a_in + B * (c->b_in + c->g_in));
+  double unfold = F > 1 ? c->a_in + (F - 1) * B * c->b_in : 0;
+  double intra = 2 * (Wl - 1) * c->a_in + 2 * (Wl - 1) / Wl * B * c->b_in + (Wl - 1) / Wl * B * c->g_in;
+  double inter = 2 * (H - 1) * c->a_out + 2 * (H - 1) / H * B * c->b_out +
+                 (H - 1) / H * B * served / W * c->g_out;
+  return fold + intra + inter + unfold;
+}
+
+const weft__algo weft__algo_all_reduce_hierarchical = {
+    .name = "hierarchical", .coll = WEFT__COLL_ALL_REDUCE, .start = har_start,
+    .progress = har_progress, .cost = har_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -10,7 +10,7 @@
  *                     After it, block r of the slice is fully reduced; WEFT_AVG divides it
  *                     here, once, so every rank receives identical bits.
  *   steps n-1 .. 2n-3 all-gather: forward reduced blocks around the ring into recvbuf.
- * Large out-of-place calls (weft__ring_streams: the output is past half the L3) keep the
+ * Large out-of-place calls (weft__ring_nt_output: the output is past half the L3) keep the
  * partials in a cache-resident scratch instead: steps 0 .. n-2 reduce into scratch slot s, the next step
  * sends from it, and step n-1 copies the reduced block into recvbuf as its send reads it
  * (weft__req.copy_to), past the cache, as the last step's receive lands. recvbuf is then
@@ -23,7 +23,7 @@
  * measured 6.8-7.3 GB/s against 8.5-11.
  * Bytes each rank sends: 2 (n-1)/n * count * size (bandwidth optimal).
  * Latency term: 2 (n-1) steps per slice, ceil(count / (n chunk)) slices.
- * Picked for every all-reduce today (the tuner comes later).
+ * The tuner picks it for large messages (its row at the end of this file).
  * Sources: Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
  * workstations" (JPDC 2009); NCCL's ring all-reduce; Thakur, Rabenseifner & Gropp 2005. */
 #include <string.h>
@@ -57,7 +57,7 @@ static void ar_send_of(weft__task *t, size_t k, int s, const void **buf, size_t 
   size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *buf = base + off * st->esize;
   if (st->partial != NULL && s >= 1 && s <= n - 1) *buf = partial_slot(st, s - 1);
-  if (s == n - 1 && t->op == WEFT_AVG && len > 0) weft__avg_finalize((void *)*buf, len, t->dtype, n);
+  if (s == n - 1 && t->op == WEFT_AVG) weft__mem_avg(t->mem, (void *)*buf, len, t->dtype, n);
   *bytes = len * st->esize;
 }
 
@@ -97,15 +97,12 @@ static weft_status_t ar_start(weft__task *t) {
   st->layout = weft__ring_layout_split(t->count, n, weft__chunk_elems(t->comm->chunk_bytes, esize));
   weft__ring_driver_init(&st->ring, t, &ar_ops, nsteps, weft__ring_nslices(&st->layout), st->reqs,
                          st->reqs + nsteps);
-  if (n > 1 && t->sendbuf != t->recvbuf && weft__ring_streams(t->count * esize)) {
+  if (n > 1 && t->sendbuf != t->recvbuf && weft__ring_nt_output(t->count * esize)) {
     st->partial = weft__comm_scratch(t, (size_t)(n - 1) * st->layout.chunk * esize, &status);
     if (st->partial == NULL) return status;
-    st->ring.stream = 1;
+    st->ring.nt = 1;
   }
-  if (n == 1 && t->count > 0) {
-    if (t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, t->count * esize);
-    if (t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
-  }
+  if (n == 1 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
   return WEFT_SUCCESS;
 }
 
@@ -114,4 +111,13 @@ static weft_status_t ar_progress(weft__task *t) {
   return weft__ring_driver_progress(&st->ring, t);
 }
 
-const weft__algo weft__algo_all_reduce_ring = {"ring", WEFT__COLL_ALL_REDUCE, ar_start, ar_progress};
+/* Per slice 2 (n-1) steps; every rank moves 2 (n-1)/n of the buffer and reduces (n-1)/n. */
+static double ar_cost(const weft__cost_in *c) {
+  double slices = weft__cost_ceil_div(c->bytes, c->n * c->chunk);
+  return slices * 2 * (c->n - 1) * c->a + 2 * (c->n - 1) / c->n * c->bytes * c->b +
+         (c->n - 1) / c->n * c->bytes * c->g;
+}
+
+const weft__algo weft__algo_all_reduce_ring = {
+    .name = "ring", .coll = WEFT__COLL_ALL_REDUCE, .start = ar_start, .progress = ar_progress,
+    .cost = ar_cost, .spaces = WEFT__MEM_KINDS_CPU};

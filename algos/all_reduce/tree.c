@@ -22,6 +22,7 @@
  * reduction and scan" (Parallel Computing 2009); NCCL 2.4's double binary trees. */
 #include <string.h>
 #include "algos/patterns.h"
+#include "lib/algo.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
@@ -62,12 +63,11 @@ static void combine(weft__task *t, tr_state *st, int k) {
   if (nd->child[0] < 0) return; /* a leaf sends its input */
   if (count > 0) {
     /* The root's only child holds the higher labels; an inner rank's child 0 the lower. */
-    if (nd->parent < 0) weft__reduce(dst, mine, st->kid[k][0], count, t->dtype, t->op);
-    else weft__reduce(dst, st->kid[k][0], mine, count, t->dtype, t->op);
-    if (nd->child[1] >= 0) weft__reduce(dst, dst, st->kid[k][1], count, t->dtype, t->op);
+    if (nd->parent < 0) weft__mem_reduce(t->mem, dst, mine, st->kid[k][0], count, t->dtype, t->op);
+    else weft__mem_reduce(t->mem, dst, st->kid[k][0], mine, count, t->dtype, t->op);
+    if (nd->child[1] >= 0) weft__mem_reduce(t->mem, dst, dst, st->kid[k][1], count, t->dtype, t->op);
   }
-  if (nd->parent < 0 && t->op == WEFT_AVG && count > 0)
-    weft__avg_finalize(dst, count, t->dtype, t->comm->nranks);
+  if (nd->parent < 0 && t->op == WEFT_AVG) weft__mem_avg(t->mem, dst, count, t->dtype, t->comm->nranks);
 }
 
 /* 1 when send i's data is ready. */
@@ -85,7 +85,7 @@ static void post_sends(weft__task *t, tr_state *st) {
     const weft__btree_node *nd = &st->node[k];
     const char *src = (const char *)t->recvbuf + st->off[k];
     if (st->send_up[i]) src = nd->child[0] < 0 ? (const char *)t->sendbuf + st->off[k] : st->partial[k];
-    weft__req_init_send(&st->send[i], src, st->bytes[k]);
+    weft__req_init_send(&st->send[i], t->mem, src, st->bytes[k]);
     post(t, &st->send[i], st->send_peer[i]);
   }
 }
@@ -94,7 +94,7 @@ static void add_recv(weft__task *t, tr_state *st, int k, int up, int peer, void 
   int i = st->nrecv++;
   st->recv_tree[i] = k;
   st->recv_up[i] = up;
-  weft__req_init_recv(&st->recv[i], dst, NULL, st->bytes[k], t->dtype, t->op);
+  weft__req_init_recv(&st->recv[i], t->mem, dst, NULL, st->bytes[k], t->dtype, t->op);
   post(t, &st->recv[i], peer);
 }
 
@@ -131,8 +131,7 @@ static weft_status_t tr_start(weft__task *t) {
   tr_state *st = weft__algo_state_alloc(t, hdr, run ? 3 * (s0 + s1) : 0, &status);
   if (st == NULL) return status;
   if (!run) {
-    if (bytes > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, bytes);
-    if (bytes > 0 && t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
+    if (t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, bytes, 0);
     return WEFT_SUCCESS;
   }
   st->off[0] = 0, st->bytes[0] = b0;
@@ -158,4 +157,11 @@ static weft_status_t tr_progress(weft__task *t) {
   return WEFT_SUCCESS;
 }
 
-const weft__algo weft__algo_all_reduce_tree = {"tree", WEFT__COLL_ALL_REDUCE, tr_start, tr_progress};
+/* Up: L levels receiving both halves into scratch and reducing; down: L levels. */
+static double tr_cost(const weft__cost_in *c) {
+  return 2 * c->L * c->a + c->L * c->bytes * (3 * c->b + c->g);
+}
+
+const weft__algo weft__algo_all_reduce_tree = {
+    .name = "tree", .coll = WEFT__COLL_ALL_REDUCE, .start = tr_start, .progress = tr_progress,
+    .cost = tr_cost, .max_bytes = 512 << 10, .spaces = WEFT__MEM_KINDS_CPU};

@@ -50,8 +50,8 @@ static void bk_finish(weft__task *t, int k) {
   pack(st, n, k, st->in, 1);
   if (k != st->rounds.nrounds - 1) return;
   for (int i = 0; i < n; i++)
-    memcpy((char *)t->recvbuf + (size_t)weft__ring_mod((long long)r - i, n) * st->block,
-           st->tmp + (size_t)i * st->block, st->block);
+    weft__mem_copy(t->mem, (char *)t->recvbuf + (size_t)weft__ring_mod((long long)r - i, n) * st->block,
+                   st->tmp + (size_t)i * st->block, st->block, 0);
 }
 
 static weft_status_t bk_start(weft__task *t) {
@@ -67,13 +67,13 @@ static weft_status_t bk_start(weft__task *t) {
   st->out = st->tmp + (size_t)n * block;
   st->in = st->out + half;
   if (!run) {
-    if (block > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, block);
+    if (t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, block, 0);
     weft__rounds_init(&st->rounds, 0, st->req, 2, bk_post, bk_finish);
     return WEFT_SUCCESS;
   }
   for (int i = 0; i < n; i++)
-    memcpy(st->tmp + (size_t)i * block,
-           (const char *)t->sendbuf + (size_t)weft__ring_mod((long long)r + i, n) * block, block);
+    weft__mem_copy(t->mem, st->tmp + (size_t)i * block,
+                   (const char *)t->sendbuf + (size_t)weft__ring_mod((long long)r + i, n) * block, block, 0);
   weft__rounds_init(&st->rounds, weft__ceil_log2(n), st->req, 2, bk_post, bk_finish);
   weft__rounds_progress(&st->rounds, t);
   return WEFT_SUCCESS;
@@ -84,5 +84,12 @@ static weft_status_t bk_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_all_to_all_bruck = {"bruck", WEFT__COLL_ALL_TO_ALL, bk_start,
-                                                bk_progress};
+/* About n/2 blocks per step, packed and unpacked, plus the two rotations. */
+static double bk_cost(const weft__cost_in *c) {
+  double moved = c->L * (c->n / 2) * c->bytes;
+  return c->L * c->a + moved * c->b * 2 + 2 * c->n * c->bytes * c->b;
+}
+
+const weft__algo weft__algo_all_to_all_bruck = {
+    .name = "bruck", .coll = WEFT__COLL_ALL_TO_ALL, .start = bk_start, .progress = bk_progress,
+    .cost = bk_cost, .max_bytes = 64 << 10, .spaces = WEFT__MEM_KINDS_CPU};

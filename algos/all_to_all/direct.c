@@ -8,6 +8,7 @@
  * Steps: 2 handshakes (direct.h). Bytes per rank: reads n x count x size, writes the same.
  * Source: the floor's all-to-all (perf/membw_floor.c) over shared memory. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -21,8 +22,13 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   size_t block = t->count * weft__dtype_size(t->dtype), out_bytes = block * (size_t)n;
   for (int s = 1; s <= n; s++) {
     int j = (me + s) % n;
-    weft__direct_copy(b->out[j] + (size_t)me * block, b->in[me] + (size_t)j * block, block, out_bytes);
+    weft__direct_copy(t, b->out[j] + (size_t)me * block, b->in[me] + (size_t)j * block, block, out_bytes);
   }
 }
 
 const weft__direct_ops weft__direct_all_to_all = {extents, work};
+
+const weft__algo weft__algo_all_to_all_direct = {
+    .name = "direct", .coll = WEFT__COLL_ALL_TO_ALL, .start = weft__direct_start,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

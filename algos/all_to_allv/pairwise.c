@@ -4,8 +4,8 @@
  *
  * The schedule of all_to_all/pairwise.c: rank r copies its own block locally; at step
  * s = 1 .. n-1 it sends its block for rank (r+s) and receives the block of rank (r-s)
- * (mod n), so no two ranks aim at the same receiver in one step. At most WEFT_A2A_WINDOW
- * steps are in flight (algos/window.h); each peer gets exactly one message, so per-peer
+ * (mod n), so no two ranks aim at the same receiver in one step. At most WEFT_A2A_THROTTLE
+ * steps are in flight (algos/throttle.h); each peer gets exactly one message, so per-peer
  * FIFO matching is trivially right.
  * Unlike all_to_all, empty blocks are sent as real 0-byte messages: counts differ per peer,
  * so only the transport's size check catches a recvcounts[p] that disagrees with what p
@@ -13,12 +13,12 @@
  * The cost is 2 (n-1) empty messages per call, small next to the latency term anyway.
  * Bytes each rank sends: sum over p != r of sendcounts[p] * size. Latency term: n-1 steps
  * (overlapped). Scratch: none (not in-place: the entry point rejects overlapping extents).
- * Picked for every all-to-allv today.
+ * The only all-to-allv.
  * Sources: Thakur, Rabenseifner & Gropp 2005 (pairwise exchange); MPI_Alltoallv's
  * semantics; NCCL's all-to-allv as grouped send/recv. */
 #include <string.h>
 #include "algos/ring.h"
-#include "algos/window.h"
+#include "algos/throttle.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
@@ -26,7 +26,7 @@
 
 typedef struct {
   int nreq, done;     /* done: a completed prefix of reqs */
-  int posted, window; /* steps posted so far; most steps in flight (algos/window.h) */
+  int posted, throttle; /* steps posted so far; most steps in flight (algos/throttle.h) */
   weft__req reqs[]; /* send and receive of steps 1..n-1 */
 } a2av_state;
 
@@ -41,8 +41,8 @@ static weft_status_t copy_self(weft__task *t, size_t esize) {
                        r, r, r, sc * esize, r, rc * esize);
   }
   if (sc == 0) return WEFT_SUCCESS;
-  memcpy((char *)t->recvbuf + WEFT__V_RDISPLS(t)[r] * esize,
-         (const char *)t->sendbuf + WEFT__V_SDISPLS(t)[r] * esize, sc * esize);
+  weft__mem_copy(t->mem, (char *)t->recvbuf + WEFT__V_RDISPLS(t)[r] * esize,
+                 (const char *)t->sendbuf + WEFT__V_SDISPLS(t)[r] * esize, sc * esize, 0);
   return WEFT_SUCCESS;
 }
 
@@ -56,18 +56,18 @@ static void post_step(weft__task *t, a2av_state *st, int s, size_t esize) {
   char *dst = t->recvbuf;
   size_t sbytes = WEFT__V_SENDCOUNTS(t)[to] * esize, rbytes = WEFT__V_RECVCOUNTS(t)[from] * esize;
   /* A NULL buffer is allowed when nothing is sent or received; never offset it. */
-  weft__req_init_send(snd, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes);
-  weft__req_init_recv(rcv, rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, NULL, rbytes, t->dtype,
+  weft__req_init_send(snd, t->mem, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes);
+  weft__req_init_recv(rcv, t->mem, rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, NULL, rbytes, t->dtype,
                       WEFT_SUM);
   weft__req_post(weft__comm_conn(comm, to), snd);
   weft__req_post(weft__comm_conn(comm, from), rcv);
 }
 
-/* Posts steps while fewer than the window are in flight (done / 2 steps have completed). */
-static void fill_window(weft__task *t, a2av_state *st) {
+/* Posts steps while fewer than the throttle allows are in flight (done / 2 steps have completed). */
+static void fill_throttle(weft__task *t, a2av_state *st) {
   size_t esize = weft__dtype_size(t->dtype);
   int n = t->comm->nranks;
-  while (st->posted < n - 1 && st->posted - st->done / 2 < st->window) post_step(t, st, ++st->posted, esize);
+  while (st->posted < n - 1 && st->posted - st->done / 2 < st->throttle) post_step(t, st, ++st->posted, esize);
 }
 
 static weft_status_t a2av_start(weft__task *t) {
@@ -78,8 +78,8 @@ static weft_status_t a2av_start(weft__task *t) {
   if (st == NULL) return status;
   WEFT_TRY(copy_self(t, weft__dtype_size(t->dtype)));
   st->nreq = 2 * (n - 1);
-  st->window = weft__a2a_window(n - 1);
-  fill_window(t, st);
+  st->throttle = weft__a2a_throttle(n - 1);
+  fill_throttle(t, st);
   return WEFT_SUCCESS;
 }
 
@@ -87,9 +87,10 @@ static weft_status_t a2av_progress(weft__task *t) {
   a2av_state *st = t->state;
   while (st->done < 2 * st->posted && st->reqs[st->done].complete) st->done++; /* only posted ones */
   if (st->done == st->nreq) return WEFT_SUCCESS;
-  fill_window(t, st);
+  fill_throttle(t, st);
   return WEFT_IN_PROGRESS;
 }
 
-const weft__algo weft__algo_all_to_allv_pairwise = {"pairwise", WEFT__COLL_ALL_TO_ALLV, a2av_start,
-                                                    a2av_progress};
+const weft__algo weft__algo_all_to_allv_pairwise = {
+    .name = "pairwise", .coll = WEFT__COLL_ALL_TO_ALLV, .start = a2av_start,
+    .progress = a2av_progress, .spaces = WEFT__MEM_KINDS_CPU};

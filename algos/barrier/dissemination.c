@@ -29,7 +29,7 @@ static int nrounds(int n) {
 static void post_send(weft__task *t, barrier_state *st) {
   struct weft_comm *comm = t->comm;
   int to = weft__ring_mod((long long)comm->rank + (1LL << st->sent), comm->nranks);
-  weft__req_init_send(&st->reqs[2 * st->sent], NULL, 0);
+  weft__req_init_send(&st->reqs[2 * st->sent], &weft__mem_host, NULL, 0);
   weft__req_post(weft__comm_conn(comm, to), &st->reqs[2 * st->sent]);
   st->sent++;
 }
@@ -44,7 +44,7 @@ static weft_status_t barrier_start(weft__task *t) {
   st->rounds = rounds;
   for (int k = 0; k < rounds; k++) {
     int from = weft__ring_mod((long long)comm->rank - (1LL << k), comm->nranks);
-    weft__req_init_recv(&st->reqs[2 * k + 1], NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
+    weft__req_init_recv(&st->reqs[2 * k + 1], &weft__mem_host, NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
     weft__req_post(weft__comm_conn(comm, from), &st->reqs[2 * k + 1]);
   }
   if (rounds > 0) post_send(t, st);
@@ -60,5 +60,6 @@ static weft_status_t barrier_progress(weft__task *t) {
   return WEFT_SUCCESS;
 }
 
-const weft__algo weft__algo_barrier_dissemination = {"dissemination", WEFT__COLL_BARRIER, barrier_start,
-                                                     barrier_progress};
+const weft__algo weft__algo_barrier_dissemination = {
+    .name = "dissemination", .coll = WEFT__COLL_BARRIER, .start = barrier_start,
+    .progress = barrier_progress, .spaces = WEFT__MEM_KINDS_CPU};

@@ -47,7 +47,7 @@ static weft_status_t bc_start(weft__task *t) {
   st->v = v;
   st->n = n;
   st->bytes = t->count * weft__dtype_size(t->dtype);
-  if (v == 0 && st->bytes > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, st->bytes);
+  if (v == 0 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, st->bytes, 0);
   weft__rounds_init(&st->rounds, st->bytes > 0 ? 2 : 0, st->req, nreq, bc_post, NULL);
   weft__rounds_progress(&st->rounds, t);
   return WEFT_SUCCESS;
@@ -58,5 +58,8 @@ static weft_status_t bc_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_broadcast_binomial = {"binomial", WEFT__COLL_BROADCAST, bc_start,
-                                                  bc_progress};
+static double bc_cost(const weft__cost_in *c) { return c->L * (c->a + c->bytes * c->b); }
+
+const weft__algo weft__algo_broadcast_binomial = {
+    .name = "binomial", .coll = WEFT__COLL_BROADCAST, .start = bc_start, .progress = bc_progress,
+    .cost = bc_cost, .max_bytes = 1 << 20, .spaces = WEFT__MEM_KINDS_CPU};

@@ -9,17 +9,16 @@
  * so the chain works on up to WINDOW chunks at once and each link carries one stream.
  * Bytes each rank sends: count * size (root and middle ranks), 0 for the last.
  * Latency term: (n - 2 + nchunks) chunk steps; bandwidth-optimal for large counts.
- * Picked for every broadcast today (trees come later, for small messages).
+ * The tuner picks it for large messages (the binomial tree below 1 MiB).
  * Sources: NCCL's ring/chain broadcast; the pipelined linear broadcast of Thakur,
  * Rabenseifner & Gropp 2005 (discussed for long messages there). */
 #include <string.h>
 #include "algos/ring.h"
 #include "lib/comm.h"
-#include "lib/copy_stream.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
 
-enum { BC_WINDOW = 8 }; /* chunks in flight per direction */
+enum { BC_INFLIGHT = 8 }; /* chunks in flight per direction */
 
 typedef struct {
   size_t esize, chunk, nchunks;
@@ -28,7 +27,7 @@ typedef struct {
   size_t posted_recv, done_recv, posted_send, done_send;
   size_t copied; /* root, out-of-place: chunks of sendbuf copied to recvbuf */
   int fused_copy;  /* root: each send copies its chunk to recvbuf as it goes (req.copy_to) */
-  weft__req recv[BC_WINDOW], send[BC_WINDOW];
+  weft__req recv[BC_INFLIGHT], send[BC_INFLIGHT];
 } bc_state;
 
 static size_t chunk_len(const weft__task *t, const bc_state *st, size_t k) {
@@ -37,30 +36,30 @@ static size_t chunk_len(const weft__task *t, const bc_state *st, size_t k) {
 }
 
 static void bc_advance(bc_state *st) {
-  while (st->done_recv < st->posted_recv && st->recv[st->done_recv % BC_WINDOW].complete) {
+  while (st->done_recv < st->posted_recv && st->recv[st->done_recv % BC_INFLIGHT].complete) {
     st->done_recv++;
   }
-  while (st->done_send < st->posted_send && st->send[st->done_send % BC_WINDOW].complete) {
+  while (st->done_send < st->posted_send && st->send[st->done_send % BC_INFLIGHT].complete) {
     st->done_send++;
   }
 }
 
 static void bc_post(weft__task *t, bc_state *st) {
   while (st->has_recv && st->posted_recv < st->nchunks &&
-         st->posted_recv - st->done_recv < BC_WINDOW) {
+         st->posted_recv - st->done_recv < BC_INFLIGHT) {
     size_t k = st->posted_recv++;
-    weft__req *r = &st->recv[k % BC_WINDOW];
-    weft__req_init_recv(r, (char *)t->recvbuf + k * st->chunk * st->esize, NULL,
+    weft__req *r = &st->recv[k % BC_INFLIGHT];
+    weft__req_init_recv(r, t->mem, (char *)t->recvbuf + k * st->chunk * st->esize, NULL,
                         chunk_len(t, st, k) * st->esize, t->dtype, WEFT_SUM);
     weft__req_post(st->prev, r);
   }
   /* The root has every chunk; the others forward what has arrived. */
   size_t avail = st->is_root ? st->nchunks : st->done_recv;
   const char *src = st->is_root ? (const char *)t->sendbuf : (const char *)t->recvbuf;
-  while (st->has_send && st->posted_send < avail && st->posted_send - st->done_send < BC_WINDOW) {
+  while (st->has_send && st->posted_send < avail && st->posted_send - st->done_send < BC_INFLIGHT) {
     size_t k = st->posted_send++;
-    weft__req *r = &st->send[k % BC_WINDOW];
-    weft__req_init_send(r, src + k * st->chunk * st->esize, chunk_len(t, st, k) * st->esize);
+    weft__req *r = &st->send[k % BC_INFLIGHT];
+    weft__req_init_send(r, t->mem, src + k * st->chunk * st->esize, chunk_len(t, st, k) * st->esize);
     if (st->fused_copy) r->copy_to = (char *)t->recvbuf + k * st->chunk * st->esize;
     weft__req_post(st->next, r);
   }
@@ -76,9 +75,11 @@ static void bc_copy(weft__task *t, bc_state *st) {
     if (st->copied == st->nchunks) return;
     size_t k = st->copied++;
     size_t off = k * st->chunk * st->esize;
-    /* a large root copy bypasses the cache, as large received messages do (copy_stream.h) */
-    weft__copy_part((char *)t->recvbuf + off, (const char *)t->sendbuf + off, chunk_len(t, st, k) * st->esize,
-                    t->count * st->esize);
+    /* a large root copy bypasses the cache, as large received messages do (lib/req.c) */
+    unsigned nt = weft__mem_nt_flag(t->count * st->esize, 0);
+    weft__mem_copy(t->mem, (char *)t->recvbuf + off, (const char *)t->sendbuf + off,
+                   chunk_len(t, st, k) * st->esize, nt);
+    weft__mem_publish(t->mem, nt);
   } while (st->copied < st->posted_send);
 }
 
@@ -120,4 +121,8 @@ static weft_status_t bc_start(weft__task *t) {
   return WEFT_SUCCESS;
 }
 
-const weft__algo weft__algo_broadcast_chain = {"chain", WEFT__COLL_BROADCAST, bc_start, bc_progress};
+static double bc_cost(const weft__cost_in *c) { return weft__chain_cost(c, c->b); }
+
+const weft__algo weft__algo_broadcast_chain = {
+    .name = "chain", .coll = WEFT__COLL_BROADCAST, .start = bc_start, .progress = bc_progress,
+    .cost = bc_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -9,6 +9,7 @@
  * that: the floor's broadcast (perf/membw_floor.c).
  * Source: the scatter + all-gather broadcast (van de Geijn) in one pass over shared memory. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -24,8 +25,13 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   weft__direct_block(t->count, n, t->comm->rank, &lo, &hi);
   for (size_t at = lo * es; at < hi * es; at += WEFT__DIRECT_PIECE) {
     size_t k = hi * es - at < WEFT__DIRECT_PIECE ? hi * es - at : WEFT__DIRECT_PIECE;
-    for (int j = 0; j < n; j++) weft__direct_copy(b->out[j] + at, b->in[t->root] + at, k, out_bytes);
+    for (int j = 0; j < n; j++) weft__direct_copy(t, b->out[j] + at, b->in[t->root] + at, k, out_bytes);
   }
 }
 
 const weft__direct_ops weft__direct_broadcast = {extents, work};
+
+const weft__algo weft__algo_broadcast_direct = {
+    .name = "direct", .coll = WEFT__COLL_BROADCAST, .start = weft__direct_start,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

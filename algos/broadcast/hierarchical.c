@@ -18,6 +18,7 @@
  * Picked by the tuner (lib/select.c) for several hosts with more than one rank on some.
  * Sources: Open MPI's coll/han broadcast (inter-node then intra-node), MPICH's
  * SMP-aware broadcast; binomial trees as in Thakur, Rabenseifner & Gropp 2005. */
+#include <math.h>
 #include <string.h>
 #include "algos/hier.h"
 #include "algos/patterns.h"
@@ -97,8 +98,8 @@ static weft_status_t hbc_start(weft__task *t) {
   int leader = leader_of(st, st->hier.host, t->root);
   for (int l = 0; l < st->hier.nlocal; l++)
     if (st->hier.host_ranks[l] == leader) st->leader_local = l;
-  if (t->comm->rank == t->root && st->bytes > 0 && t->sendbuf != t->recvbuf)
-    memcpy(t->recvbuf, t->sendbuf, st->bytes);
+  if (t->comm->rank == t->root && t->sendbuf != t->recvbuf)
+    weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, st->bytes, 0);
   weft__rounds_init(&st->rounds, st->bytes > 0 ? 4 : 0, st->req, nreq, hbc_post, NULL);
   weft__rounds_progress(&st->rounds, t);
   return WEFT_SUCCESS;
@@ -109,5 +110,13 @@ static weft_status_t hbc_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_broadcast_hierarchical = {"hierarchical", WEFT__COLL_BROADCAST, hbc_start,
-                                                      hbc_progress};
+/* Binomial trees over the hosts' leaders, then within the most crowded host. */
+static double hbc_cost(const weft__cost_in *c) {
+  if (c->H < 2 || c->Lmax < 2) return INFINITY;
+  return weft__ceil_log2(c->H) * (c->a_out + c->bytes * c->b_out) +
+         weft__ceil_log2(c->Lmax) * (c->a_in + c->bytes * c->b_in);
+}
+
+const weft__algo weft__algo_broadcast_hierarchical = {
+    .name = "hierarchical", .coll = WEFT__COLL_BROADCAST, .start = hbc_start,
+    .progress = hbc_progress, .cost = hbc_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -7,7 +7,7 @@
  * (count 0, the same on every rank) moves nothing on any rank.
  * Bytes: each non-root sends count * size; the root receives (n-1) * count * size, which
  * bounds the time by the root's link: (n-1) beta count size. Latency term: 1 step (the n-1
- * messages overlap at the root). Scratch: none. Picked for every gather today; a binomial
+ * messages overlap at the root). Scratch: none. The only gather; a binomial
  * tree (log2 n steps) would win for small messages on many ranks.
  * Sources: MPI_Gather's semantics; Open MPI coll/base "linear" gather; NCCL's gather as
  * grouped send/recv. */
@@ -26,11 +26,11 @@ static void root_start(weft__task *t, gather_state *st, size_t block) {
   struct weft_comm *comm = t->comm;
   char *dst = t->recvbuf;
   const char *own = dst + (size_t)comm->rank * block;
-  if ((const char *)t->sendbuf != own) memcpy(dst + (size_t)comm->rank * block, t->sendbuf, block);
+  if ((const char *)t->sendbuf != own) weft__mem_copy(t->mem, dst + (size_t)comm->rank * block, t->sendbuf, block, 0);
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     weft__req *rcv = &st->reqs[st->nreq++];
-    weft__req_init_recv(rcv, dst + (size_t)p * block, NULL, block, t->dtype, WEFT_SUM);
+    weft__req_init_recv(rcv, t->mem, dst + (size_t)p * block, NULL, block, t->dtype, WEFT_SUM);
     weft__req_post(weft__comm_conn(comm, p), rcv);
   }
 }
@@ -48,7 +48,7 @@ static weft_status_t gather_start(weft__task *t) {
     root_start(t, st, block);
     return WEFT_SUCCESS;
   }
-  weft__req_init_send(&st->reqs[0], t->sendbuf, block);
+  weft__req_init_send(&st->reqs[0], t->mem, t->sendbuf, block);
   weft__req_post(weft__comm_conn(comm, t->root), &st->reqs[0]);
   st->nreq = 1;
   return WEFT_SUCCESS;
@@ -60,4 +60,5 @@ static weft_status_t gather_progress(weft__task *t) {
   return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
 
-const weft__algo weft__algo_gather_linear = {"linear", WEFT__COLL_GATHER, gather_start, gather_progress};
+const weft__algo weft__algo_gather_linear = {
+    .name = "linear", .coll = WEFT__COLL_GATHER, .start = gather_start, .progress = gather_progress, .spaces = WEFT__MEM_KINDS_CPU};

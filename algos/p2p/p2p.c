@@ -32,9 +32,9 @@ static weft_status_t single_start(weft__task *t, p2p_state *st) {
   }
   weft__req *r = &st->reqs[0];
   if (is_send) {
-    weft__req_init_send(r, t->sendbuf, bytes);
+    weft__req_init_send(r, t->mem, t->sendbuf, bytes);
   } else {
-    weft__req_init_recv(r, t->recvbuf, NULL, bytes, t->dtype, WEFT_SUM);
+    weft__req_init_recv(r, t->mem, t->recvbuf, NULL, bytes, t->dtype, WEFT_SUM);
   }
   weft__req_post(weft__comm_conn(comm, t->peer), r);
   st->nreq = 1;
@@ -71,7 +71,7 @@ static weft_status_t match_self(weft__task *t, int do_copy) {
                          me, k, t->p2p[s].bytes, k, t->p2p[r].bytes);
     }
     if (do_copy && t->p2p[s].bytes > 0 && t->p2p[r].buf != t->p2p[s].buf) {
-      memmove(t->p2p[r].buf, t->p2p[s].buf, t->p2p[s].bytes);
+      weft__mem_copy(t->p2p[r].mem, t->p2p[r].buf, t->p2p[s].buf, t->p2p[s].bytes, WEFT__MEM_OVERLAP);
     }
   }
   return WEFT_SUCCESS;
@@ -86,9 +86,9 @@ static weft_status_t group_start(weft__task *t, p2p_state *st) {
     if (op->peer == comm->rank) continue;
     weft__req *r = &st->reqs[st->nreq++];
     if (op->is_send) {
-      weft__req_init_send(r, op->buf, op->bytes);
+      weft__req_init_send(r, op->mem, op->buf, op->bytes);
     } else {
-      weft__req_init_recv(r, op->buf, NULL, op->bytes, WEFT_UINT8, WEFT_SUM);
+      weft__req_init_recv(r, op->mem, op->buf, NULL, op->bytes, WEFT_UINT8, WEFT_SUM);
     }
     weft__req_post(weft__comm_conn(comm, op->peer), r);
   }
@@ -112,5 +112,10 @@ static weft_status_t p2p_progress(weft__task *t) {
   return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
 
-/* Serves WEFT__COLL_SEND, WEFT__COLL_RECV and WEFT__COLL_P2P_GROUP (see lib/select.c). */
-const weft__algo weft__algo_p2p = {"p2p", WEFT__COLL_SEND, p2p_start, p2p_progress};
+/* One algorithm, three rows: a send, a receive, and the sends and receives of a group. */
+const weft__algo weft__algo_send = {
+    .name = "p2p", .coll = WEFT__COLL_SEND, .start = p2p_start, .progress = p2p_progress, .spaces = WEFT__MEM_KINDS_CPU};
+const weft__algo weft__algo_recv = {
+    .name = "p2p", .coll = WEFT__COLL_RECV, .start = p2p_start, .progress = p2p_progress, .spaces = WEFT__MEM_KINDS_CPU};
+const weft__algo weft__algo_p2p_group = {
+    .name = "p2p", .coll = WEFT__COLL_P2P_GROUP, .start = p2p_start, .progress = p2p_progress, .spaces = WEFT__MEM_KINDS_CPU};

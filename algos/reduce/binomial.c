@@ -41,7 +41,7 @@ static void rd_post(weft__task *t, int i) {
 static void rd_finish(weft__task *t, int i) {
   rd_state *st = t->state;
   if (i == st->nchildren && st->v == 0 && t->op == WEFT_AVG)
-    weft__avg_finalize(t->recvbuf, t->count, t->dtype, st->n);
+    weft__mem_avg(t->mem, t->recvbuf, t->count, t->dtype, st->n);
 }
 
 static weft_status_t rd_start(weft__task *t) {
@@ -60,7 +60,7 @@ static weft_status_t rd_start(weft__task *t) {
   st->bytes = bytes;
   st->acc = v == 0 ? t->recvbuf : (char *)st + hdr;
   if (v == 0 && nchildren == 0 && bytes > 0 && t->sendbuf != t->recvbuf)
-    memcpy(t->recvbuf, t->sendbuf, bytes); /* n == 1 */
+    weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, bytes, 0); /* n == 1 */
   weft__rounds_init(&st->rounds, bytes > 0 ? nchildren + 1 : 0, st->req, 1, rd_post, rd_finish);
   weft__rounds_progress(&st->rounds, t);
   return WEFT_SUCCESS;
@@ -71,4 +71,8 @@ static weft_status_t rd_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_reduce_binomial = {"binomial", WEFT__COLL_REDUCE, rd_start, rd_progress};
+static double rd_cost(const weft__cost_in *c) { return c->L * (c->a + c->bytes * (c->b + c->g)); }
+
+const weft__algo weft__algo_reduce_binomial = {
+    .name = "binomial", .coll = WEFT__COLL_REDUCE, .start = rd_start, .progress = rd_progress,
+    .cost = rd_cost, .max_bytes = 1 << 20, .spaces = WEFT__MEM_KINDS_CPU};

@@ -9,6 +9,7 @@
  * Source: direct reduction from shared memory, as Open MPI's XPMEM path and NCCL's
  * symmetric-memory kernels. */
 #include "algos/direct.h"
+#include "transports/transport.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
@@ -24,11 +25,16 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   size_t block = t->count * es, base = (size_t)me * block;
   for (size_t at = 0; at < t->count; at += piece) {
     size_t k = t->count - at < piece ? t->count - at : piece, off = at * es;
-    weft__reduce(b->tmp, b->in[0] + base + off, b->in[1] + base + off, k, t->dtype, t->op);
-    for (int j = 2; j < n; j++) weft__reduce(b->tmp, b->tmp, b->in[j] + base + off, k, t->dtype, t->op);
-    if (t->op == WEFT_AVG) weft__avg_finalize(b->tmp, k, t->dtype, n);
-    weft__direct_copy(b->out[me] + off, b->tmp, k * es, block);
+    weft__mem_reduce(t->mem, b->tmp, b->in[0] + base + off, b->in[1] + base + off, k, t->dtype, t->op);
+    for (int j = 2; j < n; j++) weft__mem_reduce(t->mem, b->tmp, b->tmp, b->in[j] + base + off, k, t->dtype, t->op);
+    if (t->op == WEFT_AVG) weft__mem_avg(t->mem, b->tmp, k, t->dtype, n);
+    weft__direct_copy(t, b->out[me] + off, b->tmp, k * es, block);
   }
 }
 
 const weft__direct_ops weft__direct_reduce_scatter = {extents, work};
+
+const weft__algo weft__algo_reduce_scatter_direct = {
+    .name = "direct", .coll = WEFT__COLL_REDUCE_SCATTER, .start = weft__direct_start,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

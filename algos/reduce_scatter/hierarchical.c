@@ -93,7 +93,7 @@ static void hrs_post(weft__task *t, int i) {
 static void hrs_finish(weft__task *t, int i) {
   hrs_state *st = t->state;
   if (i == st->rounds.nrounds - 1 && t->op == WEFT_AVG)
-    weft__avg_finalize(t->recvbuf, t->count, t->dtype, t->comm->nranks);
+    weft__mem_avg(t->mem, t->recvbuf, t->count, t->dtype, t->comm->nranks);
 }
 
 static weft_status_t hrs_start(weft__task *t) {
@@ -119,10 +119,8 @@ static weft_status_t hrs_start(weft__task *t) {
   st->block = block;
   st->intra_rounds = st->hier.nlocal - 1;
   int nrounds = st->intra_rounds + st->hier.nhosts - 1;
-  if (nrounds == 0) { /* one rank */
-    if (block > 0 && t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, block);
-    if (t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
-  }
+  if (nrounds == 0 && t->sendbuf != t->recvbuf) /* one rank */
+    weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, block, 0);
   weft__rounds_init(&st->rounds, nrounds, st->req, (int)nreq, hrs_post, hrs_finish);
   weft__rounds_progress(&st->rounds, t);
   return WEFT_SUCCESS;
@@ -133,5 +131,8 @@ static weft_status_t hrs_progress(weft__task *t) {
   return weft__rounds_progress(&st->rounds, t);
 }
 
-const weft__algo weft__algo_reduce_scatter_hierarchical = {"hierarchical", WEFT__COLL_REDUCE_SCATTER,
-                                                           hrs_start, hrs_progress};
+static double hrs_cost(const weft__cost_in *c) { return weft__hier_gather_cost(c, 1); }
+
+const weft__algo weft__algo_reduce_scatter_hierarchical = {
+    .name = "hierarchical", .coll = WEFT__COLL_REDUCE_SCATTER, .start = hrs_start,
+    .progress = hrs_progress, .cost = hrs_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -11,7 +11,7 @@
  * (recvbuf == sendbuf + r * recvcount). WEFT_AVG divides each finished piece once.
  * Bytes each rank sends: (n-1) * recvcount * size. Latency term: n-1 steps per slice,
  * ceil(recvcount / chunk) slices. Scratch: 2 pieces of chunk elements (n > 2).
- * Picked for every reduce-scatter today.
+ * The tuner picks it but for small blocks.
  * Sources: Patarasuk & Yuan 2009 (the first half of their all-reduce); NCCL's ring
  * reduce-scatter; Thakur, Rabenseifner & Gropp 2005. */
 #include <string.h>
@@ -62,7 +62,7 @@ static void rs_slice_done(weft__task *t, size_t k) {
   rs_state *st = t->state;
   if (t->op != WEFT_AVG) return;
   size_t off, len = weft__ring_piece(&st->layout, 0, k, &off);
-  weft__avg_finalize((char *)t->recvbuf + off * st->esize, len, t->dtype, t->comm->nranks);
+  weft__mem_avg(t->mem, (char *)t->recvbuf + off * st->esize, len, t->dtype, t->comm->nranks);
 }
 
 static const weft__ring_ops rs_ops = {rs_send_of, rs_recv_of, rs_recv_ready, rs_slice_done, NULL};
@@ -84,10 +84,7 @@ static weft_status_t rs_start(weft__task *t) {
   st->scratch[1] = st->scratch[0] + weft__align_up(piece, 64);
   weft__ring_driver_init(&st->ring, t, &rs_ops, nsteps, weft__ring_nslices(&st->layout), st->reqs,
                          st->reqs + nsteps);
-  if (n == 1 && t->count > 0) {
-    if (t->sendbuf != t->recvbuf) memcpy(t->recvbuf, t->sendbuf, t->count * esize);
-    if (t->op == WEFT_AVG) weft__avg_finalize(t->recvbuf, t->count, t->dtype, 1);
-  }
+  if (n == 1 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
   return WEFT_SUCCESS;
 }
 
@@ -96,5 +93,10 @@ static weft_status_t rs_progress(weft__task *t) {
   return weft__ring_driver_progress(&st->ring, t);
 }
 
-const weft__algo weft__algo_reduce_scatter_ring = {"ring", WEFT__COLL_REDUCE_SCATTER, rs_start,
-                                                   rs_progress};
+static double rs_cost(const weft__cost_in *c) {
+  return weft__cost_ceil_div(c->bytes, c->chunk) * (c->n - 1) * c->a + (c->n - 1) * c->bytes * (c->b + c->g);
+}
+
+const weft__algo weft__algo_reduce_scatter_ring = {
+    .name = "ring", .coll = WEFT__COLL_REDUCE_SCATTER, .start = rs_start, .progress = rs_progress,
+    .cost = rs_cost, .spaces = WEFT__MEM_KINDS_CPU};

@@ -8,7 +8,7 @@
  * (count 0, the same on every rank) moves nothing on any rank.
  * Bytes: the root sends (n-1) * count * size, each other rank receives count * size; the
  * root's link bounds the time: (n-1) beta count size. Latency term: 1 step (the n-1
- * messages overlap). Scratch: none. Picked for every scatter today; a binomial tree
+ * messages overlap). Scratch: none. The only scatter; a binomial tree
  * (log2 n steps) would win for small messages on many ranks.
  * Sources: MPI_Scatter's semantics; Open MPI coll/base "linear" scatter; NCCL's scatter as
  * grouped send/recv. */
@@ -27,11 +27,11 @@ static void root_start(weft__task *t, scatter_state *st, size_t block) {
   struct weft_comm *comm = t->comm;
   const char *src = t->sendbuf;
   const char *own = src + (size_t)comm->rank * block;
-  if ((const char *)t->recvbuf != own) memcpy(t->recvbuf, own, block);
+  if ((const char *)t->recvbuf != own) weft__mem_copy(t->mem, t->recvbuf, own, block, 0);
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     weft__req *snd = &st->reqs[st->nreq++];
-    weft__req_init_send(snd, src + (size_t)p * block, block);
+    weft__req_init_send(snd, t->mem, src + (size_t)p * block, block);
     weft__req_post(weft__comm_conn(comm, p), snd);
   }
 }
@@ -49,7 +49,7 @@ static weft_status_t scatter_start(weft__task *t) {
     root_start(t, st, block);
     return WEFT_SUCCESS;
   }
-  weft__req_init_recv(&st->reqs[0], t->recvbuf, NULL, block, t->dtype, WEFT_SUM);
+  weft__req_init_recv(&st->reqs[0], t->mem, t->recvbuf, NULL, block, t->dtype, WEFT_SUM);
   weft__req_post(weft__comm_conn(comm, t->root), &st->reqs[0]);
   st->nreq = 1;
   return WEFT_SUCCESS;
@@ -61,4 +61,5 @@ static weft_status_t scatter_progress(weft__task *t) {
   return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
 
-const weft__algo weft__algo_scatter_linear = {"linear", WEFT__COLL_SCATTER, scatter_start, scatter_progress};
+const weft__algo weft__algo_scatter_linear = {
+    .name = "linear", .coll = WEFT__COLL_SCATTER, .start = scatter_start, .progress = scatter_progress, .spaces = WEFT__MEM_KINDS_CPU};

@@ -31,11 +31,11 @@ typedef struct {
   weft__shm_doorbell *peer_bell;      /* the peer's doorbell, rung when it may wait on us */
   unsigned empty_polls;               /* looks that found nothing: every 64th looks at the
                                          other protocol's buffer for a size mismatch */
-  /* Placement (shm_placement.h): payloads of messages of >= WEFT__SHM_STREAM_MIN bytes that
-   * we write into the peer's FIFO bypass our cache (stream_out), as set by WEFT_SHM_STREAM
+  /* Placement (shm_placement.h): payloads of messages of >= WEFT__SHM_NT_MIN bytes that
+   * we write into the peer's FIFO bypass our cache (nt_out), as set by WEFT_SHM_NT_COPY
    * or, in auto mode, by the last probe. */
-  int stream_mode;                    /* WEFT__SHM_STREAM_{NEVER, ALWAYS, AUTO} */
-  int stream_out;
+  int nt_mode;                        /* WEFT__SHM_NT_{NEVER, ALWAYS, AUTO} */
+  int nt_out;
 } weft__shm_conn;
 
 static inline int weft__shm_ll_send_eligible(const weft__shm_conn *sc, const weft__req *r) {

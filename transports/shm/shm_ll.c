@@ -10,6 +10,7 @@
 #include <string.h>
 #include "lib/comm.h"
 #include "lib/status.h"
+#include "mem/space.h"
 #include "transports/shm/shm_conn.h"
 #include "transports/shm/shm_ll.h"
 
@@ -22,7 +23,8 @@ static void write_chunk(weft__shm_conn *sc, weft__req *r, uint64_t seq) {
   size_t at = 0;
   do { /* an empty message still takes one line: its flag */
     size_t k = n - at < WEFT__SHM_LL_LINE_DATA ? n - at : WEFT__SHM_LL_LINE_DATA;
-    if (k > 0) memcpy(line->data, src + at, k);
+    weft__mem_copy(r->mem, line->data, src + at, k, 0); /* skips an empty message's NULL */
+    weft__mem_publish(r->mem, 0);                        /* the data before its flag */
     atomic_store_explicit(&line->flag, flag, memory_order_release);
     line++;
     at += k;

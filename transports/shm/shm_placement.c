@@ -1,4 +1,5 @@
-/* shm_placement.c: the placement probe and the stream decision; see shm_placement.h.
+/* shm_placement.c: the placement probe and the non-temporal copy decision; see
+ * shm_placement.h.
  *
  * The probe line holds (generation << 32) | step. The initiator writes odd steps, the
  * responder answers each with the next even one, so each side only ever waits for one
@@ -18,15 +19,17 @@
 #include "lib/task.h"
 #include "transports/shm/shm_conn.h"
 #include "transports/shm/shm_placement.h"
+#include "transports/shm/shm_state.h"
 #include "transports/transport.h"
 
-int weft__shm_stream_mode(void) {
-  const char *v = weft__env_str("WEFT_SHM_STREAM", "auto");
-  if (strcmp(v, "auto") == 0) return WEFT__SHM_STREAM_AUTO;
-  if (strcmp(v, "1") == 0) return WEFT__SHM_STREAM_ALWAYS;
-  if (strcmp(v, "0") == 0) return WEFT__SHM_STREAM_NEVER;
-  WEFT_WARN("WEFT_SHM_STREAM=%s is not auto, 0 or 1; using auto", v);
-  return WEFT__SHM_STREAM_AUTO;
+int weft__shm_nt_mode(void) {
+  const char *name = weft__env_name("WEFT_SHM_NT_COPY", "WEFT_SHM_STREAM");
+  const char *v = weft__env_str(name, "auto");
+  if (strcmp(v, "auto") == 0) return WEFT__SHM_NT_AUTO;
+  if (strcmp(v, "1") == 0) return WEFT__SHM_NT_ALWAYS;
+  if (strcmp(v, "0") == 0) return WEFT__SHM_NT_NEVER;
+  WEFT_WARN("%s=%s is not auto, 0 or 1; using auto", name, v);
+  return WEFT__SHM_NT_AUTO;
 }
 
 /* One side of a probe: which line, which step it waits for next, and its timings. */
@@ -128,12 +131,14 @@ static int probes_due(const weft__task *t) {
 weft_status_t weft__shm_placement_check(weft__task *t) {
   struct weft_comm *comm = t->comm;
   if (comm->nranks < 2 || comm->oversubscribed || !probes_due(t)) return WEFT_SUCCESS;
-  if (comm->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
+  weft__shm_state *state = weft__shm_state_of(comm);
+  if (state == NULL) return WEFT_SUCCESS;
+  if (state->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
   int next, prev, n = comm->nranks;
   int pos = ring_neighbours(comm, &next, &prev);
   weft__shm_conn *to = shm_peer(comm, next), *from = shm_peer(comm, prev);
-  /* Every rank takes part whatever its WEFT_SHM_STREAM: its partners cannot know it. */
-  uint64_t gen = ++comm->placement_probes;
+  /* Every rank takes part whatever its WEFT_SHM_NT_COPY: its partners cannot know it. */
+  uint64_t gen = ++state->placement_probes;
   probe_side out = {.gen = gen, .best_ns = UINT64_MAX}, in = {.gen = gen};
   for (int phase = 0; phase < 3; phase++) {
     if (to != NULL && phase_of(pos, n) == phase) {
@@ -151,11 +156,11 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
    * all-reduce runs measured a median batch of 2109 ns with one L3. */
   unsigned best = out.best_ns > UINT32_MAX ? UINT32_MAX : (unsigned)out.best_ns;
   int split = best > WEFT__SHM_SPLIT_NS;
-  if (to->stream_mode == WEFT__SHM_STREAM_AUTO && to->stream_out != split) {
+  if (to->nt_mode == WEFT__SHM_NT_AUTO && to->nt_out != split) {
     WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, %s; large payloads %s",
               comm->rank, next, best, split ? "two L3s" : "one L3",
               split ? "bypass the cache" : "go through the cache");
-    to->stream_out = split;
+    to->nt_out = split;
   }
   WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %u ns per round trip",
              (unsigned long long)gen, comm->rank, next, best);

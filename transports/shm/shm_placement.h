@@ -13,7 +13,7 @@
  *   shared L3 (60-100 ns)   10-17             5.6-7.6
  *   split L3s (320-380 ns)  1.6-2.3           7.0-11.9
  * So the writer measures the placement and, across L3s, writes payloads past its cache
- * (weft__copy_stream): the lines go to memory and the reader reads them from there.
+ * (weft__nt_copy): the lines go to memory and the reader reads them from there.
  *
  * The measurement: a ping-pong on the FIFO's probe line (a round trip is two cache-line
  * transfers between the two cores): one untimed round trip, then 5 batches of 8, each timed
@@ -26,8 +26,9 @@
  * or three phases so that no rank does both at once. Not when ranks outnumber cores (a partner that is not running makes every round
  * trip a context switch, and says nothing about caches).
  *
- * WEFT_SHM_STREAM: auto (default, the probe decides), 1 (always stream payloads of at
- * least WEFT__SHM_STREAM_MIN bytes), 0 (never). Read at setup. Each rank decides only how it
+ * WEFT_SHM_NT_COPY (formerly WEFT_SHM_STREAM, still read): auto (default, the probe
+ * decides), 1 (always write payloads of at least WEFT__SHM_NT_MIN bytes with non-temporal
+ * stores), 0 (never). Read at setup. Each rank decides only how it
  * writes, so ranks may differ; every rank takes part in the probes whatever its setting,
  * because its partners cannot know it. */
 #ifndef WEFT_SHM_PLACEMENT_H
@@ -37,21 +38,22 @@
 
 struct weft__task;
 
-enum { WEFT__SHM_STREAM_NEVER = 0, WEFT__SHM_STREAM_ALWAYS = 1, WEFT__SHM_STREAM_AUTO = 2 };
+enum { WEFT__SHM_NT_NEVER = 0, WEFT__SHM_NT_ALWAYS = 1, WEFT__SHM_NT_AUTO = 2 };
 
-#define WEFT__SHM_STREAM_MIN (64u * 1024u)   /* a message streams from this size (bytes) */
+#define WEFT__SHM_NT_MIN (64u * 1024u)       /* payloads bypass the cache from this size (bytes) */
 #define WEFT__SHM_PROBE_MIN (256u * 1024u)   /* collectives of this many bytes per rank probe */
 #define WEFT__SHM_PROBE_EVERY 16             /* ... the first of them and every 16th after */
 #define WEFT__SHM_PROBE_BATCHES 5            /* timed batches of round trips per probe ... */
 #define WEFT__SHM_PROBE_BATCH_TRIPS 8        /* ... of this many each */
 #define WEFT__SHM_SPLIT_NS 180               /* the fastest batch's mean above this: two L3s */
 
-/* WEFT_SHM_STREAM as a WEFT__SHM_STREAM_* mode (unknown values: auto, with a warning). */
-int weft__shm_stream_mode(void);
+/* WEFT_SHM_NT_COPY as a WEFT__SHM_NT_* mode (unknown values: auto, with a warning). */
+int weft__shm_nt_mode(void);
 
-/* Called by every rank before each collective starts (lib/task.c). When the schedule above
+/* The transport's before_collective (WEFT__TRANSPORT_CAP_PLACEMENT): every rank calls it
+ * before each collective starts (lib/task.c). When the schedule above
  * says so, runs the probe with the ring successor and predecessor over shm and sets
- * stream_out of the successor's connection; otherwise returns at once. Blocks until the
+ * nt_out of the successor's connection; otherwise returns at once. Blocks until the
  * partners join, at most the communicator's timeout: WEFT_ERR_TIMEOUT naming the rank and
  * peer. Caller holds comm->lock. Not thread-safe per communicator. */
 weft_status_t weft__shm_placement_check(struct weft__task *t);

@@ -17,8 +17,8 @@
 #include <cmocka.h>
 #include "lib/status.h"
 #include "tests/harness.h"
-#include "tests/ib_mesh.h"
-#include "tests/verbs_emu_pair.h"
+#include "transports/ib/tests/ib_mesh.h"
+#include "transports/ib/tests/verbs_emu_pair.h"
 #include "transports/ib/ib_net.h"
 
 static const size_t sizes_small[] = {0, 1, 7, 4095, 4096, 65536 + 3, 1 << 20, 4 << 20};

@@ -1,4 +1,4 @@
-/* test_copy_stream.c: weft__copy_stream (lib/copy_stream.c), the non-temporal copy large
+/* test_nt_copy.c: weft__nt_copy (mem/nt_copy.c), the non-temporal copy large
  * received messages take, against memcpy: every source and destination misalignment within a
  * cache line, sizes around the 64-byte loop's edges, and bytes around the destination left
  * untouched. The collectives over it are covered by tests/nt_copy_collectives.sh. */
@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
-#include "lib/copy_stream.h"
+#include "mem/nt_copy.h"
+#include "mem/space.h"
 
 enum { GUARD = 64, MAXN = 4096 + 200 };
 
@@ -25,7 +26,7 @@ static void copies_like_memcpy_at_every_alignment(void **state) {
       for (int d0 = 0; d0 < 64; d0 += 5) {
         size_t n = sizes[si];
         memset(dst, 0xa5, MAXN + 2 * GUARD);
-        weft__copy_stream(dst + GUARD + d0, src + GUARD + so, n);
+        weft__nt_copy(dst + GUARD + d0, src + GUARD + so, n);
         assert_memory_equal(dst + GUARD + d0, src + GUARD + so, n);
         for (int g = 0; g < GUARD + d0; g++) assert_int_equal(dst[g], 0xa5);
         for (size_t g = GUARD + d0 + n; g < MAXN + 2 * GUARD; g++) assert_int_equal(dst[g], 0xa5);
@@ -36,7 +37,7 @@ static void copies_like_memcpy_at_every_alignment(void **state) {
 
 static void threshold_is_positive(void **state) {
   (void)state;
-  assert_true(weft__copy_stream_threshold() > 0);
+  assert_true(weft__mem_nt_threshold() > 0);
 }
 
 int main(void) {
@@ -44,5 +45,5 @@ int main(void) {
       cmocka_unit_test(copies_like_memcpy_at_every_alignment),
       cmocka_unit_test(threshold_is_positive),
   };
-  return cmocka_run_group_tests_name("test_copy_stream", tests, NULL, NULL);
+  return cmocka_run_group_tests_name("test_nt_copy", tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* half.c: IEEE binary16 (fp16) and bfloat16 <-> binary32 conversions.
  *
  * Portable bit manipulation, no F16C: this is the generic level, the one that builds and
- * gives the reference bits on any x86-64 or aarch64 host; lib/reduce_simd.c has the
+ * gives the reference bits on any x86-64 or aarch64 host; mem/reduce_simd.c has the
  * F16C / AVX2 / AVX-512 forms, which must (and are tested to) give the same bits. Every
  * conversion is written without branches (selects only) so that the array versions
  * below, which the generic fp16/bf16 reduction kernels call once per block,
@@ -12,7 +12,7 @@
  * a NaN stays a NaN with its quiet bit set and the top payload bits kept. Widening is
  * exact, except that a signalling NaN comes back quiet (as F16C and ARM do). */
 #include <string.h>
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 
 static inline uint32_t f32_bits(float f) {
   uint32_t u;

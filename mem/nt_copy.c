@@ -1,16 +1,17 @@
-/* copy_stream.c: memcpy with non-temporal stores; see copy_stream.h. */
-#include "lib/copy_stream.h"
+/* nt_copy.c: memcpy with non-temporal stores; see nt_copy.h. */
+#include "mem/nt_copy.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "lib/env.h"
+#include "mem/space.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
 
-void weft__copy_stream_unfenced(void *dst, const void *src, size_t n) {
+void weft__nt_copy_unfenced(void *dst, const void *src, size_t n) {
   char *d = dst;
   const char *s = src;
   size_t head = (64 - ((uintptr_t)d & 63)) & 63; /* whole 64-byte lines from here on */
@@ -30,21 +31,16 @@ void weft__copy_stream_unfenced(void *dst, const void *src, size_t n) {
 
 void weft__store_fence(void) { _mm_sfence(); }
 #else
-void weft__copy_stream_unfenced(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
+void weft__nt_copy_unfenced(void *dst, const void *src, size_t n) { memcpy(dst, src, n); }
 void weft__store_fence(void) { atomic_thread_fence(memory_order_release); }
 #endif
 
-void weft__copy_stream(void *dst, const void *src, size_t n) {
-  weft__copy_stream_unfenced(dst, src, n);
+void weft__nt_copy(void *dst, const void *src, size_t n) {
+  weft__nt_copy_unfenced(dst, src, n);
   weft__store_fence(); /* non-temporal stores are weakly ordered: finish them before publishing */
 }
 
-void weft__copy_part(void *dst, const void *src, size_t n, size_t message_bytes) {
-  if (message_bytes >= weft__copy_stream_threshold()) weft__copy_stream(dst, src, n);
-  else memcpy(dst, src, n);
-}
-
-size_t weft__copy_stream_threshold(void) {
+size_t weft__mem_nt_threshold(void) {
   static _Atomic size_t cached = SIZE_MAX; /* SIZE_MAX: not read yet */
   size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v == SIZE_MAX) {

@@ -1,5 +1,5 @@
 /* map_colour.c: see map_colour.h. */
-#include "lib/map_colour.h"
+#include "mem/map_colour.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "tests/verbs_emu_pair.h"
+#include "transports/ib/tests/verbs_emu_pair.h"
 
 static char g_dir[64], g_skip[700];
 

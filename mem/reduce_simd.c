@@ -1,4 +1,4 @@
-/* reduce_simd.c: the AVX2 and AVX-512 reduction kernels that lib/reduce.c picks at run
+/* reduce_simd.c: the AVX2 and AVX-512 reduction kernels that mem/reduce.c picks at run
  * time (the build itself targets baseline x86-64, so these are compiled per function with
  * __attribute__((target(...))) and only ever called after the CPU has been checked).
  *
@@ -25,7 +25,7 @@
  * meets two NaNs, which payload comes out (x86 keeps the first source operand's, and the
  * compiler may swap the operands of a commutative add or multiply). dst may be exactly a or b: each vector is loaded from a and b
  * before the same positions of dst are stored. */
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

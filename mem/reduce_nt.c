@@ -1,13 +1,13 @@
-/* reduce_stream.c: see reduce_stream.h.
+/* reduce_nt.c: see reduce_nt.h.
  *
  * Why fused: the direct all-reduce first reduced 8 KiB pieces into a scratch in L1, then
- * streamed the scratch to each output. Reads and non-temporal writes then alternate in
+ * wrote the scratch to each output with non-temporal stores. Reads and non-temporal writes then alternate in
  * bursts, and 2-rank all-reduce at 32-256 MiB read 8.0-8.6 GB/s busbw against the fused
- * floor's 12.5-13.5 (0.61-0.65). One loop that loads the inputs and streams every output
+ * floor's 12.5-13.5 (0.61-0.65). One loop that loads the inputs and stores every output
  * per 64-byte line keeps both kinds of traffic in flight at once, as the floor does.
  * SSE2 is enough: the loop is bound by memory, not by arithmetic. */
 #include <stdint.h>
-#include "lib/reduce_stream.h"
+#include "mem/reduce_nt.h"
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -25,8 +25,8 @@
   } while (0)
 
 /* T: element type; V: SSE vector type; W: elements per vector; LOAD, ADD, MUL, DIV,
- * SET1, STREAM: the intrinsics. Four vectors (64 bytes) per step. */
-#define DEFINE_STREAM(name, T, V, W, LOAD, ADD, MUL, DIV, SET1, STREAM)                   \
+ * SET1, NTSTORE: the intrinsics. Four vectors (64 bytes) per step. */
+#define DEFINE_NT(name, T, V, W, LOAD, ADD, MUL, DIV, SET1, NTSTORE)                  \
   static void name(char *const *out, int nout, char *const *in, int nin, size_t count,  \
                    weft_redop_t op) {                                                    \
     size_t i = 0;                                                                        \
@@ -46,28 +46,28 @@
       if (op == WEFT_AVG)                                                                \
         for (int q = 0; q < 4; q++) a[q] = DIV(a[q], div);                               \
       for (int j = 0; j < nout; j++)                                                     \
-        for (int q = 0; q < 4; q++) STREAM((T *)out[j] + i + q * W, a[q]);               \
+        for (int q = 0; q < 4; q++) NTSTORE((T *)out[j] + i + q * W, a[q]);               \
     }                                                                                    \
     for (; i < count; i++) SCALAR_ONE(T, i);                                             \
   }
 
-DEFINE_STREAM(stream_f32, float, __m128, 4, _mm_loadu_ps, _mm_add_ps, _mm_mul_ps, _mm_div_ps,
+DEFINE_NT(nt_f32, float, __m128, 4, _mm_loadu_ps, _mm_add_ps, _mm_mul_ps, _mm_div_ps,
               _mm_set1_ps, _mm_stream_ps)
-DEFINE_STREAM(stream_f64, double, __m128d, 2, _mm_loadu_pd, _mm_add_pd, _mm_mul_pd, _mm_div_pd,
+DEFINE_NT(nt_f64, double, __m128d, 2, _mm_loadu_pd, _mm_add_pd, _mm_mul_pd, _mm_div_pd,
               _mm_set1_pd, _mm_stream_pd)
 
-int weft__reduce_stream(char *const *out, int nout, char *const *in, int nin, size_t count,
+int weft__reduce_nt(char *const *out, int nout, char *const *in, int nin, size_t count,
                         weft_datatype_t dt, weft_redop_t op) {
   if (op != WEFT_SUM && op != WEFT_PROD && op != WEFT_AVG) return 0;
   if (dt != WEFT_FLOAT32 && dt != WEFT_FLOAT64) return 0;
   for (int j = 1; j < nout; j++)
     if ((((uintptr_t)out[j] ^ (uintptr_t)out[0]) & 15) != 0) return 0;
-  if (dt == WEFT_FLOAT32) stream_f32(out, nout, in, nin, count, op);
-  else stream_f64(out, nout, in, nin, count, op);
+  if (dt == WEFT_FLOAT32) nt_f32(out, nout, in, nin, count, op);
+  else nt_f64(out, nout, in, nin, count, op);
   return 1;
 }
 #else
-int weft__reduce_stream(char *const *out, int nout, char *const *in, int nin, size_t count,
+int weft__reduce_nt(char *const *out, int nout, char *const *in, int nin, size_t count,
                         weft_datatype_t dt, weft_redop_t op) {
   return 0;
 }

@@ -10,8 +10,8 @@
  * 1024 MiB apart, 10.6-15.7 with them 16, 64, 128, 192, 258 or 256 MiB + 4 KiB apart.
  * Each mapping made here starts at a different multiple of 64 KiB modulo 16 MiB, so the
  * distance between any two of them is never within 64 KiB of a multiple of 256 MiB. */
-#ifndef WEFT_LIB_MAP_COLOUR_H
-#define WEFT_LIB_MAP_COLOUR_H
+#ifndef WEFT_MEM_MAP_COLOUR_H
+#define WEFT_MEM_MAP_COLOUR_H
 #include <stddef.h>
 #include <sys/types.h>
 

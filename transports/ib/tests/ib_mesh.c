@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #include "lib/status.h"
-#include "tests/ib_mesh.h"
+#include "transports/ib/tests/ib_mesh.h"
 
 ib_mailbox *ib_mailbox_new(void) {
   void *p = mmap(NULL, sizeof(ib_mailbox), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -1,7 +1,7 @@
-/* reduce_stream.h: a reduction fused with non-temporal stores to several outputs, for the
+/* reduce_nt.h: a reduction fused with non-temporal stores to several outputs, for the
  * direct all-reduce (algos/all_reduce/direct.c) on buffers larger than the cache. */
-#ifndef WEFT_LIB_REDUCE_STREAM_H
-#define WEFT_LIB_REDUCE_STREAM_H
+#ifndef WEFT_MEM_REDUCE_NT_H
+#define WEFT_MEM_REDUCE_NT_H
 #include <stddef.h>
 #include "weft.h"
 
@@ -13,6 +13,6 @@
  * before publishing. Handles float32 and float64 with sum, prod and avg on x86-64 when all
  * outputs share their address mod 16; returns 1 when it did the work, 0 when the caller
  * must (another type or op, another CPU, mixed alignment). nin >= 2. Thread-safe. */
-int weft__reduce_stream(char *const *out, int nout, char *const *in, int nin, size_t count,
+int weft__reduce_nt(char *const *out, int nout, char *const *in, int nin, size_t count,
                         weft_datatype_t dt, weft_redop_t op);
 #endif

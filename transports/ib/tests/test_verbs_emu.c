@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "tests/harness.h"
-#include "tests/verbs_emu_pair.h"
+#include "transports/ib/tests/verbs_emu_pair.h"
 
 /* ---- write lands with no action of the target ---------------------------------------- */
 static int body_write_lands(harness_rank *r) {

@@ -9,7 +9,7 @@
  * the kernel table to use: the best of generic, AVX2 (+FMA+F16C) and AVX-512
  * (F/BW/VL/DQ) that the CPU supports (__builtin_cpu_supports, which also checks that the
  * OS saves the wide registers), or the level WEFT_SIMD=generic|avx2|avx512 asks for.
- * lib/reduce_simd.c fills the SIMD tables; every level gives the generic bits.
+ * mem/reduce_simd.c fills the SIMD tables; every level gives the generic bits.
  * No `restrict`: dst may be exactly a or b (in-place reductions), and GCC's run-time alias
  * check still takes the vector path when the pointers are equal.
  *
@@ -33,7 +33,7 @@
 #endif
 #include <string.h>
 #include <strings.h>
-#include "lib/dtype.h"
+#include "mem/kernels.h"
 #include "lib/env.h"
 #include "lib/log.h"
 

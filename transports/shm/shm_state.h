@@ -1,0 +1,57 @@
+/* shm_state.h: the shm transport's state per communicator, shared by its setup
+ * (shm_setup.c), its data path (shm.c) and its placement probe (shm_placement.c). */
+#ifndef WEFT_SHM_STATE_H
+#define WEFT_SHM_STATE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "lib/comm.h"
+#include "transports/shm/shm_conn.h"
+#include "transports/shm/shm_segment.h"
+#include "transports/transport.h"
+
+typedef struct {
+  int npeers;
+  int *peers;                 /* [npeers] ranks; index i owns FIFO i of our segment */
+  size_t nslots, slot_bytes, fifo_bytes;
+  weft__shm_segment own;
+  weft__shm_segment *remote;  /* [npeers], the peer's segment we write into */
+  weft__shm_conn *conns;      /* [npeers] */
+  /* Setup (shm_setup.c), all closed once connected */
+  int listen_fd;
+  int *out_fds, *in_fds;      /* [npeers] setup sockets: we connected / we accepted */
+  int *accepted;              /* [npeers] accepted sockets whose hello has not come yet */
+  int naccepted, checked, nmapped, nanswered;
+  size_t cma_bytes;           /* WEFT_SHM_CMA_BYTES: single copy from this size; 0: off */
+  uint64_t probe;             /* a random word peers read to test CMA on us */
+  char *scratch;              /* SHM_CMA_REDUCE_PIECE bytes, allocated on first use */
+  int ll_on;                  /* WEFT_PROTO allows LL: messages of <= ll_max bytes to us use it */
+  uint64_t ll_max;
+  int nt_mode;                /* WEFT_SHM_NT_COPY (shm_placement.h) */
+  uint64_t sleep_max_ns;      /* one doorbell sleep at most (WEFT_SHM_SLEEP_MAX_US) */
+  /* Large uniform collectives so far, and placement probes run among them
+   * (shm_placement.h): the same on every rank. */
+  uint64_t placement_calls, placement_probes;
+} weft__shm_state;
+
+/* The card: what every rank learns of every other at listen. */
+typedef struct {
+  int32_t ok;           /* 0: this rank could not prepare its shared memory */
+  int32_t pad;
+  uint64_t nslots, slot_bytes;
+} weft__shm_card;
+
+extern const weft__transport weft__transport_shm;
+
+/* comm's shm state (NULL before listen and after close). */
+static inline weft__shm_state *weft__shm_state_of(struct weft_comm *comm) {
+  static int slot = -1; /* the registry is constant: look it up once */
+  if (slot < 0) slot = weft__transport_index(&weft__transport_shm);
+  return comm->transport_state[slot];
+}
+
+/* Setup (shm_setup.c): the transport's listen, connect, close and can_connect. */
+int weft__shm_can_connect(const struct weft__topo_system *topo, int a, int b);
+weft_status_t weft__shm_listen(struct weft_comm *comm, const int *peers, int npeers, void *card);
+weft_status_t weft__shm_connect(struct weft_comm *comm, const void *const *cards, char *waiting, size_t len);
+void weft__shm_close(struct weft_comm *comm);
+#endif

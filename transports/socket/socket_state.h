@@ -1,0 +1,91 @@
+/* socket_state.h: the socket transport's state, shared by its setup (socket_setup.c) and
+ * its data path (socket.c). */
+#ifndef WEFT_SOCKET_STATE_H
+#define WEFT_SOCKET_STATE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "lib/comm.h"
+#include "lib/req.h"
+#include "lib/sockutil.h"
+#include "transports/transport.h"
+
+enum { MAX_SOCKS = 16, STAGE_BYTES = 256 * 1024 };
+#define HELLO_MAGIC 0x4b434f5354464557ull /* "WEFTSOCK" little-endian */
+#define ACK_MAGIC 0x4b43414b54464557ull   /* "WEFTKACK" */
+
+/* The card: what each rank tells the others at listen. */
+typedef struct {
+  int32_t ok;        /* 0 when this rank could not listen (then every peer fails clearly) */
+  int32_t nsocks;
+  uint64_t split;    /* WEFT_SOCKET_SPLIT_BYTES: both sides must cut messages alike */
+  weft__sockaddr addr;
+} sock_card;
+
+typedef struct {
+  uint64_t magic;
+  uint8_t secret[16];
+  int32_t rank, index, nsocks, pad;
+} sock_hello;
+
+typedef struct {
+  uint64_t magic;
+  int32_t rank, status;
+} sock_ack;
+
+typedef struct {
+  uint64_t total, part; /* message bytes, this part's bytes */
+} wire_hdr;
+
+/* One part of the message in flight in one direction. */
+typedef struct {
+  size_t off, len;      /* the part's slice of the message */
+  size_t moved;         /* payload bytes sent, or received (into dst or staging) */
+  size_t delivered;     /* receive with reduce: payload bytes reduced into dst */
+  size_t hdr_moved;
+  wire_hdr hdr;
+  int done;
+} sock_part;
+
+typedef struct {
+  weft__req *req;       /* the request the parts belong to; NULL between messages */
+  size_t done;          /* req->done as this transfer left it */
+  int nparts, left;
+  sock_part part[MAX_SOCKS];
+} sock_xfer;
+
+typedef struct {
+  int peer, nsocks;
+  size_t split;
+  int fd[MAX_SOCKS];
+  weft_status_t dead;   /* an earlier error broke the byte stream: every later call fails */
+  sock_xfer send, recv;
+  uint8_t *stage[MAX_SOCKS];
+  size_t fill[MAX_SOCKS]; /* staged bytes not yet reduced (less than one element) */
+  int acked[MAX_SOCKS];   /* setup: our socket idx to a higher peer got its ack */
+} sock_peer;
+
+typedef struct {
+  int nranks, listen_fd, nsocks;
+  size_t split;
+  sock_peer **by_rank;  /* [nranks]; NULL for ranks not reached over sockets */
+  /* Setup (socket_setup.c) */
+  int checked;          /* the peers' cards were checked */
+  int incoming, filed;  /* sockets lower peers open to us, and those filed so far */
+  int *pending;         /* [incoming + PENDING_EXTRA] accepted sockets whose hello has not come */
+  int npending;
+} sock_state;
+
+enum { PENDING_EXTRA = 16 }; /* room for stray connections among the pending */
+
+extern const weft__transport weft__transport_socket;
+
+static inline sock_state *weft__socket_state_of(struct weft_comm *comm) {
+  return comm->transport_state[weft__transport_index(&weft__transport_socket)];
+}
+
+/* Setup (socket_setup.c): the transport's can_connect, listen, connect and close. */
+int weft__socket_can_connect(const struct weft__topo_system *topo, int a, int b);
+weft_status_t weft__socket_listen(struct weft_comm *comm, const int *peers, int npeers, void *card);
+weft_status_t weft__socket_connect(struct weft_comm *comm, const void *const *cards, char *waiting, size_t len);
+void weft__socket_close(struct weft_comm *comm);
+#endif
