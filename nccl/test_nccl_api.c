@@ -308,6 +308,12 @@ static void split_shrink_revoke_abort(ncclComm_t comm) {
   EXPECT(ncclAllReduce(&v, &v, 1, ncclInt, ncclSum, child, NULL), ncclInvalidUsage);
   OK(ncclCommDestroy(child));
   OK(ncclCommSplit(comm, 0, me, &child, NULL));
+  /* Abort only once every rank's split has returned: a rank whose init finished first would
+   * otherwise abort while a peer still waits for its connections, and that peer's split then
+   * rightly fails naming it (a race seen on an idle machine). The parent's all-reduce is the
+   * barrier; the child is not used again, so no rank waits on the aborted one. */
+  v = 1;
+  OK(ncclAllReduce(&v, &v, 1, ncclInt, ncclSum, comm, NULL));
   OK(ncclCommAbort(child));
 }
 
