@@ -133,6 +133,12 @@ static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_str
   if (stream == NULL && !weft__group_active()) {
     const weft__mem_space *mem = &weft__mem_host;
     WEFT_TRY(check_call(comm, a, &mem));
+    if (mem->kind == WEFT__MEM_CUDA) { /* device buffers: in CUDA's order (lib/stream_cuda.h) */
+      weft__task *dt = NULL;
+      WEFT_TRY(weft__task_new(comm, a->coll, &dt));
+      fill_task(dt, a, mem);
+      return weft__launch_now(dt, NULL);
+    }
     weft__task t;
     weft__task_init(&t, comm, a->coll);
     fill_task(&t, a, mem);

@@ -8,6 +8,7 @@
 #include "mem/space.h"
 #include "lib/status.h"
 #include "lib/stream.h"
+#include "lib/stream_cuda.h"
 
 static __thread int depth;
 static __thread weft__task *head, *tail;
@@ -36,10 +37,8 @@ weft_status_t weft__group_add(weft__task *t, weft_stream_t stream) {
 }
 
 weft_status_t weft__launch_now(weft__task *t, weft_stream_t stream) {
-  if (stream != NULL) {
-    weft__stream_enqueue(stream, t);
-    return WEFT_SUCCESS;
-  }
+  if (stream != NULL) return weft__stream_enqueue(stream, t);
+  if (weft__task_on_device(t)) return weft__cuda_run_blocking(t); /* in CUDA's default stream order */
   weft_status_t st = weft__task_run(t);
   weft__task_free(t);
   return st;

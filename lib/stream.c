@@ -17,6 +17,7 @@
 #include "lib/status.h"
 #include "lib/clock.h"
 #include "lib/stream.h"
+#include "lib/stream_cuda.h"
 #include "lib/task.h"
 #include "topo/topo.h"
 
@@ -34,6 +35,7 @@ struct weft_stream {
   atomic_int queued;     /* tasks in the queue (read without the lock while spinning) */
   atomic_int outstanding; /* tasks enqueued and not finished */
   atomic_int oversubscribed; /* the last task's communicator had more ranks than cores */
+  struct weft__cuda_binding *cuda; /* the CUDA stream it runs in the order of, or NULL */
 };
 
 /* Looks up to a bounded time for *word != 0 (want_nonzero) or == 0, yielding between looks.
@@ -84,7 +86,14 @@ static void *stream_main(void *arg) {
      * "[rank] weft INFO tuner: ..." whichever thread ran the call. */
     weft__log_set_rank(comm->rank);
     atomic_store_explicit(&s->oversubscribed, comm->oversubscribed, memory_order_relaxed);
-    record(s, t, weft__task_run(t));
+#ifdef WEFT_HAVE_CUDA
+    if (s->cuda != NULL) {
+      weft_status_t st = weft__cuda_task_begin(s->cuda, t);
+      if (st == WEFT_SUCCESS) st = weft__task_run(t);
+      record(s, t, weft__cuda_task_end(s->cuda, t, st));
+    } else
+#endif
+      record(s, t, weft__task_run(t));
     weft__task_free(t);
     atomic_fetch_sub(&comm->pending, 1);
     pthread_mutex_lock(&s->mu);
@@ -96,10 +105,11 @@ static void *stream_main(void *arg) {
   return NULL;
 }
 
-weft_status_t weft_stream_create(weft_stream_t *stream) {
+weft_status_t weft__stream_create_bound(weft_stream_t *stream, struct weft__cuda_binding *cuda) {
   if (stream == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_create: stream is NULL");
   weft_stream_t s = calloc(1, sizeof(*s));
   if (s == NULL) return weft__error(NULL, WEFT_ERR_NO_MEMORY, "weft_stream_create: out of memory");
+  s->cuda = cuda;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->idle, NULL);
@@ -112,7 +122,17 @@ weft_status_t weft_stream_create(weft_stream_t *stream) {
   return WEFT_SUCCESS;
 }
 
-void weft__stream_enqueue(weft_stream_t s, weft__task *t) {
+weft_status_t weft_stream_create(weft_stream_t *stream) { return weft__stream_create_bound(stream, NULL); }
+
+weft_status_t weft__stream_enqueue(weft_stream_t s, weft__task *t) {
+#ifdef WEFT_HAVE_CUDA
+  if (s->cuda != NULL) return weft__cuda_enqueue(s, s->cuda, t);
+#endif
+  weft__stream_push(s, t);
+  return WEFT_SUCCESS;
+}
+
+void weft__stream_push(weft_stream_t s, weft__task *t) {
   atomic_fetch_add(&t->comm->pending, 1);
   t->next = NULL;
   pthread_mutex_lock(&s->mu);
@@ -156,6 +176,9 @@ weft_status_t weft_stream_destroy(weft_stream_t s) {
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);
+#ifdef WEFT_HAVE_CUDA
+  if (s->cuda != NULL) weft__cuda_binding_free(s->cuda);
+#endif
   free(s);
   return st;
 }

@@ -72,6 +72,7 @@ void weft__task_init(weft__task *t, struct weft_comm *comm, weft__coll_t coll) {
   t->algo = NULL;
   t->state = NULL;
   t->next = NULL;
+  t->device_call = NULL;
 }
 
 weft_status_t weft__task_new(struct weft_comm *comm, weft__coll_t coll, weft__task **out) {
@@ -86,9 +87,11 @@ void weft__task_release(weft__task *t) {
   if (t->state != (void *)t->state_inline) free(t->state);
   free(t->p2p);
   free(t->vcounts);
+  free(t->device_call);
   t->state = NULL;
   t->p2p = NULL;
   t->vcounts = NULL;
+  t->device_call = NULL;
 }
 
 void weft__task_free(weft__task *t) {

@@ -77,6 +77,7 @@ typedef struct weft__task {
   const weft__algo *algo;
   void *state;              /* the algorithm's own state: state_inline or malloc'd */
   struct weft__task *next;  /* in a stream's or group's queue */
+  void *device_call;        /* lib/stream_cuda.c's state of a call on a CUDA stream, or NULL */
   /* Small states (every algorithm's at a few hundred bytes and below, scratch included)
    * live here, so a blocking small call, whose task is on the caller's stack, touches the
    * heap not at all: two malloc/free pairs were ~6% of a 0.3 us call (perf, broadcast 8 B). */

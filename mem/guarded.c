@@ -182,7 +182,7 @@ static int g_export(const weft__mem_space *s, const void *p, size_t bytes, weft_
   for (guard_block *b = blocks; b != NULL && !found; b = b->next) {
     uintptr_t lo = (uintptr_t)b->user;
     if (b->fd < 0 || a < lo || !weft__span_fits(a - lo, bytes, b->bytes)) continue;
-    *h = (weft__mem_handle){(int32_t)getpid(), b->fd, (uint64_t)(a - lo), bytes};
+    *h = (weft__mem_handle){.pid = (int32_t)getpid(), .fd = b->fd, .offset = (uint64_t)(a - lo), .bytes = bytes};
     found = 1;
   }
   pthread_mutex_unlock(&lock);

@@ -52,6 +52,8 @@
 typedef enum {
   WEFT__MEM_HOST = 0,    /* ordinary host memory: malloc, the stack, weft_mem_alloc */
   WEFT__MEM_GUARDED = 1, /* tests: host memory reachable only through its space */
+  WEFT__MEM_CUDA = 2,    /* CUDA device memory (mem/cuda.c, --with-cuda); calls on it are
+                            staged through host memory (lib/stream_cuda.h) */
   WEFT__MEM_NUM_KINDS
 } weft__mem_kind;
 #define WEFT__MEM_KIND_BIT(k) (1u << (k))
@@ -74,8 +76,9 @@ enum {
 typedef struct weft__mem_handle {
   int32_t pid;       /* the exporting process */
   int32_t fd;        /* its memfd holding the buffer (host and guarded memory) */
-  uint64_t offset;   /* of the buffer in the memfd */
+  uint64_t offset;   /* of the buffer in the memfd (CUDA: in its allocation) */
   uint64_t bytes;
+  unsigned char token[64]; /* CUDA: the allocation's cudaIpcMemHandle_t; else zero */
 } weft__mem_handle;
 
 /* A peer's buffer as imported here. */

@@ -4,10 +4,18 @@
  * programs pay one relaxed load per call. A new space adds itself to `others`. */
 #include "mem/guarded.h"
 #include "mem/space.h"
+#ifdef WEFT_HAVE_CUDA
+#include "mem/cuda.h"
+#endif
 
 atomic_long weft__mem_foreign_blocks;
 
-static const weft__mem_space *const others[] = {&weft__mem_guarded};
+static const weft__mem_space *const others[] = {
+    &weft__mem_guarded,
+#ifdef WEFT_HAVE_CUDA
+    &weft__mem_cuda, /* asks the driver only once armed (mem/cuda.h) */
+#endif
+};
 
 const weft__mem_space *weft__mem_space_lookup(const void *p) {
   if (p == NULL) return &weft__mem_host;

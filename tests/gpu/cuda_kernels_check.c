@@ -11,12 +11,16 @@
  * weft__reduce_nt (or, where that declines, the pairwise weft__reduce fold and
  * weft__avg_finalize the direct all-reduce falls back to). Outputs are poisoned first, and
  * the comparison covers two elements past the end, so an element written twice, not at
- * all or out of bounds shows. The one difference accepted is the host's own freedom: when
- * sum or prod meets two NaNs, either one's payload (see mem/reduce.c).
+ * all or out of bounds shows. The one difference accepted is the host's own freedom: a
+ * sum, product or average that yields NaN may carry any NaN's payload. Which operand's
+ * NaN x86 returns depends on the operand order the compiler chose per SIMD level (GCC 12
+ * swaps them in the AVX2 / AVX-512 bf16 kernels, not in the generic ones), so a fold over
+ * 8 inputs in which inf - inf makes a NaN that later meets an input NaN keeps either one;
+ * the first GPU run showed exactly that in 3 of 110 checks.
  *
  * Without a CUDA device it prints "1..0 # SKIP ..." and exits 0; else it exits 1 when a
- * check failed. WEFT_SEED sets the seed. tests/gpu/kernels_check_standalone.sh builds and
- * runs it without configure. */
+ * check failed. WEFT_SEED sets the seed. tests/gpu/gpu_check.sh runs it on the GPU
+ * machine. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +65,7 @@ static char *h_in[WEFT__CUDA_FANOUT_MAX], *h_out[2]; /* host: inputs as drawn (u
                                                         and the host's outputs laid out as
                                                         the device's */
 static char *back;       /* a device output copied back */
-static size_t nan_pairs; /* two-NaN elements where host and device took different payloads */
+static size_t nan_pairs; /* NaN elements where host and device carry different payloads */
 
 static uint64_t rng_state;
 static uint64_t rng(void) {
@@ -137,13 +141,12 @@ static int is_nan(uint64_t v, weft_datatype_t dt) {
   }
 }
 
-/* The host's one freedom: sum / prod / avg meeting two or more NaN inputs at element i
- * may return either's payload (mem/reduce.c). */
+/* The host's one freedom: a sum / prod / avg that is NaN on both sides may carry either
+ * NaN's payload (see the top). min and max must match exactly. */
 static int tolerated(weft_datatype_t dt, weft_redop_t op, int nin, size_t i, uint64_t dv, uint64_t hv) {
-  if (op == WEFT_MAX || op == WEFT_MIN || !is_nan(dv, dt) || !is_nan(hv, dt)) return 0;
-  int nans = 0;
-  for (int k = 0; k < nin; k++) nans += is_nan(element(h_in[k], i, weft__dtype_size(dt)), dt);
-  return nans >= 2;
+  (void)nin;
+  (void)i;
+  return op != WEFT_MAX && op != WEFT_MIN && is_nan(dv, dt) && is_nan(hv, dt);
 }
 
 /* Compares device buffer d with host image h over [0, shift + n + GUARD) elements; 0
@@ -422,7 +425,7 @@ int main(void) {
   for (size_t t = 0; t < NDTYPES; t++) check_avg(dtypes[t]);
   for (size_t t = 0; t < NDTYPES; t++)
     for (int op = 0; op < WEFT_NUM_OPS; op++) check_fanout(dtypes[t], (weft_redop_t)op);
-  printf("# %zu elements met two NaNs and took the other one's payload (allowed)\n", nan_pairs);
+  printf("# %zu NaN elements carried another NaN's payload than the host's (allowed)\n", nan_pairs);
 
   for (int k = 0; k < WEFT__CUDA_FANOUT_MAX; k++) CUDA_CHECK(cudaFree(d_in[k]));
   for (int j = 0; j < 2; j++) CUDA_CHECK(cudaFree(d_out[j]));

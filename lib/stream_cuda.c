@@ -1,0 +1,463 @@
+/* stream_cuda.c: weft streams bound to CUDA streams, and calls on device buffers (the design
+ * is in lib/stream_cuda.h; the public side is include/weft_cuda.h).
+ *
+ * Ordering, per call on a bound stream (the caller's thread, in weft__cuda_enqueue):
+ *   1. staged calls: cudaMemcpyAsync of the device input into pinned host memory (a slot),
+ *      on the CUDA stream;
+ *   2. cudaEventRecord(ev_in): the progress thread starts the call once the event fired,
+ *      so everything queued on the stream before the call has finished;
+ *   3. the call goes to the weft stream's queue (its thread runs it: weft__task_run);
+ *   4. cuStreamWaitValue32 on the binding's pinned word: the CUDA stream waits until the
+ *      thread has written this call's ticket there (after the call ended, even on error);
+ *   5. staged calls: cudaMemcpyAsync of the result back into the device buffers;
+ *   6. cudaEventRecord(ev_out): the slot's host memory is free again once it fired.
+ * Nothing in a kernel waits for another process, so several ranks may share one GPU
+ * without MPS. The stream memory operation is what NCCL's proxy uses for host-driven
+ * transports too; no code taken.
+ *
+ * Every call on device buffers is staged: weft's host algorithms run on the pinned
+ * mirrors, over shared memory or TCP, so device buffers reach every transport. Reading and
+ * writing peers' device buffers in place through CUDA IPC (the direct algorithms on the
+ * device space) is the faster path on one host; it is not enabled: on the H200 every such
+ * call hung (see the README's GPU section), so it waits for a GPU session to find out why.
+ *
+ * Staging: the buffers a call reads and writes on this rank (its "extents", by collective)
+ * get mirrors in the slot's pinned memory; a buffer inside another (in-place calls) shares
+ * its mirror at the same offset, so the host algorithms see the same aliasing as the
+ * caller's. Only the ranges the call writes on this rank go back, so a buffer the call does
+ * not write (a non-root's reduce output, say) is never overwritten. */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "weft.h"
+#include "weft_cuda.h"
+#include "lib/comm.h"
+#include "lib/dtype.h"
+#include "lib/status.h"
+#include "lib/stream.h"
+#include "lib/stream_cuda.h"
+#include "lib/task.h"
+#include "mem/cuda.h"
+#include "mem/space.h"
+
+#define NSLOTS 16 /* calls in flight per bound stream before enqueue waits for the oldest */
+
+typedef CUresult (*pfn_wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+static pfn_wait32 drv_wait32;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+static void load_driver(void) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    drv_wait32 = (pfn_wait32)fn;
+  cudaGetLastError();
+}
+
+typedef struct {
+  char *host;       /* pinned staging memory (cudaHostAlloc), NULL until a staged call needs it */
+  size_t bytes;
+  cudaEvent_t ev_in, ev_out;
+  int used;         /* ev_out was recorded: wait for it before reusing the slot */
+} slot;
+
+struct weft__cuda_binding {
+  cudaStream_t user;         /* the caller's CUDA stream */
+  int device;
+  uint32_t *done;            /* pinned: the ticket of the last call the thread finished */
+  CUdeviceptr done_dev;      /* the same word as the GPU reaches it */
+  pthread_mutex_t mu;        /* enqueue order = CUDA order = queue order */
+  uint32_t issued;           /* tickets handed out */
+  slot slots[NSLOTS];
+};
+
+/* One device-to-host or host-to-device copy of a staged call. */
+typedef struct {
+  void *dev;
+  char *host;
+  size_t bytes;
+} xfer;
+
+/* A call's state, freed with the task (t->device_call). */
+typedef struct {
+  uint32_t ticket;
+  slot *sl;
+  int staged;
+  int nin, nout;
+  xfer *in, *out; /* into the trailing array */
+  xfer all[];
+} device_call;
+
+static weft_status_t cuda_err(struct weft_comm *comm, cudaError_t e, const char *what) {
+  cudaGetLastError();
+  weft_status_t st = e == cudaErrorMemoryAllocation ? WEFT_ERR_NO_MEMORY : WEFT_ERR_SYSTEM;
+  if (comm == NULL) return weft__error(NULL, st, "%s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return weft__error(comm, st, "rank %d: %s: %s (%s)", comm->rank, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+#define CUDA_TRY(comm, call, what)                  \
+  do {                                              \
+    cudaError_t e_ = (call);                        \
+    if (e_ != cudaSuccess) return cuda_err(comm, e_, what); \
+  } while (0)
+
+/* ---- bindings ---------------------------------------------------------------------------- */
+
+static void binding_free(struct weft__cuda_binding *b) {
+  if (b == NULL) return;
+  for (int i = 0; i < NSLOTS; i++) {
+    slot *s = &b->slots[i];
+    if (s->used) cudaEventSynchronize(s->ev_out);
+    if (s->host != NULL) cudaFreeHost(s->host);
+    if (s->ev_in != NULL) cudaEventDestroy(s->ev_in);
+    if (s->ev_out != NULL) cudaEventDestroy(s->ev_out);
+  }
+  if (b->done != NULL) cudaFreeHost(b->done);
+  pthread_mutex_destroy(&b->mu);
+  cudaGetLastError();
+  free(b);
+}
+
+void weft__cuda_binding_free(struct weft__cuda_binding *b) { binding_free(b); }
+
+static weft_status_t binding_new(cudaStream_t user, struct weft__cuda_binding **out) {
+  char why[160];
+  if (!weft__cuda_usable(why, sizeof why))
+    return weft__error(NULL, WEFT_ERR_UNSUPPORTED, "weft_stream_create_cuda: %s", why);
+  pthread_once(&drv_once, load_driver);
+  if (drv_wait32 == NULL)
+    return weft__error(NULL, WEFT_ERR_UNSUPPORTED, "weft_stream_create_cuda: the CUDA driver has no "
+                       "cuStreamWaitValue32 (stream memory operations)");
+  struct weft__cuda_binding *b = calloc(1, sizeof *b);
+  if (b == NULL) return weft__error(NULL, WEFT_ERR_NO_MEMORY, "weft_stream_create_cuda: out of memory");
+  pthread_mutex_init(&b->mu, NULL);
+  b->user = user;
+  weft_status_t st = WEFT_SUCCESS;
+  cudaError_t e = cudaGetDevice(&b->device);
+  if (e == cudaSuccess) e = cudaHostAlloc((void **)&b->done, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess) {
+    *b->done = 0;
+    void *d = NULL;
+    e = cudaHostGetDevicePointer(&d, b->done, 0);
+    b->done_dev = (CUdeviceptr)(uintptr_t)d;
+  }
+  for (int i = 0; i < NSLOTS && e == cudaSuccess; i++) {
+    e = cudaEventCreateWithFlags(&b->slots[i].ev_in, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&b->slots[i].ev_out, cudaEventDisableTiming);
+  }
+  if (e != cudaSuccess) {
+    st = cuda_err(NULL, e, "weft_stream_create_cuda");
+    binding_free(b);
+    return st;
+  }
+  *out = b;
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft_stream_create_cuda(weft_stream_t *stream, cudaStream_t cuda_stream) {
+  if (stream == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_create_cuda: stream is NULL");
+  struct weft__cuda_binding *b = NULL;
+  WEFT_TRY(binding_new(cuda_stream, &b));
+  weft__cuda_arm();
+  weft_status_t st = weft__stream_create_bound(stream, b);
+  if (st != WEFT_SUCCESS) binding_free(b);
+  return st;
+}
+
+weft_status_t weft_mem_alloc_device(void **ptr, size_t size) {
+  if (ptr == NULL || size == 0)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_mem_alloc_device: %s",
+                       ptr == NULL ? "ptr is NULL" : "size is 0");
+  char why[160];
+  if (!weft__cuda_usable(why, sizeof why))
+    return weft__error(NULL, WEFT_ERR_UNSUPPORTED, "weft_mem_alloc_device: %s", why);
+  weft__cuda_arm();
+  return weft__mem_cuda.alloc(&weft__mem_cuda, size, ptr);
+}
+
+weft_status_t weft_cuda_enable(void) {
+  char why[160];
+  if (!weft__cuda_usable(why, sizeof why)) return weft__error(NULL, WEFT_ERR_UNSUPPORTED, "weft_cuda_enable: %s", why);
+  weft__cuda_arm();
+  return WEFT_SUCCESS;
+}
+
+/* ---- the extents of a call ------------------------------------------------------------------ */
+
+/* What a call reads (in) and writes (out) of one user buffer on this rank. */
+typedef struct {
+  void **where;     /* the task's pointer to rewrite (t->sendbuf, t->recvbuf or a p2p op's buf) */
+  char *dev;        /* the caller's buffer */
+  size_t lo, hi;    /* the bytes [lo, hi) of it the call touches */
+  int reads;
+  /* written ranges, as [begin, end) byte offsets in the buffer (all-to-allv: one per peer) */
+  size_t nw;
+  size_t w[2];      /* a single written range; all-to-allv uses the task's counts instead */
+  int v_written;    /* all-to-allv's receive buffer: the ranges come from the counts */
+  const weft__mem_space **mem; /* the p2p op's space to switch to host, or NULL */
+} extent;
+
+static int is_device(const void *p) { return p != NULL && weft__mem_space_of(p)->kind == WEFT__MEM_CUDA; }
+
+static void add(extent *e, int *n, void **where, const void *dev, size_t bytes, int reads, int writes,
+                const weft__mem_space **mem) {
+  if (bytes == 0 || !is_device(dev)) return;
+  extent *x = &e[(*n)++];
+  memset(x, 0, sizeof *x);
+  x->where = where;
+  x->dev = (char *)dev;
+  x->lo = 0;
+  x->hi = bytes;
+  x->reads = reads;
+  if (writes) x->nw = 1, x->w[0] = 0, x->w[1] = bytes;
+  x->mem = mem;
+}
+
+/* The call's extents on this rank (at most 2 + np2p). */
+static int extents_of(weft__task *t, extent *e) {
+  struct weft_comm *comm = t->comm;
+  int n = 0, me = comm->rank, root = t->root, np = comm->nranks;
+  size_t es = weft__dtype_size(t->dtype), c = t->count * es, all = c * (size_t)np;
+  void **sb = (void **)&t->sendbuf, **rb = &t->recvbuf;
+  switch (t->coll) {
+    case WEFT__COLL_ALL_REDUCE: add(e, &n, sb, t->sendbuf, c, 1, 0, NULL); add(e, &n, rb, t->recvbuf, c, 0, 1, NULL); break;
+    case WEFT__COLL_BROADCAST:
+      if (me == root) add(e, &n, sb, t->sendbuf, c, 1, 0, NULL);
+      add(e, &n, rb, t->recvbuf, c, 0, 1, NULL);
+      break;
+    case WEFT__COLL_REDUCE:
+      add(e, &n, sb, t->sendbuf, c, 1, 0, NULL);
+      if (me == root) add(e, &n, rb, t->recvbuf, c, 0, 1, NULL);
+      break;
+    case WEFT__COLL_ALL_GATHER: add(e, &n, sb, t->sendbuf, c, 1, 0, NULL); add(e, &n, rb, t->recvbuf, all, 0, 1, NULL); break;
+    case WEFT__COLL_REDUCE_SCATTER: add(e, &n, sb, t->sendbuf, all, 1, 0, NULL); add(e, &n, rb, t->recvbuf, c, 0, 1, NULL); break;
+    case WEFT__COLL_ALL_TO_ALL: add(e, &n, sb, t->sendbuf, all, 1, 0, NULL); add(e, &n, rb, t->recvbuf, all, 0, 1, NULL); break;
+    case WEFT__COLL_GATHER:
+      add(e, &n, sb, t->sendbuf, c, 1, 0, NULL);
+      if (me == root) add(e, &n, rb, t->recvbuf, all, 0, 1, NULL);
+      break;
+    case WEFT__COLL_SCATTER:
+      if (me == root) add(e, &n, sb, t->sendbuf, all, 1, 0, NULL);
+      add(e, &n, rb, t->recvbuf, c, 0, 1, NULL);
+      break;
+    case WEFT__COLL_ALL_TO_ALLV: {
+      size_t shi = 0, rhi = 0;
+      for (int p = 0; p < np; p++) {
+        if (WEFT__V_SENDCOUNTS(t)[p] && WEFT__V_SDISPLS(t)[p] + WEFT__V_SENDCOUNTS(t)[p] > shi)
+          shi = WEFT__V_SDISPLS(t)[p] + WEFT__V_SENDCOUNTS(t)[p];
+        if (WEFT__V_RECVCOUNTS(t)[p] && WEFT__V_RDISPLS(t)[p] + WEFT__V_RECVCOUNTS(t)[p] > rhi)
+          rhi = WEFT__V_RDISPLS(t)[p] + WEFT__V_RECVCOUNTS(t)[p];
+      }
+      add(e, &n, sb, t->sendbuf, shi * es, 1, 0, NULL);
+      int before = n;
+      add(e, &n, rb, t->recvbuf, rhi * es, 0, 0, NULL);
+      if (n > before) e[n - 1].v_written = 1;
+      break;
+    }
+    case WEFT__COLL_SEND: add(e, &n, sb, t->sendbuf, c, 1, 0, NULL); break;
+    case WEFT__COLL_RECV: add(e, &n, rb, t->recvbuf, c, 0, 1, NULL); break;
+    case WEFT__COLL_P2P_GROUP:
+      for (int i = 0; i < t->np2p; i++) {
+        weft__p2p_op *o = &t->p2p[i];
+        add(e, &n, &o->buf, o->buf, o->bytes, o->is_send, !o->is_send, &o->mem);
+      }
+      break;
+    default: break;
+  }
+  return n;
+}
+
+/* ---- staging ------------------------------------------------------------------------------ */
+
+static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* Gives every extent a mirror in one host block (same mirror for nested extents); fills the
+ * copies in and out; returns the host bytes needed, or, with host != NULL, rewrites the task
+ * to the mirrors. */
+static size_t stage(weft__task *t, extent *e, int n, char *host, device_call *dc) {
+  size_t off[64], need = 0;
+  int parent[64];
+  for (int i = 0; i < n; i++) {
+    parent[i] = -1;
+    /* nested in an earlier, larger extent: in-place calls (same buffer, or a block of it) */
+    for (int j = 0; j < n && parent[i] < 0; j++) {
+      if (j == i || parent[j] >= 0) continue;
+      int inside = e[i].dev >= e[j].dev && e[i].dev + e[i].hi <= e[j].dev + e[j].hi;
+      int same = e[i].dev == e[j].dev && e[i].hi == e[j].hi;
+      if (inside && (!same || j < i)) parent[i] = j;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (parent[i] < 0) off[i] = need, need += align64(e[i].hi);
+  if (host == NULL) return need;
+  dc->nin = dc->nout = 0;
+  for (int i = 0; i < n; i++) {
+    int p = parent[i] < 0 ? i : parent[i];
+    char *mirror = host + off[p] + (size_t)(e[i].dev - e[p].dev);
+    /* a nested extent's input comes with its parent's copy, which must then read it */
+    if (e[i].reads) e[p].reads = 1;
+    *e[i].where = mirror;
+    if (e[i].mem != NULL) *e[i].mem = &weft__mem_host;
+    if (e[i].v_written) {
+      size_t es = weft__dtype_size(t->dtype);
+      for (int q = 0; q < t->comm->nranks; q++) {
+        size_t cnt = WEFT__V_RECVCOUNTS(t)[q], at = WEFT__V_RDISPLS(t)[q] * es;
+        if (cnt > 0) dc->out[dc->nout++] = (xfer){e[i].dev + at, mirror + at, cnt * es};
+      }
+    } else if (e[i].nw) {
+      dc->out[dc->nout++] = (xfer){e[i].dev + e[i].w[0], mirror + e[i].w[0], e[i].w[1] - e[i].w[0]};
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (parent[i] < 0 && e[i].reads) dc->in[dc->nin++] = (xfer){e[i].dev, host + off[i], e[i].hi};
+  t->mem = &weft__mem_host;
+  return need;
+}
+
+/* The slot of the next ticket, free (its last call's copies done), with bytes of staging. */
+static weft_status_t take_slot(struct weft__cuda_binding *b, uint32_t ticket, size_t bytes, slot **out) {
+  slot *s = &b->slots[ticket % NSLOTS];
+  if (s->used) CUDA_TRY(NULL, cudaEventSynchronize(s->ev_out), "waiting for a staging slot");
+  s->used = 0;
+  if (bytes > s->bytes) {
+    if (s->host != NULL) cudaFreeHost(s->host);
+    s->host = NULL;
+    s->bytes = 0;
+    size_t want = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes; /* small calls share 1 MiB */
+    CUDA_TRY(NULL, cudaHostAlloc((void **)&s->host, want, cudaHostAllocPortable), "cudaHostAlloc of staging memory");
+    s->bytes = want;
+  }
+  *out = s;
+  return WEFT_SUCCESS;
+}
+
+/* ---- enqueue (the caller's thread) ------------------------------------------------------------ */
+
+static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *b, weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  int np = t->coll == WEFT__COLL_P2P_GROUP ? t->np2p : 0;
+  extent e[64];
+  int ne = 0;
+  if (t->mem->kind == WEFT__MEM_CUDA) {
+    if (2 + np > 64)
+      return weft__error(comm, WEFT_ERR_UNSUPPORTED, "rank %d: a group of %d sends and receives on device "
+                         "buffers (at most 62 on one CUDA stream)", comm->rank, np);
+    ne = extents_of(t, e);
+  }
+  size_t nx = (size_t)ne + (size_t)np + (size_t)comm->nranks + 2;
+  device_call *dc = calloc(1, sizeof *dc + 2 * nx * sizeof(xfer));
+  if (dc == NULL) return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: out of memory", comm->rank);
+  dc->in = dc->all;
+  dc->out = dc->all + nx;
+  t->device_call = dc;
+  CUDA_TRY(comm, cudaSetDevice(b->device), "cudaSetDevice");
+  uint32_t ticket = b->issued + 1;
+  size_t need = ne > 0 ? stage(t, e, ne, NULL, NULL) : 0;
+  slot *sl = NULL;
+  WEFT_TRY(take_slot(b, ticket, need, &sl));
+  if (ne > 0) {
+    stage(t, e, ne, sl->host, dc);
+    dc->staged = 1;
+    for (int i = 0; i < dc->nin; i++)
+      CUDA_TRY(comm, cudaMemcpyAsync(dc->in[i].host, dc->in[i].dev, dc->in[i].bytes, cudaMemcpyDeviceToHost, b->user),
+               "staging the input (cudaMemcpyAsync)");
+  }
+  CUDA_TRY(comm, cudaEventRecord(sl->ev_in, b->user), "cudaEventRecord");
+  dc->ticket = ticket;
+  dc->sl = sl;
+  b->issued = ticket;
+  /* From here the thread will run the call and write its ticket, whatever happens below. */
+  weft__stream_push(s, t);
+  CUresult r = drv_wait32((CUstream)b->user, b->done_dev, ticket, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS)
+    return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: cuStreamWaitValue32 failed (CUresult %d): the CUDA "
+                       "stream does not wait for the call", comm->rank, (int)r);
+  for (int i = 0; i < dc->nout; i++)
+    CUDA_TRY(comm, cudaMemcpyAsync(dc->out[i].dev, dc->out[i].host, dc->out[i].bytes, cudaMemcpyHostToDevice, b->user),
+             "copying the result back (cudaMemcpyAsync)");
+  CUDA_TRY(comm, cudaEventRecord(sl->ev_out, b->user), "cudaEventRecord");
+  sl->used = 1;
+  return WEFT_SUCCESS;
+}
+
+weft_status_t weft__cuda_enqueue(weft_stream_t s, struct weft__cuda_binding *b, weft__task *t) {
+  pthread_mutex_lock(&b->mu);
+  uint32_t before = b->issued;
+  weft_status_t st = enqueue_locked(s, b, t);
+  int queued = b->issued != before;
+  pthread_mutex_unlock(&b->mu);
+  if (st != WEFT_SUCCESS && !queued) weft__task_free(t);
+  return st;
+}
+
+/* ---- the progress thread ------------------------------------------------------------------------ */
+
+static void nap(unsigned round) {
+  if (round < 64) sched_yield();
+  else nanosleep(&(struct timespec){0, round < 1024 ? 2000 : 50000}, NULL);
+}
+
+weft_status_t weft__cuda_task_begin(struct weft__cuda_binding *b, weft__task *t) {
+  device_call *dc = t->device_call;
+  struct weft_comm *comm = t->comm;
+  CUDA_TRY(comm, cudaSetDevice(b->device), "cudaSetDevice");
+  /* The work queued before the call is the caller's: it has no deadline of ours, but an
+   * abort ends the wait. */
+  for (unsigned round = 0;; round++) {
+    cudaError_t e = cudaEventQuery(dc->sl->ev_in);
+    if (e == cudaSuccess) return WEFT_SUCCESS;
+    if (e != cudaErrorNotReady) return cuda_err(comm, e, "waiting for the CUDA stream to reach the call");
+    if (atomic_load(&comm->aborted))
+      return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: the communicator was aborted", comm->rank);
+    nap(round);
+  }
+}
+
+weft_status_t weft__cuda_task_end(struct weft__cuda_binding *b, weft__task *t, weft_status_t st) {
+  device_call *dc = t->device_call;
+  char msg[200];
+  weft_status_t dev = weft__cuda_take_error(msg, sizeof msg);
+  if (st == WEFT_SUCCESS && dev != WEFT_SUCCESS)
+    st = weft__error(t->comm, dev, "rank %d: a device operation failed: %s", t->comm->rank, msg);
+  /* The CUDA stream may go on: the staged result is complete in host memory. */
+  __atomic_store_n(b->done, dc->ticket, __ATOMIC_RELEASE);
+  return st;
+}
+
+/* ---- calls without a stream -------------------------------------------------------------------- */
+
+#define MAX_DEVICES 64
+static pthread_mutex_t blocking_lock = PTHREAD_MUTEX_INITIALIZER;
+static weft_stream_t blocking_streams[MAX_DEVICES]; /* per device, bound to the legacy default stream */
+
+weft_status_t weft__cuda_run_blocking(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess || dev < 0 || dev >= MAX_DEVICES) {
+    weft__task_free(t);
+    return e != cudaSuccess ? cuda_err(comm, e, "cudaGetDevice") : weft__error(comm, WEFT_ERR_UNSUPPORTED, "device %d", dev);
+  }
+  pthread_mutex_lock(&blocking_lock);
+  weft_status_t st = WEFT_SUCCESS;
+  if (blocking_streams[dev] == NULL) st = weft_stream_create_cuda(&blocking_streams[dev], cudaStreamLegacy);
+  weft_stream_t s = blocking_streams[dev];
+  pthread_mutex_unlock(&blocking_lock);
+  if (st != WEFT_SUCCESS) {
+    weft__task_free(t);
+    return st;
+  }
+  st = weft__stream_enqueue(s, t);
+  if (st != WEFT_SUCCESS) return st;
+  weft_status_t ran = weft_stream_synchronize(s);
+  e = cudaStreamSynchronize(cudaStreamLegacy);
+  if (ran != WEFT_SUCCESS) return ran;
+  if (e != cudaSuccess) return cuda_err(comm, e, "cudaStreamSynchronize");
+  return WEFT_SUCCESS;
+}

@@ -1,0 +1,30 @@
+/* cuda.h: the CUDA device memory space (mem/cuda.c), built with --with-cuda.
+ *
+ * Device memory of this process (cudaMalloc, PyTorch's allocator, weft_mem_alloc_device)
+ * and peers' device memory mapped through CUDA IPC. Operations are copy-engine copies and
+ * the kernels of mem/cuda_kernels.cu, queued on the calling thread's own CUDA stream
+ * (one per thread and device, created on first use); weft__mem_wait synchronizes it.
+ * Pointers: device pointers, or host memory the GPU can reach (pinned memory, reached
+ * through unified addressing); copies take any host memory. The space recognises device
+ * pointers only once armed (weft__cuda_arm: a CUDA weft stream, device memory from weft,
+ * or the NCCL library's init), so a host-only program never initializes CUDA. */
+#ifndef WEFT_MEM_CUDA_H
+#define WEFT_MEM_CUDA_H
+#include <stddef.h>
+#include "weft.h"
+#include "mem/space.h"
+
+extern const weft__mem_space weft__mem_cuda;
+
+/* 1 when a CUDA device is usable here; else 0 with why ("no CUDA device: ..."). Thread-safe. */
+int weft__cuda_usable(char *why, size_t len);
+/* From now on, pointers are asked whether they are device memory (mem/spaces.c). Idempotent,
+ * thread-safe. */
+void weft__cuda_arm(void);
+/* The first CUDA failure of this thread's space operations since the last call, as a weft
+ * status (WEFT_SUCCESS when none), with its text in msg. Clears it. */
+weft_status_t weft__cuda_take_error(char *msg, size_t len);
+/* The calling thread's CUDA stream of the space (a cudaStream_t), created on first use on
+ * the thread's current device; NULL when it cannot be created. */
+void *weft__cuda_thread_stream(void);
+#endif
