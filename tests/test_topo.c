@@ -279,6 +279,55 @@ static void ranks_take_the_nearest_hca_spread_over_a_nodes_hcas(void **state) {
   weft__topo_system_free(&sys);
 }
 
+/* Every NIC and GPU with a PCI address gets the sysfs path of its PCI function, ending in
+ * that address, from either back end. */
+static void discovery_gives_nics_and_gpus_their_pci_path(void **state) {
+  (void)state;
+  for (int hw = 0; hw < 2; hw++) {
+    weft__topo_summary s;
+    setenv("WEFT_TOPO_HWLOC", hw ? "1" : "0", 1);
+    weft__topo_discover(&s);
+    for (int i = 0; i < s.host.ndevices; i++) {
+      const weft__topo_device *d = &s.host.devices[i];
+      if ((strcmp(d->kind, "nic") != 0 && strcmp(d->kind, "gpu") != 0) || d->pci[0] == '\0') continue;
+      print_message("# %s %s %s: %s\n", s.host.discovery, d->kind, d->pci, d->path);
+      size_t n = strlen(d->path), m = strlen(d->pci);
+      assert_true(n > m && strcmp(d->path + n - m, d->pci) == 0 && d->path[n - m - 1] == '/');
+      assert_non_null(strstr(d->path, "/pci"));
+    }
+  }
+  unsetenv("WEFT_TOPO_HWLOC");
+}
+
+/* The device paths, local CPUs and NVLink counts survive the XML file. */
+static void xml_keeps_device_paths_cpus_and_nvlinks(void **state) {
+  (void)state;
+  weft__topo_summary s[2];
+  fake(&s[0], 0, 0xa, "node-a", 0, 0, "0-1");
+  fake(&s[1], 1, 0xb, "node-b", 0, 0, "0-1");
+  weft__topo_host *h = &s[0].host;
+  weft__topo_add_device(h, "gpu", "cuda1", "0000:5e:00.0", 1);
+  snprintf(h->devices[1].path, sizeof(h->devices[1].path), "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0");
+  assert_int_equal(weft__topo_cpuset_parse("8-15", h->devices[1].cpus), 0);
+  h->nvlinks[1][2] = h->nvlinks[2][1] = 12;
+  h->nvlink_known = 1;
+  s[1].host.nvlink_known = 0; /* and a host NVML did not answer for */
+  weft__topo_system sys, back;
+  assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_SUCCESS);
+  char *path = temp_path("nvlink");
+  assert_int_equal(weft__topo_xml_dump(&sys, path), WEFT_SUCCESS);
+  assert_int_equal(weft__topo_xml_load(path, &back), WEFT_SUCCESS);
+  assert_true(weft__topo_system_equal(&sys, &back));
+  assert_int_equal(back.hosts[0].nvlinks[2][1], 12);
+  assert_int_equal(back.hosts[0].nvlink_known, 1);
+  assert_int_equal(back.hosts[1].nvlink_known, 0);
+  assert_int_equal(weft__topo_cpuset_count(back.hosts[0].devices[1].cpus), 8);
+  weft__topo_system_free(&back);
+  weft__topo_system_free(&sys);
+  unlink(path);
+  free(path);
+}
+
 /* weft-topo through weftrun */
 
 static void skipped(void **state) {}
@@ -322,6 +371,92 @@ static char *run_tool(const char *env, int n, const char *args, int expect_ok, i
   return text;
 }
 
+/* The col-th cell (0-based) of the device matrix row labelled row ("GPU0", "NIC1") in out,
+ * into cell; 0, or -1 when there is no such row or cell. */
+static int matrix_cell(const char *out, const char *row, int col, char *cell) {
+  char key[32];
+  snprintf(key, sizeof(key), "\n  %s ", row);
+  const char *p = strstr(out, key);
+  if (p == NULL) return -1;
+  p += strlen(key);
+  for (int c = 0; c <= col; c++) {
+    int used = 0;
+    if (sscanf(p, "%15s%n", cell, &used) != 1) return -1;
+    p += used;
+  }
+  return 0;
+}
+
+/* A view of a 2-socket GPU box loaded with WEFT_TOPO_FILE: weft-topo prints its devices as
+ * nvidia-smi topo -m does, with NVLink from the file, each GPU's nearest NIC, and no NVLink
+ * claim for a file without NVML's counts. */
+static void weft_topo_prints_the_device_matrix_of_a_gpu_box(void **state) {
+  (void)state;
+  static const char *box =
+      "<weft-topology version='1' nranks='2' nhosts='1'>\n"
+      "  <host index='0' hostname='gpubox' hash='0x1' discovery='hwloc' packages='2' numa-nodes='2'\n"
+      "        cores='16' pus='32' l3-caches='2' %s>\n"
+      "    <device kind='nic' name='eth0' pci='0000:04:00.0' numa='0' speed-mbps='25000'\n"
+      "            path='/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0'/>\n"
+      "    <device kind='gpu' name='cuda0' pci='0000:03:00.0' numa='0' speed-mbps='-1' cpus='0-7,16-23'\n"
+      "            path='/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0'/>\n"
+      "    <device kind='ib' name='mlx5_0' pci='0000:83:00.0' numa='1' speed-mbps='200000'\n"
+      "            path='/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:00.0/0000:83:00.0'/>\n"
+      "    <device kind='gpu' name='cuda1' pci='0000:84:00.0' numa='1' speed-mbps='-1' cpus='8-15,24-31'\n"
+      "            path='/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:01.0/0000:84:00.0'/>\n"
+      "    <device kind='gpu' name='cuda2' pci='0000:c1:00.0' numa='1' speed-mbps='-1'\n"
+      "            path='/sys/devices/pci0000:c0/0000:c0:01.0/0000:c1:00.0'/>\n"
+      "    <nvlink a='1' b='3' links='12'/>\n"
+      "  </host>\n"
+      "  <rank index='0' host='0' numa='0' core-group='0' cpuset='0-1' nic='eth0' nic-speed-mbps='25000'\n"
+      "        nic-numa='0' pid='1'/>\n"
+      "  <rank index='1' host='0' numa='1' core-group='1' cpuset='8-9' nic='eth0' nic-speed-mbps='25000'\n"
+      "        nic-numa='0' pid='2'/>\n"
+      "</weft-topology>\n";
+  char *xml = temp_path("gpubox"), *text, *env;
+  assert_true(asprintf(&text, box, "nvlink='nvml'") > 0);
+  write_file(xml, text);
+  free(text);
+  assert_true(asprintf(&env, "WEFT_TOPO_FILE='%s'", xml) > 0);
+  int st;
+  char *out = run_tool(env, 2, "", 1, &st), cell[16];
+  assert_int_equal(st, 0);
+  /* columns: GPU0 GPU1 GPU2 NIC0 NIC1, CPU Affinity, NUMA Affinity */
+  static const char *want[5][7] = {
+      {"X", "NV12", "SYS", "PIX", "SYS", "0-7,16-23", "0"},
+      {"NV12", "X", "NODE", "SYS", "PIX", "8-15,24-31", "1"},
+      {"SYS", "NODE", "X", "SYS", "NODE", "-", "1"},
+      {"PIX", "SYS", "SYS", "X", "SYS", "-", "0"},
+      {"SYS", "PIX", "NODE", "SYS", "X", "-", "1"},
+  };
+  static const char *rows[5] = {"GPU0", "GPU1", "GPU2", "NIC0", "NIC1"};
+  for (int r = 0; r < 5; r++)
+    for (int c = 0; c < 7; c++) {
+      assert_int_equal(matrix_cell(out, rows[r], c, cell), 0);
+      if (strcmp(cell, want[r][c]) != 0) print_message("# %s column %d: %s, expected %s\n", rows[r], c, cell, want[r][c]);
+      assert_string_equal(cell, want[r][c]);
+    }
+  assert_non_null(strstr(out, "  NIC0 = eth0, NIC1 = mlx5_0\n"));
+  assert_non_null(strstr(out, "GPU-NIC affinity: GPU0 -> NIC0 (eth0, PIX), GPU1 -> NIC1 (mlx5_0, PIX), "
+                              "GPU2 -> NIC1 (mlx5_0, NODE)\n"));
+  assert_non_null(strstr(out, "NVLink: 1 GPU pair linked (NVML)"));
+  assert_non_null(strstr(out, "NV#  = a bonded set of # NVLinks"));
+  free(out);
+  /* The same box without NVML's counts: PCI links only, and NVLink unknown. */
+  assert_true(asprintf(&text, box, "") > 0);
+  write_file(xml, text);
+  free(text);
+  out = run_tool(env, 2, "", 1, &st);
+  assert_int_equal(st, 0);
+  assert_int_equal(matrix_cell(out, "GPU0", 1, cell), 0);
+  assert_string_equal(cell, "SYS");
+  assert_non_null(strstr(out, "NVLink: unknown (no NVML)"));
+  free(out);
+  unlink(xml);
+  free(xml);
+  free(env);
+}
+
 /* weft-topo lists the HCAs of the verbs emulator (when it is built) with link layer, PCI
  * address and path, NUMA node and speed, and which one each rank takes. */
 static void weft_topo_lists_emulated_hcas_and_each_ranks_pick(void **state) {
@@ -347,6 +482,22 @@ static void weft_topo_lists_emulated_hcas_and_each_ranks_pick(void **state) {
   /* Both ranks run on this machine's node 0 (or span it): node 0's HCA when known. */
   assert_non_null(strstr(out, "HCA per rank"));
   assert_non_null(strstr(out, "  rank0    mlx5_"));
+  /* In the device matrix the two HCAs, on different host bridges and NUMA nodes, are SYS. */
+  const char *names = strstr(out, "  NIC0 = ");
+  assert_non_null(names);
+  int k0 = -1, k1 = -1;
+  for (int k = 0; k < WEFT__TOPO_MAX_DEVICES; k++) {
+    char want[32];
+    snprintf(want, sizeof(want), "NIC%d = mlx5_0", k);
+    if (strstr(names, want) != NULL) k0 = k;
+    snprintf(want, sizeof(want), "NIC%d = mlx5_1", k);
+    if (strstr(names, want) != NULL) k1 = k;
+  }
+  assert_true(k0 >= 0 && k1 >= 0);
+  char row[16], cell[16];
+  snprintf(row, sizeof(row), "NIC%d", k0);
+  assert_int_equal(matrix_cell(out, row, k1, cell), 0); /* no GPU on this machine: NICs only */
+  assert_string_equal(cell, "SYS");
   free(env);
   free(out);
 }
@@ -534,12 +685,15 @@ int main(void) {
       cmocka_unit_test(init_dumps_the_view_and_a_topo_file_reshapes_hosts_and_ring),
       cmocka_unit_test(progress_thread_placement_stays_inside_the_ranks_cpus),
       cmocka_unit_test(ranks_take_the_nearest_hca_spread_over_a_nodes_hcas),
+      cmocka_unit_test(discovery_gives_nics_and_gpus_their_pci_path),
+      cmocka_unit_test(xml_keeps_device_paths_cpus_and_nvlinks),
   };
   const struct CMUnitTest tool[] = {
       cmocka_unit_test(weft_topo_on_2_ranks_prints_the_matrix),
       cmocka_unit_test(weft_topo_dump_then_load_prints_the_loaded_view),
       cmocka_unit_test(weft_topo_probe_on_2_ranks_prints_both_matrices),
       cmocka_unit_test(weft_topo_lists_emulated_hcas_and_each_ranks_pick),
+      cmocka_unit_test(weft_topo_prints_the_device_matrix_of_a_gpu_box),
   };
   enum { n_unit = sizeof unit / sizeof unit[0], n_tool = sizeof tool / sizeof tool[0] };
   struct CMUnitTest tests[n_unit + n_tool];

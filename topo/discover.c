@@ -7,8 +7,12 @@
  * /sys/class/net/IF/speed; then the host's shape (packages, NUMA nodes, cores, L3 caches,
  * NICs, GPUs) and this rank's NUMA node and core group from hwloc (discover_hwloc.c) or,
  * without it, from /sys (discover_sysfs.c). WEFT_TOPO_HWLOC=0 forces the sysfs path.
- * Communicator init uses the quick variant: /sys unless WEFT_TOPO_HWLOC=1. */
+ * Every NIC and GPU gets its PCI path and local CPUs from /sys/bus/pci/devices (both back
+ * ends), and the full discovery asks NVML for NVLinks between GPUs (nvlink.c).
+ * Communicator init uses the quick variant: /sys unless WEFT_TOPO_HWLOC=1, no NVML. */
+#include <limits.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -45,6 +49,21 @@ int32_t weft__topo_nic_speed(const char *ifname) {
   return (int32_t)v;
 }
 
+void weft__topo_pci_sysfs(const char *pci, char *path, size_t len, uint8_t *cpus) {
+  char sys[96], real[PATH_MAX], list[512];
+  path[0] = '\0';
+  memset(cpus, 0, WEFT__TOPO_MAX_CPUS / 8);
+  if (pci[0] == '\0') return;
+  snprintf(sys, sizeof(sys), "/sys/bus/pci/devices/%s", pci);
+  if (realpath(sys, real) != NULL && strlen(real) < len) memcpy(path, real, strlen(real) + 1);
+  snprintf(sys, sizeof(sys), "/sys/bus/pci/devices/%s/local_cpulist", pci);
+  FILE *f = fopen(sys, "r");
+  if (f == NULL) return;
+  if (fgets(list, sizeof(list), f) == NULL || weft__topo_cpuset_parse(list, cpus) != 0)
+    memset(cpus, 0, WEFT__TOPO_MAX_CPUS / 8);
+  fclose(f);
+}
+
 void weft__topo_add_device(weft__topo_host *host, const char *kind, const char *name,
                            const char *pci, int32_t numa) {
   for (int i = 0; i < host->ndevices; i++) {
@@ -61,6 +80,8 @@ void weft__topo_add_device(weft__topo_host *host, const char *kind, const char *
   snprintf(d->pci, sizeof(d->pci), "%s", pci);
   d->numa = numa;
   d->speed_mbps = strcmp(kind, "nic") == 0 && name[0] ? weft__topo_nic_speed(name) : -1;
+  if (strcmp(kind, "nic") == 0 || strcmp(kind, "gpu") == 0) /* HCAs: ib_topo.c, from ibdev_path */
+    weft__topo_pci_sysfs(pci, d->path, sizeof(d->path), d->cpus);
 }
 
 /* The interface weft's socket transport would choose, or "" when none is usable. */
@@ -106,6 +127,7 @@ static void discover(weft__topo_summary *out, int use_hwloc) {
 
 void weft__topo_discover(weft__topo_summary *out) {
   discover(out, weft__env_long("WEFT_TOPO_HWLOC", 1) != 0);
+  weft__topo_discover_nvlink(&out->host);
 }
 
 /* At init: /sys unless asked for hwloc (see topo.h for the cost). */

@@ -7,7 +7,8 @@
  * and OpenFabrics OS devices (NICs), GPU and co-processor OS devices (DRM, CUDA and NVML,
  * where hwloc's plugins are installed), and PCI 3D controllers or NVIDIA/AMD display
  * controllers that have no driver; each with its PCI address and the NUMA node of its
- * closest non-I/O ancestor. I/O discovery keeps only "important" devices (hwloc's
+ * closest non-I/O ancestor, and (weft__topo_add_device) the sysfs path of its PCI function
+ * and its local CPUs. I/O discovery keeps only "important" devices (hwloc's
  * HWLOC_TYPE_FILTER_KEEP_IMPORTANT) so loading stays fast. */
 #include <stdio.h>
 #include <string.h>

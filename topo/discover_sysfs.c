@@ -7,7 +7,8 @@
  * /sys/devices/system/node/nodeN/cpulist (NUMA nodes), the /sys/class/net entries with a PCI
  * device (NICs) and the /sys/bus/pci/devices of GPU class (the same rule as
  * discover_hwloc.c).
- * Less than hwloc sees (no CUDA names, no PCI tree) but enough for the rank map. */
+ * Each NIC and GPU also gets its PCI path and local CPUs (weft__topo_add_device). Less than
+ * hwloc sees (no CUDA names) but enough for the rank map and the device matrix. */
 #include <dirent.h>
 #include <limits.h>
 #include <stdio.h>

@@ -32,8 +32,12 @@ typedef struct {
   int32_t numa;                 /* NUMA node it hangs off, -1 unknown */
   int32_t speed_mbps;           /* NICs: /sys/class/net/IF/speed; HCAs: the first active port's
                                    speed x width; -1 unknown or virtual */
-  char path[128];               /* HCAs: the sysfs directory of the PCI function (NCCL's PCI
-                                   path), "" unknown; others "" */
+  char path[128];               /* the sysfs directory of the PCI function, i.e. the realpath of
+                                   /sys/bus/pci/devices/BDF: the chain of bridges from the root
+                                   complex, "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+                                   (NCCL's PCI path); "" unknown, not on PCI, or longer */
+  uint8_t cpus[WEFT__TOPO_MAX_CPUS / 8]; /* CPUs local to it (sysfs local_cpulist), the GPU
+                                   "CPU Affinity" of nvidia-smi topo -m; empty when unknown */
 } weft__topo_device;
 
 /* What one host looks like; the same for every rank of the host. */
@@ -44,9 +48,21 @@ typedef struct {
   int32_t packages, numa_nodes, cores, pus, l3_caches;
   int32_t ndevices;
   weft__topo_device devices[WEFT__TOPO_MAX_DEVICES];
+  uint8_t nvlinks[WEFT__TOPO_MAX_DEVICES][WEFT__TOPO_MAX_DEVICES]; /* [i][j]: NVLinks between
+                                   GPUs devices[i] and devices[j] (symmetric; topo/nvlink.c) */
   int32_t nranks;               /* ranks on this host (filled by the merge) */
-  int32_t reserved;             /* 0; keeps the struct free of padding (compared with memcmp) */
+  int32_t nvlink_known;         /* 1: nvlinks comes from NVML; 0: unknown (no NVML, no GPU, or
+                                   not asked: communicator init does not load NVML). Also keeps
+                                   the struct free of padding (compared with memcmp) */
 } weft__topo_host;
+
+/* The host is all-gathered as bytes and compared with memcmp: no padding anywhere. */
+_Static_assert(sizeof(weft__topo_device) == 8 + 32 + 16 + 4 + 4 + 128 + WEFT__TOPO_MAX_CPUS / 8,
+               "weft__topo_device has padding");
+_Static_assert(sizeof(weft__topo_host) == offsetof(weft__topo_host, nvlink_known) + sizeof(int32_t) &&
+               offsetof(weft__topo_host, nvlinks) ==
+                 offsetof(weft__topo_host, devices) + sizeof(weft__topo_device) * WEFT__TOPO_MAX_DEVICES,
+               "weft__topo_host has padding");
 
 /* Where one rank runs. */
 typedef struct {
@@ -104,6 +120,51 @@ int weft__topo_discover_sysfs(weft__topo_summary *out);
 int32_t weft__topo_nic_speed(const char *ifname);
 void weft__topo_add_device(weft__topo_host *host, const char *kind, const char *name,
                            const char *pci, int32_t numa);
+/* The realpath of /sys/bus/pci/devices/PCI into path ("" when unknown or longer than len)
+ * and its local_cpulist into cpus (empty when unknown). add_device calls it for NICs and
+ * GPUs; the ib transport fills its HCAs' paths itself. */
+void weft__topo_pci_sysfs(const char *pci, char *path, size_t len, uint8_t *cpus);
+
+/* NVLink between the host's GPUs (topo/nvlink.c): at run time through NVML
+ * (dlopen("libnvidia-ml.so.1"), never a build dependency; WEFT_NVML_LIBRARY names another
+ * file, WEFT_TOPO_NVML=0 skips it). Fills host->nvlinks and sets nvlink_known = 1 when NVML
+ * answered; leaves both 0 without NVML or GPUs. Called by weft__topo_discover only: loading
+ * NVML costs tens of milliseconds, too much for communicator init. */
+void weft__topo_discover_nvlink(weft__topo_host *host);
+/* The NVML calls nvlink.c makes, as a table so tests can feed it a fake GPU box. Each
+ * returns 0 (NVML_SUCCESS) or an NVML error code. */
+typedef struct {
+  int (*handle_by_pci)(const char *pci, void **dev);
+  int (*link_active)(void *dev, unsigned link, int *active);
+  int (*link_remote_pci)(void *dev, unsigned link, char *bus_id, size_t len); /* NVML's busId */
+} weft__nvml_calls;
+/* The counting itself: for each GPU of host, links 0..17 that are active; a link whose far
+ * end is another GPU of the host counts for that pair, any other far end (an NVSwitch)
+ * counts as a switch link, and two GPUs with switch links are joined by the fewer of the
+ * two counts (an HGX board's NV18). */
+void weft__topo_count_nvlinks(weft__topo_host *host, const weft__nvml_calls *nvml);
+
+/* ---- links between the devices of one host, as nvidia-smi topo -m names them
+ * (topo/pci_link.c) ---- */
+typedef enum {
+  WEFT__PCI_SELF = 0,           /* X    the device itself */
+  WEFT__PCI_NVLINK,             /* NV#  a bonded set of # NVLinks (GPU pairs, from NVML) */
+  WEFT__PCI_PIX,                /* PIX  at most one PCIe bridge (a switch) between them */
+  WEFT__PCI_PXB,                /* PXB  several PCIe bridges, no host bridge */
+  WEFT__PCI_PHB,                /* PHB  through a PCIe host bridge (one root complex) */
+  WEFT__PCI_NODE,               /* NODE across host bridges within one NUMA node */
+  WEFT__PCI_SYS,                /* SYS  across NUMA nodes (the SMP interconnect) */
+  WEFT__PCI_UNKNOWN,            /* ?    no PCI path to tell */
+  WEFT__NUM_PCI_LINKS
+} weft__pci_link;
+/* The link between two PCI functions from their sysfs paths (the path field above) and
+ * NUMA nodes (-1 unknown). Pure: reads nothing. */
+weft__pci_link weft__topo_pci_link(const char *path_a, int32_t numa_a, const char *path_b, int32_t numa_b);
+/* Devices i and j of host: NV# when NVML counted links between them, else the PCI link.
+ * *nvlinks receives the count (0 for a PCI link). */
+weft__pci_link weft__topo_device_link(const weft__topo_host *host, int i, int j, int *nvlinks);
+/* "X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS", "?" */
+const char *weft__topo_pci_link_name(weft__pci_link l);
 
 /* The HCAs the ib transport can use (transports/ib/ib_dev.h: active IB or RoCE ports that
  * WEFT_IB_HCA selects, through libibverbs or WEFT_IB_LIBRARY) into host's device list, one

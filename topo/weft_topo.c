@@ -6,8 +6,10 @@
  * A weft program: it joins a communicator from the launcher's environment (weftrun,
  * mpirun, srun, torchrun), every rank discovers its own placement, the views are merged
  * (topo/merge.c), and rank 0 prints one header per host (packages, NUMA nodes, cores, L3
- * caches, NICs and GPUs with their PCI addresses), then the matrix of link classes between
- * ranks with each rank's NIC, NUMA node, L3 and CPU set, then a legend.
+ * caches, NICs and GPUs with their PCI addresses) with the matrix of its devices as
+ * nvidia-smi topo -m prints it (PCI links from topo/pci_link.c, NVLinks from NVML through
+ * topo/nvlink.c), each GPU's nearest NIC, then the matrix of link classes between ranks with
+ * each rank's NIC, NUMA node, L3 and CPU set, then a legend.
  *
  * --dump FILE (or WEFT_TOPO_DUMP_FILE) writes the view as XML; WEFT_TOPO_FILE loads a
  * view (e.g. a corrected dump) instead of the detected one, and it is printed as loaded.
@@ -119,6 +121,97 @@ static void host_ranks(const weft__topo_system *sys, int h, char *buf, size_t le
 
 static const char *plural(int n, const char *one, const char *many) { return n == 1 ? one : many; }
 
+/* ---- the host's devices as nvidia-smi topo -m shows them ---- */
+
+static int is_gpu(const weft__topo_device *d) { return strcmp(d->kind, "gpu") == 0; }
+
+/* The host's devices in matrix order, GPUs then NICs and HCAs, with labels GPU0.., NIC0... */
+static int device_order(const weft__topo_host *host, int *idx, char (*label)[16]) {
+  int n = 0, gpus = 0, nics = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < host->ndevices; i++) {
+      if (is_gpu(&host->devices[i]) != (pass == 0)) continue;
+      snprintf(label[n], sizeof(label[n]), pass == 0 ? "GPU%d" : "NIC%d", pass == 0 ? gpus++ : nics++);
+      idx[n++] = i;
+    }
+  return n;
+}
+
+/* The NIC (index into order) closest to GPU g: the nearest link class, then the faster. */
+static int closest_nic(const weft__topo_host *host, const int *idx, int n, int g, weft__pci_link *link) {
+  int best = -1, nv;
+  for (int k = 0; k < n; k++) {
+    const weft__topo_device *d = &host->devices[idx[k]];
+    if (is_gpu(d)) continue;
+    weft__pci_link l = weft__topo_device_link(host, idx[g], idx[k], &nv);
+    if (best < 0 || l < *link || (l == *link && d->speed_mbps > host->devices[idx[best]].speed_mbps)) {
+      best = k;
+      *link = l;
+    }
+  }
+  return best;
+}
+
+static void print_nvlink_line(const weft__topo_host *host) {
+  int pairs = 0;
+  for (int i = 0; i < host->ndevices; i++)
+    for (int j = i + 1; j < host->ndevices; j++) pairs += host->nvlinks[i][j] > 0;
+  if (!host->nvlink_known) printf("  NVLink: unknown (no NVML)\n");
+  else if (pairs == 0) printf("  NVLink: none between these GPUs (NVML)\n");
+  else printf("  NVLink: %d GPU %s linked (NVML)\n", pairs, plural(pairs, "pair", "pairs"));
+}
+
+static void print_affinity(const weft__topo_host *host, const int *idx, char (*label)[16], int n) {
+  int first = 1;
+  for (int g = 0; g < n; g++) {
+    if (!is_gpu(&host->devices[idx[g]])) continue;
+    weft__pci_link l = WEFT__PCI_UNKNOWN;
+    int k = closest_nic(host, idx, n, g, &l);
+    printf("%s%s -> ", first ? "  GPU-NIC affinity: " : ", ", label[g]);
+    if (k < 0) printf("none");
+    else printf("%s (%s, %s)", label[k], host->devices[idx[k]].name[0] ? host->devices[idx[k]].name : "?",
+                weft__topo_pci_link_name(l));
+    first = 0;
+  }
+  if (!first) printf("\n");
+}
+
+/* Cells from topo/pci_link.c and the NVLink table; CPU and NUMA affinity per device. */
+static void print_devices(const weft__topo_host *host) {
+  int idx[WEFT__TOPO_MAX_DEVICES], gpus = 0;
+  char label[WEFT__TOPO_MAX_DEVICES][16];
+  int n = device_order(host, idx, label);
+  if (n == 0) return;
+  printf("\n  %-8s", "");
+  for (int k = 0; k < n; k++) printf("%-7s", label[k]);
+  printf("%-16s %s\n", "CPU Affinity", "NUMA Affinity");
+  for (int a = 0; a < n; a++) {
+    const weft__topo_device *d = &host->devices[idx[a]];
+    char cell[16], cpus[4096], numa[16];
+    gpus += is_gpu(d);
+    printf("  %-8s", label[a]);
+    for (int b = 0; b < n; b++) {
+      int nv;
+      weft__pci_link l = weft__topo_device_link(host, idx[a], idx[b], &nv);
+      if (l == WEFT__PCI_NVLINK) snprintf(cell, sizeof(cell), "NV%d", nv);
+      else snprintf(cell, sizeof(cell), "%s", weft__topo_pci_link_name(l));
+      printf("%-7s", cell);
+    }
+    weft__topo_cpuset_str(d->cpus, cpus, sizeof(cpus));
+    printf("%-16s %s\n", cpus[0] ? cpus : "-", idx_str(d->numa, numa, sizeof(numa)));
+  }
+  printf("\n");
+  for (int k = 0, first = 1; k < n; k++) {
+    if (is_gpu(&host->devices[idx[k]])) continue;
+    printf("%s%s = %s", first ? "  " : ", ", label[k], host->devices[idx[k]].name[0] ? host->devices[idx[k]].name : "?");
+    first = 0;
+  }
+  if (n > gpus) printf("\n");
+  if (gpus == 0) return;
+  print_affinity(host, idx, label, n);
+  print_nvlink_line(host);
+}
+
 static void print_host(const weft__topo_system *sys, int h) {
   const weft__topo_host *host = &sys->hosts[h];
   char ranks[512], sp[16], numa[16];
@@ -145,6 +238,7 @@ static void print_host(const weft__topo_system *sys, int h) {
     if (d->path[0] != '\0') printf("       PCI path %s\n", d->path);
   }
   if (gpus == 0) printf("  GPU  none\n");
+  print_devices(host);
 }
 
 static void print_matrix(const weft__topo_system *sys) {
@@ -193,7 +287,19 @@ static void print_legend(void) {
        "         non-loopback interface that is up); Speed from /sys/class/net/NIC/speed,\n"
        "         ? when unknown (virtual NICs)\n"
        "  NUMA, L3 = the NUMA node and L3 cache holding all the rank's CPUs, - when they span\n"
-       "         several; CPUs = the CPUs the rank may run on (its affinity, OS numbering)");
+       "         several; CPUs = the CPUs the rank may run on (its affinity, OS numbering)\n"
+       "Device links (per host, GPUs then NICs and HCAs, as nvidia-smi topo -m names them):\n"
+       "  X    = self\n"
+       "  NV#  = a bonded set of # NVLinks (counted by NVML)\n"
+       "  PIX  = at most one PCIe bridge (a PCIe switch) between them\n"
+       "  PXB  = several PCIe bridges, without the PCIe host bridge\n"
+       "  PHB  = through a PCIe host bridge (the CPU's root complex)\n"
+       "  NODE = across PCIe host bridges within one NUMA node\n"
+       "  SYS  = across NUMA nodes (the SMP interconnect between CPU sockets)\n"
+       "  ?    = unknown: no PCI path to compare\n"
+       "  CPU Affinity = the CPUs local to the device (sysfs local_cpulist); NUMA Affinity =\n"
+       "         its NUMA node; GPU-NIC affinity = the NIC nearest each GPU (closest link, then\n"
+       "         the faster NIC)");
 }
 
 /* Which HCA each rank's ib transport takes (topo/hca.c), when any host has one. */

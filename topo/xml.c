@@ -8,7 +8,11 @@
  *           numa-nodes="1" cores="2" pus="2" l3-caches="1">
  *       <device kind="nic" name="eth0" pci="0000:00:03.0" numa="0" speed-mbps="-1"/>
  *       <device kind="ib" name="mlx5_0" pci="0000:81:00.0" path="/sys/devices/..." numa="1" .../>
- *       (path: optional, HCAs only)
+ *       <device kind="gpu" name="" pci="0000:3b:00.0" path="/sys/devices/..." cpus="0-15" .../>
+ *       <nvlink a="1" b="2" links="12"/>
+ *       (path: the PCI path, optional; cpus: the CPUs local to the device, optional;
+ *        nvlink: links between devices a and b (indices among the host's devices), present
+ *        only when the host element says nvlink="nvml", which means NVML counted them)
  *     </host>
  *     <rank index="0" host="0" numa="0" core-group="0" cpuset="0-1" nic="eth0"
  *           nic-speed-mbps="-1" nic-numa="0" pid="4242"/>
@@ -56,8 +60,8 @@ static void dump_host(FILE *f, const weft__topo_host *h, int index) {
   put_str(f, "hostname", h->hostname);
   fprintf(f, " hash=\"0x%016llx\"", (unsigned long long)h->hash);
   put_str(f, "discovery", h->discovery);
-  fprintf(f, " packages=\"%d\" numa-nodes=\"%d\" cores=\"%d\" pus=\"%d\" l3-caches=\"%d\">\n",
-          h->packages, h->numa_nodes, h->cores, h->pus, h->l3_caches);
+  fprintf(f, " packages=\"%d\" numa-nodes=\"%d\" cores=\"%d\" pus=\"%d\" l3-caches=\"%d\"%s>\n",
+          h->packages, h->numa_nodes, h->cores, h->pus, h->l3_caches, h->nvlink_known ? " nvlink=\"nvml\"" : "");
   for (int i = 0; i < h->ndevices; i++) {
     const weft__topo_device *d = &h->devices[i];
     fputs("    <device", f);
@@ -65,8 +69,14 @@ static void dump_host(FILE *f, const weft__topo_host *h, int index) {
     put_str(f, "name", d->name);
     put_str(f, "pci", d->pci);
     if (d->path[0] != '\0') put_str(f, "path", d->path);
+    char cpus[4096];
+    weft__topo_cpuset_str(d->cpus, cpus, sizeof(cpus));
+    if (cpus[0] != '\0') put_str(f, "cpus", cpus);
     fprintf(f, " numa=\"%d\" speed-mbps=\"%d\"/>\n", d->numa, d->speed_mbps);
   }
+  for (int a = 0; a < h->ndevices && h->nvlink_known; a++)
+    for (int b = a + 1; b < h->ndevices; b++)
+      if (h->nvlinks[a][b] > 0) fprintf(f, "    <nvlink a=\"%d\" b=\"%d\" links=\"%d\"/>\n", a, b, h->nvlinks[a][b]);
   fputs("  </host>\n", f);
 }
 

@@ -87,7 +87,27 @@ static int on_device(loader *ld, weft__topo_host *h, xmlNode *n) {
       attr_int(ld, n, "speed-mbps", -1, 1 << 30, &d->speed_mbps) ||
       (xmlHasProp(n, (const xmlChar *)"path") != NULL && attr_str(ld, n, "path", d->path, sizeof(d->path))))
     return -1;
+  char *cpus = attr(n, "cpus");
+  int bad = cpus != NULL && weft__topo_cpuset_parse(cpus, d->cpus) != 0;
+  if (bad) fail(ld, "attribute cpus=\"%s\": malformed%s", cpus, "");
+  xmlFree(cpus);
+  if (bad) return -1;
   h->ndevices++;
+  return 0;
+}
+
+/* <nvlink a="I" b="J" links="N"/>: N NVLinks between devices I and J of the host (read
+ * after every <device> of it, so both indices are known). */
+static int on_nvlink(loader *ld, weft__topo_host *h, xmlNode *n) {
+  int32_t a, b, links;
+  if (attr_int(ld, n, "a", 0, h->ndevices - 1, &a) || attr_int(ld, n, "b", 0, h->ndevices - 1, &b) ||
+      attr_int(ld, n, "links", 0, 255, &links))
+    return -1;
+  if (a == b) {
+    snprintf(ld->err, sizeof(ld->err), "a=\"%d\" b=\"%d\": a device has no NVLink to itself", a, b);
+    return -1;
+  }
+  h->nvlinks[a][b] = h->nvlinks[b][a] = (uint8_t)links;
   return 0;
 }
 
@@ -114,6 +134,14 @@ static int on_host(loader *ld, xmlNode *n) {
     ld->line = xmlGetLineNo(c);
     snprintf(ld->element, sizeof(ld->element), "<%s>", (const char *)c->name);
     if (is(c, "device") && on_device(ld, h, c) != 0) return -1;
+  }
+  char *nv = attr(n, "nvlink");
+  h->nvlink_known = nv != NULL && strcmp(nv, "nvml") == 0;
+  xmlFree(nv);
+  for (xmlNode *c = n->children; c != NULL && h->nvlink_known; c = c->next) {
+    ld->line = xmlGetLineNo(c);
+    snprintf(ld->element, sizeof(ld->element), "<%s>", (const char *)c->name);
+    if (is(c, "nvlink") && on_nvlink(ld, h, c) != 0) return -1;
   }
   return 0;
 }

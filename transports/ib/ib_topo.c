@@ -29,6 +29,8 @@ static void add_port(weft__topo_host *host, const weft__ib_port_info *p) {
   size_t n = strlen(p->pci_path);
   if (n > 0 && n < sizeof(d->path)) memcpy(d->path, p->pci_path, n + 1);
   else snprintf(d->path, sizeof(d->path), "-"); /* unknown (or too long to keep) */
+  char unused[sizeof(d->path)];
+  weft__topo_pci_sysfs(p->pci, unused, sizeof(unused), d->cpus); /* its local CPUs */
   d->numa = p->numa;
   d->speed_mbps = p->speed_mbps > 0 ? p->speed_mbps : -1;
 }
