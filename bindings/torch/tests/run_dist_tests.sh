@@ -1,16 +1,19 @@
 #!/bin/sh
 # run_dist_tests.sh PYTHONPATH_DIR [all|subset]: PyTorch's DistributedTest._DistTestBase against
-# the weft backend (torch_dist_tests.py), then one line "N passed, N failed, N skipped" and,
-# per skip reason, how many tests PyTorch skipped for it.
+# the weft backend (torch_dist_tests.py), then, per skip reason, how many tests PyTorch skipped
+# for it and one line "N passed, N failed, N skipped". On a failure: unittest's report of each
+# failed test (its traceback, which carries the failing rank's), then the failed tests' names
+# last ("# test_x: FAIL"), so a caller showing only the tail still names them.
 #   all:    every test (~5 min on 2 ranks, ~8 on 3: DIST_WORLD_SIZE, default 2)
 #   subset: one test of each kind that runs on CPU (a minute): CI's share.
+# DIST_TESTS_LOG=FILE keeps the whole log there (every rank's output included).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 pp=$1
 which=${2:-subset}
 py=${TORCH_PYTHON:-/usr/bin/python3}
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap '[ -n "${DIST_TESTS_LOG:-}" ] && cp "$tmp/log" "$DIST_TESTS_LOG"; rm -rf "$tmp"' EXIT
 set --
 if [ "$which" = subset ]; then
   for k in test_all_reduce_sum test_all_reduce_full_group_max test_all_reduce_sum_async test_all_reduce_sum_complex \
@@ -23,7 +26,7 @@ fi
 PYTHONPATH=$pp BACKEND=weft WORLD_SIZE=${DIST_WORLD_SIZE:-2} TEMP_DIR=$tmp \
   "$py" "$here/torch_dist_tests.py" -v "$@" >"$tmp/log" 2>&1
 rc=$?
-"$py" - "$tmp/log" <<'PY'
+"$py" - "$tmp/log" "$rc" <<'PY'
 import re, sys, collections
 log = open(sys.argv[1]).read()
 starts = [(m.start(), m.group(1)) for m in re.finditer(r"^(test_\w+) \(__main__", log, re.M)]
@@ -32,13 +35,21 @@ for i, (pos, name) in enumerate(starts):
     seg = log[pos:starts[i + 1][0] if i + 1 < len(starts) else len(log)]
     m = re.search(r"skipped ['\"](.*)['\"]$|^(ok|FAIL|ERROR)$", seg, re.M)
     res[name] = ("skip: " + m.group(1)) if m and m.group(1) else (m.group(2) if m else "no result")
+if sys.argv[2] != "0":
+    # unittest's own report of each failure ("=====" / "ERROR: test_x (...)" / "-----" /
+    # traceback), not the ranks' "ERROR:torch..." log lines; the head of each is enough.
+    for rep in re.split(r"^={50,}$", log, flags=re.M)[1:]:
+        lines = rep.strip("\n").splitlines()
+        if lines and re.match(r"(FAIL|ERROR): ", lines[0]):
+            print("\n".join(lines[:40]))
+            if len(lines) > 40:
+                print("... (%d more lines)" % (len(lines) - 40))
+for reason, n in collections.Counter(r for r in res.values() if r.startswith("skip")).most_common():
+    print("# %3d %s" % (n, reason))
 for n, r in sorted(res.items()):
     if r in ("FAIL", "ERROR", "no result"):
         print("# %s: %s" % (n, r))
-for reason, n in collections.Counter(r for r in res.values() if r.startswith("skip")).most_common():
-    print("# %3d %s" % (n, reason))
 p = sum(r == "ok" for r in res.values()); s = sum(r.startswith("skip") for r in res.values())
 print("%d passed, %d failed, %d skipped" % (p, len(res) - p - s, s))
 PY
-[ $rc -ne 0 ] && grep -E -A30 "^(FAIL|ERROR):" "$tmp/log" | head -80
 exit $rc
