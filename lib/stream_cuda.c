@@ -387,11 +387,15 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
 }
 
 weft_status_t weft__cuda_enqueue(weft_stream_t s, struct weft__cuda_binding *b, weft__task *t) {
+  /* The binding's device for the CUDA calls, the caller's current device afterwards. */
+  int caller_device = -1;
+  if (cudaGetDevice(&caller_device) != cudaSuccess) cudaGetLastError(), caller_device = -1;
   pthread_mutex_lock(&b->mu);
   uint32_t before = b->issued;
   weft_status_t st = enqueue_locked(s, b, t);
   int queued = b->issued != before;
   pthread_mutex_unlock(&b->mu);
+  if (caller_device >= 0 && caller_device != b->device) cudaSetDevice(caller_device);
   if (st != WEFT_SUCCESS && !queued) weft__task_free(t);
   return st;
 }
