@@ -52,14 +52,7 @@ typedef CUresult (*pfn_wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
 static pfn_wait32 drv_wait32;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static void load_driver(void) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q;
-  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-      q == cudaDriverEntryPointSuccess)
-    drv_wait32 = (pfn_wait32)fn;
-  cudaGetLastError();
-}
+static void load_driver(void) { drv_wait32 = (pfn_wait32)weft__cuda_driver_entry("cuStreamWaitValue32"); }
 
 typedef struct {
   char *host;       /* pinned staging memory (cudaHostAlloc), NULL until a staged call needs it */
@@ -194,12 +187,10 @@ weft_status_t weft_cuda_enable(void) {
 typedef struct {
   void **where;     /* the task's pointer to rewrite (t->sendbuf, t->recvbuf or a p2p op's buf) */
   char *dev;        /* the caller's buffer */
-  size_t lo, hi;    /* the bytes [lo, hi) of it the call touches */
+  size_t hi;        /* the bytes [0, hi) of it the call touches */
   int reads;
-  /* written ranges, as [begin, end) byte offsets in the buffer (all-to-allv: one per peer) */
-  size_t nw;
-  size_t w[2];      /* a single written range; all-to-allv uses the task's counts instead */
-  int v_written;    /* all-to-allv's receive buffer: the ranges come from the counts */
+  int writes;       /* the call writes all of [0, hi) */
+  int v_written;    /* all-to-allv's receive buffer: the written blocks come from the counts */
   const weft__mem_space **mem; /* the p2p op's space to switch to host, or NULL */
 } extent;
 
@@ -212,10 +203,9 @@ static void add(extent *e, int *n, void **where, const void *dev, size_t bytes, 
   memset(x, 0, sizeof *x);
   x->where = where;
   x->dev = (char *)dev;
-  x->lo = 0;
   x->hi = bytes;
   x->reads = reads;
-  if (writes) x->nw = 1, x->w[0] = 0, x->w[1] = bytes;
+  x->writes = writes;
   x->mem = mem;
 }
 
@@ -310,8 +300,8 @@ static size_t stage(weft__task *t, extent *e, int n, char *host, device_call *dc
         size_t cnt = WEFT__V_RECVCOUNTS(t)[q], at = WEFT__V_RDISPLS(t)[q] * es;
         if (cnt > 0) dc->out[dc->nout++] = (xfer){e[i].dev + at, mirror + at, cnt * es};
       }
-    } else if (e[i].nw) {
-      dc->out[dc->nout++] = (xfer){e[i].dev + e[i].w[0], mirror + e[i].w[0], e[i].w[1] - e[i].w[0]};
+    } else if (e[i].writes) {
+      dc->out[dc->nout++] = (xfer){e[i].dev, mirror, e[i].hi};
     }
   }
   for (int i = 0; i < n; i++)

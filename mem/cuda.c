@@ -40,14 +40,17 @@ typedef CUresult (*pfn_pointer_attrs)(unsigned, CUpointer_attribute *, void **, 
 static pfn_pointer_attrs drv_pointer_attrs;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 
-static void load_driver(void) {
+void *weft__cuda_driver_entry(const char *name) {
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q;
-  if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
-      q == cudaDriverEntryPointSuccess)
-    drv_pointer_attrs = (pfn_pointer_attrs)fn;
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess)
+    fn = NULL;
   cudaGetLastError();
+  return fn;
 }
+
+static void load_driver(void) { drv_pointer_attrs = (pfn_pointer_attrs)weft__cuda_driver_entry("cuPointerGetAttributes"); }
 
 /* ---- per-thread stream and error --------------------------------------------------------- */
 

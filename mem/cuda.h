@@ -24,6 +24,9 @@ void weft__cuda_arm(void);
 /* The first CUDA failure of this thread's space operations since the last call, as a weft
  * status (WEFT_SUCCESS when none), with its text in msg. Clears it. */
 weft_status_t weft__cuda_take_error(char *msg, size_t len);
+/* The driver API function called name (its CUDA 12.0 ABI), reached through the runtime so
+ * libweft links no libcuda; NULL when the driver lacks it. Thread-safe. */
+void *weft__cuda_driver_entry(const char *name);
 /* The calling thread's CUDA stream of the space (a cudaStream_t), created on first use on
  * the thread's current device; NULL when it cannot be created. */
 void *weft__cuda_thread_stream(void);
