@@ -24,6 +24,7 @@ a miss. The all-reduce floor used there is the higher of all_reduce and all_redu
 (its least-traffic form), and so does the "0.7 x floor" target.
 """
 import json
+import math
 import os
 import sys
 
@@ -234,6 +235,50 @@ def np4_targets(d, np4_name, tag, results):
     results["4 ranks on 2 cores: >= Open MPI at every size" + tag] = four if measured else None
 
 
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def ab_section(d):
+    """The A/B of two weft builds (make bench with BENCH_BASELINE): per sweep, collective and
+    size, weft/base (base time / weft time: above 1, this build is faster) beside both builds'
+    ratio to Open MPI, which was measured in the same alternating rounds. Nothing when no
+    sweep ran a baseline."""
+    sweeps = [n for n in ("shm", "socket", "np4", "shm_registered", "np4_registered")
+              if any(lib == "base" for (_, lib, _) in load(os.path.join(d, n, "compare.jsonl")))]
+    if not sweeps:
+        return
+    print("\n# A/B: this build (weft) against the baseline build (base), alternating in each round")
+    print("ratio = other time / weft time per call, medians over rounds; above 1: weft is faster\n")
+    summary = []
+    for name in sweeps:
+        rows = load(os.path.join(d, name, "compare.jsonl"))
+        colls = sorted({c for (c, lib, _) in rows if lib == "base"})
+        for coll in colls:
+            print(f"## {name}: {coll}\n")
+            print("| size | weft (us) | base (us) | weft/base | weft/MPI | base/MPI |")
+            print("|---:|---:|---:|---:|---:|---:|")
+            ab = []
+            for size in sorted({s for (c, lib, s) in rows if c == coll and lib == "base"}):
+                w, b, m = (rows.get((coll, lib, size)) for lib in ("weft", "base", "mpi"))
+                if not w or not b:
+                    continue
+                q = b["time_us"] / w["time_us"]
+                ab.append((size, q))
+                wm = f"{m['time_us'] / w['time_us']:.2f}" if m else "–"
+                bm = f"{m['time_us'] / b['time_us']:.2f}" if m else "–"
+                print(f"| {fmt_size(size)} | {w['time_us']:.2f} | {b['time_us']:.2f} | {q:.3f} | {wm} | {bm} |")
+            print()
+            small = geomean([q for s, q in ab if s <= 4096])
+            large = geomean([q for s, q in ab if s >= 16 * MIB])
+            summary.append(f"- {name} {coll}: weft/base geometric mean "
+                           f"{small and f'{small:.3f}' or '–'} at <= 4 KiB, "
+                           f"{large and f'{large:.3f}' or '–'} at >= 16 MiB")
+    print("## A/B summary\n")
+    print("\n".join(summary))
+
+
 def main(d):
     sock = load(os.path.join(d, "socket", "compare.jsonl"))
     floors = load_floors(os.path.join(d, "floor.jsonl"))
@@ -257,6 +302,7 @@ def main(d):
         np2_targets(d, "shm_registered", floors, floor, tag, reg)
     if os.path.isdir(os.path.join(d, "np4_registered")):
         np4_targets(d, "np4_registered", tag, reg)
+    ab_section(d)
     print("\n# Summary")
     for name, ok in list(results.items()) + list(reg.items()):
         print(f"- {'not measured' if ok is None else ('PASS' if ok else 'MISS')}: {name}")

@@ -10,6 +10,9 @@
 # BENCH_QUICK=1 runs small sizes and one round. BENCH_SWEEPS picks sweeps (default: shm
 # socket np4 shm_registered np4_registered; the floors always run).
 # Takes ~25 minutes in full on the 2-core VM. Needs Open MPI (perf/compare/install-peers.sh).
+# BENCH_BASELINE=DIR (another weft build dir, e.g. of the commit before a change) runs that
+# build's tools too, alternating with this one's in every sweep (library "base"), and the
+# report adds the A/B table: weft/base and both against Open MPI, per sweep and size.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=${BENCH_OUT:-$PWD/bench}
@@ -32,13 +35,18 @@ sweep() { # name, then environment assignments
     grep --line-buffered -E '^compare: (\[|    )' | sed -u "s/^compare: /bench: $name: /"
   [ "${PIPESTATUS[0]}" = 0 ] || { echo "bench: sweep $name failed (see $out/$name.log)"; rc=1; }
 }
+base=""
+if [ -n "${BENCH_BASELINE:-}" ]; then
+  export COMPARE_BASELINE=$BENCH_BASELINE
+  base="base "
+fi
 for name in $sweeps; do
   case $name in
-    shm) sweep shm COMPARE_NP=2 ;;
-    socket) sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce ;;
-    np4) sweep np4 COMPARE_NP=4 ;;
-    shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
-    np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
+    shm) sweep shm COMPARE_NP=2 COMPARE_LIBS="${base}weft mpi gloo" ;;
+    socket) sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce COMPARE_LIBS="${base}weft mpi gloo" ;;
+    np4) sweep np4 COMPARE_NP=4 COMPARE_LIBS="${base}weft mpi gloo" ;;
+    shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="${base}weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
+    np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="${base}weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
     *) echo "bench: unknown sweep '$name' in BENCH_SWEEPS"; rc=1 ;;
   esac
 done

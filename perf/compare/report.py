@@ -36,9 +36,12 @@ import re
 import statistics
 import sys
 
-LIBS = [("weft", "weft"), ("mpi", "Open MPI"), ("gloo", "Gloo")]
-COLORS = {"weft": "#d62728", "mpi": "#1f77b4", "gloo": "#2ca02c"}
-RAW_NAME = re.compile(r"^(?P<coll>[a-z_]+)\.(?P<lib>weft|mpi|gloo)\.r(?P<round>\d+)\.(\d+\.)?(?P<ext>json|jsonl|txt)$")
+# "base": another weft build run alternately with this one (run.sh's COMPARE_BASELINE), for
+# the A/B of a change; its files have weft's formats.
+LIBS = [("weft", "weft"), ("base", "weft baseline"), ("mpi", "Open MPI"), ("gloo", "Gloo")]
+COLORS = {"weft": "#d62728", "base": "#ff9896", "mpi": "#1f77b4", "gloo": "#2ca02c"}
+WEFT_BUILDS = ("weft", "base")
+RAW_NAME = re.compile(r"^(?P<coll>[a-z_]+)\.(?P<lib>weft|base|mpi|gloo)\.r(?P<round>\d+)\.(\d+\.)?(?P<ext>json|jsonl|txt)$")
 
 
 def human_size(n):
@@ -155,19 +158,19 @@ def load(raw):
             continue
         coll, lib, rnd, ext = m["coll"], m["lib"], m["round"], m["ext"]
         path = os.path.join(raw, name)
-        if lib == "weft":
-            if (coll, rnd) in seen:
+        if lib in WEFT_BUILDS:
+            if (coll, lib, rnd) in seen:
                 continue
             rows = None
             docs = sorted(os.path.join(raw, n) for n in names
-                          if n.startswith(f"{coll}.weft.r{rnd}.") and n.endswith(".json"))
+                          if n.startswith(f"{coll}.{lib}.r{rnd}.") and n.endswith(".json"))
             if docs:
                 rows = read_weft_json(docs, WEFT_COLUMN.get(coll, "out_of_place"))
-            if rows is None and os.path.exists(os.path.join(raw, f"{coll}.weft.r{rnd}.txt")):
-                rows = read_weft_table(os.path.join(raw, f"{coll}.weft.r{rnd}.txt"),
-                                       WEFT_COLUMN.get(coll, "out_of_place"))
-            seen.add((coll, rnd))
-            path = os.path.join(raw, f"{coll}.weft.r{rnd}.txt")
+            txt = os.path.join(raw, f"{coll}.{lib}.r{rnd}.txt")
+            if rows is None and os.path.exists(txt):
+                rows = read_weft_table(txt, WEFT_COLUMN.get(coll, "out_of_place"))
+            seen.add((coll, lib, rnd))
+            path = txt
         else:
             rows = read_jsonl(path)
         banners.setdefault(lib, header_lines(path))
@@ -226,15 +229,20 @@ def coll_table(coll, med, by_l3=None, rounds_l3=""):
         return out + ["No results.", ""]
     if rounds_l3:
         out += [f"L3 placement per round: {rounds_l3}", ""]
-    out.append("| size | busbw weft | busbw MPI | busbw Gloo | lat weft (us) | lat MPI (us) "
-               "| lat Gloo (us) | weft/MPI | weft/Gloo | weft/MPI shared L3 | weft/MPI split L3 |")
-    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    ratios = {"mpi": [], "gloo": []}
+    # the baseline's columns only in an A/B run (run.sh's COMPARE_BASELINE)
+    shown = [(lib, label) for lib, label in LIBS if lib != "base" or med.get("base")]
+    peers = [lib for lib, _ in shown if lib != "weft"]
+    out.append("| size | " + " | ".join(f"busbw {label}" for _, label in shown) + " | "
+               + " | ".join(f"lat {label} (us)" for _, label in shown) + " | "
+               + " | ".join(f"weft/{dict(LIBS)[p]}" for p in peers)
+               + " | weft/MPI shared L3 | weft/MPI split L3 |")
+    out.append("|---:|" + "---:|" * (2 * len(shown) + len(peers) + 2))
+    ratios = {p: [] for p in peers}
     for size in sizes:
-        s = {lib: med.get(lib, {}).get(size) for lib, _ in LIBS}
-        cells = [human_size(size)] + [fmt_bw(s[lib]) for lib, _ in LIBS]
-        cells += [fmt_us(s[lib]) for lib, _ in LIBS]
-        for peer in ("mpi", "gloo"):
+        s = {lib: med.get(lib, {}).get(size) for lib, _ in shown}
+        cells = [human_size(size)] + [fmt_bw(s[lib]) for lib, _ in shown]
+        cells += [fmt_us(s[lib]) for lib, _ in shown]
+        for peer in peers:
             r = ratio(s["weft"], s[peer])
             cells.append(f"{r:.2f}x" if r else "–")
             ratios[peer].append((size, r))
@@ -245,7 +253,8 @@ def coll_table(coll, med, by_l3=None, rounds_l3=""):
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     notes = []
-    for peer, label in (("mpi", "Open MPI"), ("gloo", "Gloo")):
+    for peer in peers:
+        label = dict(LIBS)[peer]
         small = geomean([r for sz, r in ratios[peer] if sz <= 4096])
         large = geomean([r for sz, r in ratios[peer] if sz >= 1 << 20])
         if small or large:
@@ -337,7 +346,7 @@ def main():
     ap.add_argument("--np", default="?")
     ap.add_argument("--transport", default="auto")
     ap.add_argument("--colls", default="all_reduce all_gather reduce_scatter all_to_all broadcast")
-    ap.add_argument("--libs", default="weft mpi gloo")
+    ap.add_argument("--libs", default="weft mpi gloo", help="any of weft base mpi gloo")
     ap.add_argument("--rounds", default="?")
     ap.add_argument("--iters", default="?")
     ap.add_argument("--no-plot", action="store_true")
@@ -399,11 +408,11 @@ def main():
     wrong = [(coll, lib, sz) for coll in colls for lib, per in med_all[coll].items()
              for sz, s in per.items() if s["wrong"]]
     for coll, lib, sz in wrong:
-        why = "" if lib == "weft" else (" (a peer's bug: its row shows WRONG and is left out of"
+        why = "" if lib in WEFT_BUILDS else (" (a peer's bug: its row shows WRONG and is left out of"
                                          " every ratio; the exit status is weft's alone)")
         print(f"compare: {lib} {coll} returned wrong results at {human_size(sz)}{why}",
               file=sys.stderr)
-    return 1 if any(lib == "weft" for _, lib, _ in wrong) else 0
+    return 1 if any(lib in WEFT_BUILDS for _, lib, _ in wrong) else 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,11 @@
 #                             below 8 KiB): with 20, one ~30 us futex wake-up among them moves
 #                             a 0.3 us mean by 1.5 us, and a median of 3 such means is noise
 #   COMPARE_COLLS             [all_reduce all_gather reduce_scatter all_to_all broadcast]
-#   COMPARE_LIBS              [weft mpi gloo]
+#   COMPARE_LIBS              [weft mpi gloo]; with COMPARE_BASELINE, add "base"
+#   COMPARE_BASELINE=DIR      another weft build dir (e.g. the commit before a change): library
+#                             "base" runs its perf tools and weftrun, alternating with this
+#                             build's on the same launch pattern, so a change's A/B is one run
+#                             (compare.md then gives weft/base beside weft/MPI)
 #   COMPARE_TRANSPORT [auto]  auto: weft picks (shm), Open MPI default BTLs (vader shm);
 #                             socket: WEFT_TRANSPORT=socket, mpirun --mca btl tcp,self.
 #                             Gloo is always TCP.
@@ -143,9 +147,12 @@ ACTIVE=""
 for lib in $LIBS; do
   case $lib in
     weft) ACTIVE="$ACTIVE weft" ;;
+    base)
+      if [ -x "${COMPARE_BASELINE:-}/weftrun" ]; then ACTIVE="$ACTIVE base"
+      else log "COMPARE_LIBS has base but COMPARE_BASELINE='${COMPARE_BASELINE:-}' is no weft build dir"; exit 2; fi ;;
     mpi) build_mpi && ACTIVE="$ACTIVE mpi" ;;
     gloo) build_gloo && ACTIVE="$ACTIVE gloo" ;;
-    *) log "unknown library '$lib' in COMPARE_LIBS (weft, mpi, gloo)"; exit 2 ;;
+    *) log "unknown library '$lib' in COMPARE_LIBS (weft, base, mpi, gloo)"; exit 2 ;;
   esac
 done
 
@@ -176,17 +183,20 @@ STATUS=0
 # comparison is like for like. COMPARE_BIND=none turns it off.
 BIND="--bind-to none"
 if [ "${COMPARE_BIND:-auto}" != none ] && [ "$NP" -le 2 ]; then BIND="--bind-to core"; fi
-run_weft() {
-  local coll=$1 base=$2 tool
-  tool=$BUILD/$(weft_tool "$coll")
+# weft's tool for COLL from build dir DIR; the baseline ("base") runs the same from its own.
+run_weft_from() {
+  local dir=$1 coll=$2 base=$3 tool
+  tool=$dir/$(weft_tool "$coll")
   case " $WEFT_COLLS " in *" $coll "*) ;; *) return 0 ;; esac
   local json=()
   # one nccl-tests JSON document per size range, named by its first size
   "$tool" -h 2>&1 | grep -q -- '-J' && json=(-J "$base.${SWEEP[1]}.json")
   # shellcheck disable=SC2086 # WEFT_FLAGS is a list of flags
-  WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" $BIND "$tool" "${SWEEP[@]}" \
+  WEFT_TRANSPORT=$WEFT_T timeout "$TIMEOUT" "$dir/weftrun" -n "$NP" $BIND "$tool" "${SWEEP[@]}" \
     -d float -o sum -c 1 $WEFT_FLAGS "${json[@]}" >>"$base.txt" 2>>"$base.err"
 }
+run_weft() { run_weft_from "$BUILD" "$@"; }
+run_base() { run_weft_from "$COMPARE_BASELINE" "$@"; }
 
 # The same placement as weft's ranks: bound to a core each when BIND is set, else unbound.
 MPI_BIND=(--bind-to none)
@@ -268,7 +278,7 @@ for round in $(seq 1 "$ROUNDS"); do
       log "round $round/$ROUNDS $coll $lib: FAILED ($what); last lines of $base.err:"
       tail -n 5 "$base.err" 2>/dev/null | sed 's/^/    /'
       echo "round $round $coll $lib: $what ($(tail -n 1 "$base.err" 2>/dev/null))" >>"$RAW/failed.txt"
-      if [ "$lib" = weft ]; then STATUS=1; fi
+      if [ "$lib" = weft ] || [ "$lib" = base ]; then STATUS=1; fi
     done
   done
 done
