@@ -1,0 +1,94 @@
+/* ib_transport.h: the ib transport's state (transports/transport.h's interface over the
+ * engine of ib_net.h), shared by its setup (ib_tr_setup.c) and its data path
+ * (ib_transport.c). Internal to transports/ib/.
+ *
+ * A message of B bytes moves as slices of at most the slice size (WEFT_IB_SLICE_BYTES,
+ * default 512 KiB, a multiple of 4096): each slice is one engine message, from the
+ * sender's registered staging slot to the receiver's registered staging slot, SLOTS of
+ * them in flight per direction (a pipeline: the receiver lands slice k while slices k+1..
+ * travel). Both ends cut a message alike (the card carries the slice size; a mismatch fails
+ * setup), and each slice's engine tag is B mod 2^32, so a size mismatch between the two
+ * ranks fails at the sender's first slice instead of being misread. A 0-byte message is one
+ * empty slice (the engine's immediates still consume a receive). */
+#ifndef WEFT_IB_TRANSPORT_H
+#define WEFT_IB_TRANSPORT_H
+#include <stddef.h>
+#include <stdint.h>
+#include "lib/comm.h"
+#include "lib/req.h"
+#include "lib/sockutil.h"
+#include "transports/ib/ib_net.h"
+#include "transports/transport.h"
+
+enum { IBT_SLOTS = 4 };
+#define IBT_SLICE_DEFAULT ((size_t)512 * 1024)
+#define IBT_MSG_MAGIC 0x5447494254464557ull /* "WEFTBIGT" little-endian */
+
+/* The card: what each rank tells the others at listen. */
+typedef struct {
+  int32_t ok;        /* 0: this rank could not listen (its peers fail at once, naming it) */
+  int32_t pad;
+  uint64_t slice;    /* WEFT_IB_SLICE_BYTES: both ends must cut messages alike */
+  weft__sockaddr addr; /* the set-up socket that moves the engine's handles */
+} ibt_card;
+
+/* One handle on the set-up socket: the engine's listen, connect or accept handle. */
+enum { IBT_LISTEN = 1, IBT_CONNECT = 2, IBT_ACCEPT = 3 };
+typedef struct {
+  uint64_t magic;
+  int32_t rank, kind;
+  weft__ib_handle h;
+} ibt_msg;
+
+/* One direction's message in flight: slices [next_done, next_post) are posted. */
+typedef struct {
+  weft__req *req;    /* NULL between messages */
+  size_t done;       /* req->done as this transfer left it */
+  size_t nslices, next_post, next_done;
+  int staged[IBT_SLOTS];            /* send: the slot already holds slice next_post's bytes */
+  weft__ib_request *rq[IBT_SLOTS];  /* the engine's request of the slot's slice */
+} ibt_xfer;
+
+typedef struct {
+  int peer;
+  int fd;            /* set-up socket; -1 once closed or before it exists */
+  int sent_listen, sent_connect, sent_accept, finished;
+  weft__ib_send_comm *sc;  /* to the peer */
+  weft__ib_recv_comm *rc;  /* from the peer */
+  weft__ib_opts opts;
+  char self[24], name[24];
+  char *sstage, *rstage;   /* [IBT_SLOTS * slice] each, page-aligned */
+  weft__ib_mr *smr, *rmr;
+  weft_status_t dead;      /* an earlier error: every later call fails */
+  ibt_xfer send, recv;
+} ibt_peer;
+
+typedef struct {
+  int nranks, port, listen_fd;
+  size_t slice;
+  weft__ib_listen_comm *lc;
+  weft__ib_handle lh;      /* our listen handle, sent to every peer */
+  ibt_peer **by_rank;      /* [nranks]; NULL for ranks not reached over ib */
+  int checked;             /* the peers' cards were checked */
+  int *pending;            /* accepted set-up sockets whose first message has not come */
+  int npending, maxpending;
+} ibt_state;
+
+extern const weft__transport weft__transport_ib;
+
+static inline ibt_state *weft__ibt_state_of(struct weft_comm *comm) {
+  return comm->transport_state[weft__transport_index(&weft__transport_ib)];
+}
+
+/* Setup (ib_tr_setup.c): the transport's can_connect, listen, connect and close, with the
+ * contracts of transports/transport.h. */
+int weft__ibt_can_connect(const struct weft__topo_system *topo, int a, int b);
+weft_status_t weft__ibt_listen(struct weft_comm *comm, const int *peers, int npeers, void *card);
+weft_status_t weft__ibt_connect(struct weft_comm *comm, const void *const *cards, char *waiting, size_t len);
+void weft__ibt_close(struct weft_comm *comm);
+
+/* Re-raises the engine's last error (the calling thread's) for comm, with this rank, the
+ * peer and the operation in front: "rank 0: ib send to peer 1: <engine message: status
+ * string, QP, sequence>". Marks the peer dead. Returns st. */
+weft_status_t weft__ibt_fail(struct weft_comm *comm, ibt_peer *pp, const char *op, weft_status_t st);
+#endif
