@@ -1,0 +1,184 @@
+/* test_ib_faults.c: the ib transport under the core, on the verbs emulator: which transport
+ * the core picks (ib across emulated hosts, shm within, socket with WEFT_IB_DISABLE=1), and
+ * the emulator's injected faults (WEFT_VERBS_EMU_FAULT on one rank: a work request failing
+ * with a status, its QP moved to the error state, a fatal asynchronous event, completions
+ * delayed past the communicator's timeout) met inside all-reduces between two emulated
+ * hosts. Each fault must end, on every rank and within the timeout, in an error that names
+ * the peer; on the faulty rank it also names what failed (the verbs status string, the
+ * flush, the event, the deadline). Delays within the timeout must still deliver exact
+ * results. Skips (TAP "# SKIP") only when the emulator is not built. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "lib/comm.h"
+#include "tests/harness.h"
+#include "transports/ib/tests/verbs_emu_pair.h"
+#include "transports/transport.h"
+
+enum { TIMEOUT_MS = 3000, MARGIN_MS = 2500, COUNT = 256 * 1024 /* floats: 1 MiB */ };
+
+/* ---- the choice of transport ------------------------------------------------------------- */
+typedef struct {
+  const char *hosts;     /* one letter per rank */
+  const char *disable;   /* WEFT_IB_DISABLE, or NULL */
+  const char *across;    /* the transport expected between hosts */
+} choice_case;
+
+static int body_choice(harness_rank *r) {
+  const choice_case *c = r->arg;
+  if (c->disable != NULL) setenv("WEFT_IB_DISABLE", c->disable, 1);
+  if (harness_init_on_emulated_host(r, c->hosts) != 0) return r->failures;
+  for (int p = 0; p < r->nranks; p++) {
+    if (p == r->rank) continue;
+    const char *want = c->hosts[p] == c->hosts[r->rank] ? "shm" : c->across;
+    const weft__transport *tr = r->comm->conns[p].tr;
+    if (tr == NULL || strcmp(tr->name, want) != 0)
+      harness_fail(r, "peer %d (host %c): transport %s, expected %s", p, c->hosts[p], tr ? tr->name : "none", want);
+  }
+  float *b = calloc(COUNT, sizeof(float));
+  for (int i = 0; i < COUNT; i++) b[i] = (float)(r->rank + i % 7);
+  weft_status_t st = weft_all_reduce(b, b, COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+  float want0 = 0;
+  for (int q = 0; q < r->nranks; q++) want0 += (float)q;
+  if (st != WEFT_SUCCESS) harness_fail(r, "all_reduce: %s: %s", harness_status_name(st), weft_get_last_error(r->comm));
+  else if (b[0] != want0 || b[COUNT - 1] != want0 + (float)(r->nranks * ((COUNT - 1) % 7)))
+    harness_fail(r, "all_reduce: wrong result %g", (double)b[0]);
+  free(b);
+  return r->failures;
+}
+
+static void run_choice(int n, const char *hosts, const char *disable, const char *across) {
+  choice_case c = {hosts, disable, across};
+  harness_opts o = {.nranks = n, .no_init = 1, .deadline_s = 60};
+  harness_run(&o, body_choice, &c);
+}
+
+static void auto_choice_is_ib_across_hosts_and_shm_within(void **state) {
+  (void)state;
+  run_choice(4, "aabb", NULL, "ib");
+}
+
+static void ib_disable_falls_back_to_sockets_across_hosts(void **state) {
+  (void)state;
+  run_choice(3, "abb", "1", "socket");
+}
+
+/* ---- faults ------------------------------------------------------------------------------ */
+typedef struct {
+  const char *fault;       /* WEFT_VERBS_EMU_FAULT on rank 0 */
+  const char *rank0_says;  /* in rank 0's error; NULL: no error expected (delays within the timeout) */
+} fault_case;
+
+static int body_fault(harness_rank *r) {
+  const fault_case *f = r->arg;
+  if (r->rank == 0) setenv("WEFT_VERBS_EMU_FAULT", f->fault, 1);
+  if (harness_init_on_emulated_host(r, "ab") != 0) return r->failures;
+  float *b = calloc(COUNT, sizeof(float));
+  double t0 = harness_now_ms(), t_call = t0;
+  weft_status_t st = WEFT_SUCCESS;
+  for (int iter = 0; iter < 8 && st == WEFT_SUCCESS; iter++) {
+    for (int i = 0; i < COUNT; i++) b[i] = (float)(r->rank + iter);
+    t_call = harness_now_ms();
+    st = weft_all_reduce(b, b, COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    if (st == WEFT_SUCCESS && (b[0] != (float)(1 + 2 * iter) || b[COUNT - 1] != (float)(1 + 2 * iter)))
+      harness_fail(r, "%s: all_reduce %d: wrong result %g", f->fault, iter, (double)b[0]);
+  }
+  double ms = harness_now_ms() - t_call;
+  const char *msg = weft_get_last_error(r->comm);
+  if (f->rank0_says == NULL) {
+    if (st != WEFT_SUCCESS) harness_fail(r, "%s: %s: %s", f->fault, harness_status_name(st), msg);
+  } else if (st == WEFT_SUCCESS) {
+    harness_fail(r, "%s: every all-reduce succeeded", f->fault);
+  } else {
+    harness_note(r, "%s: error after %.0f ms: %s: %s", f->fault, ms, harness_status_name(st), msg);
+    if (!harness_names_rank(msg, 1 - r->rank)) harness_fail(r, "the error does not name peer %d", 1 - r->rank);
+    if (r->rank == 0 && strstr(msg, f->rank0_says) == NULL) harness_fail(r, "the error does not say '%s'", f->rank0_says);
+    if (ms > TIMEOUT_MS + MARGIN_MS) harness_fail(r, "the error took %.0f ms (timeout %d ms)", ms, TIMEOUT_MS);
+  }
+  /* Abort only once both ranks have their error: the peer's error must come from the
+   * fault, not from this rank's abort. A rank that never gets one fails the wait. */
+  r->shared->flags[r->rank] = 1;
+  if (!harness_wait_flag(r, 1 - r->rank, 1, 2 * TIMEOUT_MS + MARGIN_MS))
+    harness_fail(r, "%s: peer %d never finished its all-reduces", f->fault, 1 - r->rank);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  free(b);
+  return r->failures;
+}
+
+static void run_fault(const char *fault, const char *says) {
+  fault_case f = {fault, says};
+  harness_opts o = {.nranks = 2, .no_init = 1, .deadline_s = 60, .timeout_ms = TIMEOUT_MS};
+  harness_run(&o, body_fault, &f);
+}
+
+static void fault_remote_access_error_names_the_peer_and_status(void **state) {
+  (void)state;
+  run_fault("wr=3:rem_access", "remote access error");
+}
+
+static void fault_retry_exceeded_names_the_peer_and_status(void **state) {
+  (void)state;
+  run_fault("wr=6:retry_exc", "transport retry counter exceeded");
+}
+
+static void fault_rnr_retry_exceeded_names_the_peer_and_status(void **state) {
+  (void)state;
+  run_fault("wr=9:rnr_retry", "RNR retry counter exceeded");
+}
+
+static void fault_qp_in_error_state_flushes_and_fails(void **state) {
+  (void)state;
+  run_fault("qp_error=5", "flushed");
+}
+
+static void fault_fatal_async_event_fails_the_collective(void **state) {
+  (void)state;
+  run_fault("fatal=4", "asynchronous event");
+}
+
+static void fault_completions_delayed_past_the_timeout_end_in_timeout(void **state) {
+  (void)state;
+  run_fault("delay_us=5000000", "within 3000 ms");
+}
+
+static void fault_completions_delayed_within_the_timeout_still_deliver(void **state) {
+  (void)state;
+  run_fault("delay_us=20000", NULL);
+}
+
+int main(void) {
+  harness_filter_from_env();
+  int setup = emu_test_setup();
+  if (setup == -1) {
+    printf("1..0 # SKIP %s\n", emu_test_skip_reason());
+    return 0;
+  }
+  if (setup != 0) {
+    printf("Bail out! %s\n", emu_test_skip_reason());
+    return 1;
+  }
+  setenv("WEFT_IB_TIMEOUT", "12", 1); /* 16.8 ms per try: a dead peer is noticed in ~50 ms */
+  setenv("WEFT_IB_RETRY_CNT", "2", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(auto_choice_is_ib_across_hosts_and_shm_within),
+      cmocka_unit_test(ib_disable_falls_back_to_sockets_across_hosts),
+      cmocka_unit_test(fault_remote_access_error_names_the_peer_and_status),
+      cmocka_unit_test(fault_retry_exceeded_names_the_peer_and_status),
+      cmocka_unit_test(fault_rnr_retry_exceeded_names_the_peer_and_status),
+      cmocka_unit_test(fault_qp_in_error_state_flushes_and_fails),
+      cmocka_unit_test(fault_fatal_async_event_fails_the_collective),
+      cmocka_unit_test(fault_completions_delayed_past_the_timeout_end_in_timeout),
+      cmocka_unit_test(fault_completions_delayed_within_the_timeout_still_deliver),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  emu_test_teardown();
+  return rc;
+}
