@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -68,6 +69,45 @@ static void auto_choice_is_ib_across_hosts_and_shm_within(void **state) {
 static void ib_disable_falls_back_to_sockets_across_hosts(void **state) {
   (void)state;
   run_choice(3, "abb", "1", "socket");
+}
+
+/* Without a verbs library: every rank says so in one INFO line and the job runs over
+ * sockets across hosts, as before the ib transport. In a fresh process (this program with
+ * --nolib): the test's own has loaded the emulator already. */
+static char g_self[4096];
+
+static void nolib_child_test(void **state) {
+  (void)state;
+  run_choice(3, "abb", NULL, "socket");
+}
+
+static int nolib_main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(nolib_child_test)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+static void without_a_verbs_library_one_info_line_and_sockets_across_hosts(void **state) {
+  (void)state;
+  char cmd[4200], line[2048];
+  snprintf(cmd, sizeof cmd, "'%s' --nolib 2>&1", g_self);
+  setenv("WEFT_IB_LIBRARY", "/nonexistent/libibverbs.so.1", 1);
+  setenv("WEFT_DEBUG", "INFO", 1);
+  FILE *f = popen(cmd, "r");
+  int unavailable = 0, other_ib = 0;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+    if (strstr(line, "ib: transport unavailable") != NULL && strstr(line, "/nonexistent/libibverbs.so.1") != NULL)
+      unavailable++;
+    else if (strstr(line, " ib") != NULL && strstr(line, "WARN") != NULL) other_ib++, fprintf(stderr, "# %s", line);
+  }
+  int rc = f != NULL ? pclose(f) : -1;
+  unsetenv("WEFT_DEBUG");
+  const char *top = getenv("WEFT_TOP_BUILDDIR");
+  snprintf(line, sizeof line, "%s/tests/verbs_emu/.libs/libweft_verbs_emu.so", top ? top : ".");
+  setenv("WEFT_IB_LIBRARY", line, 1);
+  fprintf(stderr, "# 3 ranks without a verbs library: exit status %d, %d 'unavailable' lines\n", rc, unavailable);
+  assert_int_equal(rc, 0);
+  assert_int_equal(unavailable, 3); /* one per rank process */
+  assert_int_equal(other_ib, 0);
 }
 
 /* ---- faults ------------------------------------------------------------------------------ */
@@ -154,7 +194,10 @@ static void fault_completions_delayed_within_the_timeout_still_deliver(void **st
   run_fault("delay_us=20000", NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--nolib") == 0) return nolib_main();
+  ssize_t k = readlink("/proc/self/exe", g_self, sizeof(g_self) - 1);
+  g_self[k > 0 ? k : 0] = '\0';
   harness_filter_from_env();
   int setup = emu_test_setup();
   if (setup == -1) {
@@ -170,6 +213,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(auto_choice_is_ib_across_hosts_and_shm_within),
       cmocka_unit_test(ib_disable_falls_back_to_sockets_across_hosts),
+      cmocka_unit_test(without_a_verbs_library_one_info_line_and_sockets_across_hosts),
       cmocka_unit_test(fault_remote_access_error_names_the_peer_and_status),
       cmocka_unit_test(fault_retry_exceeded_names_the_peer_and_status),
       cmocka_unit_test(fault_rnr_retry_exceeded_names_the_peer_and_status),
