@@ -81,14 +81,19 @@ static inline ibt_state *weft__ibt_state_of(struct weft_comm *comm) {
 }
 
 /* Setup (ib_tr_setup.c): the transport's can_connect, listen, connect and close, with the
- * contracts of transports/transport.h. */
+ * contracts of transports/transport.h (card: an ibt_card; errors name this rank, the peer
+ * and the step: WEFT_ERR_REMOTE for a peer that could not listen or closed its set-up
+ * socket, WEFT_ERR_INVALID_USAGE for differing WEFT_IB_SLICE_BYTES, the engine's status for
+ * its handles and QPs). Called by the core with the communicator's lock held; the state is
+ * the communicator's alone. */
 int weft__ibt_can_connect(const struct weft__topo_system *topo, int a, int b);
 weft_status_t weft__ibt_listen(struct weft_comm *comm, const int *peers, int npeers, void *card);
 weft_status_t weft__ibt_connect(struct weft_comm *comm, const void *const *cards, char *waiting, size_t len);
 void weft__ibt_close(struct weft_comm *comm);
 
-/* Re-raises the engine's last error (the calling thread's) for comm, with this rank, the
- * peer and the operation in front: "rank 0: ib send to peer 1: <engine message: status
+/* Re-raises the engine's last error (the calling thread's, so call it on the thread that
+ * made the failing engine call) for comm, with this rank, the peer and the operation
+ * ("send to", "receive from", "setup: connect to") in front: "rank 0: ib send to peer 1: <engine message: status
  * string, QP, sequence>". Marks the peer dead. Returns st. */
 weft_status_t weft__ibt_fail(struct weft_comm *comm, ibt_peer *pp, const char *op, weft_status_t st);
 #endif

@@ -71,6 +71,33 @@ static void ib_disable_falls_back_to_sockets_across_hosts(void **state) {
   run_choice(3, "abb", "1", "socket");
 }
 
+/* WEFT_TRANSPORT=ib toward a host whose HCA is not usable (WEFT_IB_HCA excludes it there):
+ * init fails on both ranks, naming the peer it cannot reach, instead of hanging. */
+static int body_forced_without_hca(harness_rank *r) {
+  setenv("WEFT_TRANSPORT", "ib", 1);
+  if (r->rank == 1) setenv("WEFT_IB_HCA", "^weftemu", 1);
+  setenv("WEFT_HOSTID", r->rank == 0 ? "weft-test-host-a" : "weft-test-host-b", 1);
+  double t0 = harness_now_ms();
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  const char *msg = weft_get_last_error(NULL);
+  if (st == WEFT_SUCCESS) {
+    harness_fail(r, "init over ib succeeded toward a host without a usable HCA");
+    weft_comm_destroy(r->comm);
+  } else {
+    harness_note(r, "after %.0f ms: %s: %s", harness_now_ms() - t0, harness_status_name(st), msg);
+    if (!harness_names_rank(msg, 1 - r->rank)) harness_fail(r, "the error does not name peer %d", 1 - r->rank);
+    if (strstr(msg, "WEFT_TRANSPORT=ib") == NULL) harness_fail(r, "the error does not name WEFT_TRANSPORT=ib");
+  }
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void forced_ib_toward_a_host_without_an_hca_fails_naming_the_peer(void **state) {
+  (void)state;
+  harness_opts o = {.nranks = 2, .no_init = 1, .deadline_s = 60, .timeout_ms = TIMEOUT_MS};
+  harness_run(&o, body_forced_without_hca, NULL);
+}
+
 /* Without a verbs library: every rank says so in one INFO line and the job runs over
  * sockets across hosts, as before the ib transport. In a fresh process (this program with
  * --nolib): the test's own has loaded the emulator already. */
@@ -214,6 +241,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(auto_choice_is_ib_across_hosts_and_shm_within),
       cmocka_unit_test(ib_disable_falls_back_to_sockets_across_hosts),
       cmocka_unit_test(without_a_verbs_library_one_info_line_and_sockets_across_hosts),
+      cmocka_unit_test(forced_ib_toward_a_host_without_an_hca_fails_naming_the_peer),
       cmocka_unit_test(fault_remote_access_error_names_the_peer_and_status),
       cmocka_unit_test(fault_retry_exceeded_names_the_peer_and_status),
       cmocka_unit_test(fault_rnr_retry_exceeded_names_the_peer_and_status),
