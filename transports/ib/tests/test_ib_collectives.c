@@ -3,8 +3,9 @@
  * every rank) over the ib transport on the verbs emulator (tests/verbs_emu/): forced
  * between every pair (WEFT_TRANSPORT=ib, as the shm and socket sweeps force theirs) on 1-4
  * ranks with large counts of 4 MiB (8 slices of 512 KiB, so the slice pipeline wraps its
- * slots) and with 64 KiB slices, and chosen by the core on two emulated hosts (WEFT_HOSTID:
- * ib across, shm within). Skips (TAP "# SKIP") only when the emulator is not built. */
+ * slots) and with 64 KiB slices, with the transport's optional capabilities hidden from
+ * the core (WEFT_TRANSPORT_CAPS=0, 4 KiB pipeline chunks), and chosen by the core on two
+ * emulated hosts (WEFT_HOSTID: ib across, shm within). Skips (TAP "# SKIP") only when the emulator is not built. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -51,6 +52,9 @@ int main(void) {
       SWEEP_IB(4, MIB4, 1),
       {"all_collectives_match_reference_on_3_ranks_over_ib_with_64k_slices", sweep_run, setup_small_slices,
        teardown_small_slices, &(sweep_params){3, "ib", 0, (size_t)1 << 20, 0, 0, NULL, NULL, 1, NULL}},
+      /* RECV_REDUCE hidden (WEFT_TRANSPORT_CAPS=0): the core stages reductions itself. */
+      {"all_collectives_match_reference_on_3_ranks_over_ib_without_optional_capabilities", sweep_run, NULL, NULL,
+       &(sweep_params){3, "ib", 4096, (size_t)256 << 10, 0, 0, NULL, NULL, 1, "0"}},
       {"all_collectives_match_reference_on_2_emulated_hosts_ib_across_shm_within", sweep_run, NULL, NULL,
        &(sweep_params){4, "ib", 0, (size_t)1 << 20, 0, 0, NULL, "aabb", 1, NULL}},
   };
