@@ -48,8 +48,9 @@
  *                            message each, 4 in flight): weft__ib_isend / irecv / test, a NULL
  *                            request meaning "not yet"; receives land through the memory
  *                            space (RECV_REDUCE).
- *   register / deregister    not implemented: user buffers are never registered (staging is,
- *                            once per connection), so no PEER_MEMORY either.
+ *   register / deregister    a registered window's pages (weft__ib_mr_get): its slices skip
+ *                            the staging copy; other user buffers are never registered. No
+ *                            PEER_MEMORY (one-sided load / store is not what RDMA gives).
  *   cost row                 measured on the emulator (ib_transport.c); weft__ib_cost (from
  *                            the port's speed) is what an HCA would need, once measured.
  *   close                    weft__ib_close_*; the port (context, PD, async thread, MR cache)

@@ -31,6 +31,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/status.h"
+#include "mem/space.h"
 #include "topo/topo.h"
 #include "transports/ib/ib_transport.h"
 
@@ -330,6 +331,53 @@ weft_status_t weft__ibt_connect(struct weft_comm *comm, const void *const *cards
   for (int p = 0; p < st->nranks; p++)
     if (st->by_rank[p] != NULL) comm->conns[p].priv = st->by_rank[p];
   return WEFT_SUCCESS;
+}
+
+/* ---- registered windows ---- */
+weft_status_t weft__ibt_reg(struct weft_comm *comm, const struct weft__mem_space *space, void *buf, size_t bytes,
+                            void **handle) {
+  *handle = NULL;
+  ibt_state *st = weft__ibt_state_of(comm);
+  char *view = bytes > 0 ? space->host_view(space, buf, bytes) : NULL;
+  if (st == NULL || st->lc == NULL || view == NULL) return WEFT_SUCCESS; /* no ib peers, or no host view */
+  ibt_win *w = calloc(1, sizeof *w);
+  if (w == NULL) return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: ib window register: out of memory", comm->rank);
+  weft__error_quiet(1);
+  weft_status_t s = weft__ib_dev_open(st->port, &w->dev);
+  if (s == WEFT_SUCCESS) s = weft__ib_mr_get(w->dev, view, bytes, &w->mr);
+  weft__error_quiet(0);
+  if (s != WEFT_SUCCESS) {
+    char m[1100];
+    snprintf(m, sizeof m, "%s", weft__thread_last_error());
+    weft__ib_dev_release(w->dev);
+    free(w);
+    return weft__error(comm, s, "rank %d: ib window register (%zu bytes at %p): %s", comm->rank, bytes, buf, m);
+  }
+  w->view = view;
+  w->bytes = bytes;
+  w->next = st->wins;
+  st->wins = w;
+  *handle = w;
+  return WEFT_SUCCESS;
+}
+
+void weft__ibt_dereg(struct weft_comm *comm, void *handle) {
+  ibt_win *w = handle;
+  ibt_state *st = weft__ibt_state_of(comm);
+  for (ibt_win **pp = st != NULL ? &st->wins : NULL; pp != NULL && *pp != NULL; pp = &(*pp)->next)
+    if (*pp == w) {
+      *pp = w->next;
+      break;
+    }
+  weft__ib_mr_release(w->dev, w->mr);
+  weft__ib_dev_release(w->dev);
+  free(w);
+}
+
+weft__ib_mr *weft__ibt_window_mr(const ibt_state *st, const char *p, size_t len) {
+  for (const ibt_win *w = st->wins; w != NULL; w = w->next)
+    if (p >= w->view && len <= w->bytes && (size_t)(p - w->view) <= w->bytes - len) return w->mr;
+  return NULL;
 }
 
 void weft__ibt_close(struct weft_comm *comm) {

@@ -10,8 +10,10 @@
  * handed to the core with weft__req_land, which copies or reduces it into the destination
  * through the space (so receives reduce on arrival: RECV_REDUCE), and its slot is
  * reposted. Bytes moved per message: B once over the wire, plus one copy on each side.
- * Registration happens once per connection (the staging); user buffers are never
- * registered, so nothing is pinned behind the caller's back and no cache can go stale.
+ * Registration happens once per connection (the staging) and for registered windows
+ * (reg): a slice inside a window skips the copy on its side (ib_transport.h). Other user
+ * buffers are never registered, so nothing is pinned behind the caller's back and no
+ * registration cache can go stale.
  *
  * Nothing here blocks: the engine's calls return at once (a NULL request means "not yet").
  * Every wait has the engine's deadline (the communicator's timeout from a request's post:
@@ -89,7 +91,7 @@ static weft_status_t send_reap(struct weft_comm *comm, const ibt_state *st, ibt_
 
 static weft_status_t ibt_send_test(struct weft_comm *comm, weft__conn *c, weft__req *r, int *progressed) {
   ibt_peer *pp = c->priv;
-  const ibt_state *st = weft__ibt_state_of(comm);
+  ibt_state *st = weft__ibt_state_of(comm);
   if (pp->dead) return ibt_dead(comm, pp);
   ibt_xfer *x = &pp->send;
   WEFT_TRY(xfer_for(comm, st, pp, x, r, "send to"));
@@ -97,18 +99,25 @@ static weft_status_t ibt_send_test(struct weft_comm *comm, weft__conn *c, weft__
   while (x->next_post < x->nslices && x->next_post - x->next_done < IBT_SLOTS) {
     int slot = (int)(x->next_post % IBT_SLOTS);
     char *buf = pp->sstage + (size_t)slot * st->slice;
+    weft__ib_mr *mr = pp->smr;
     size_t off, len;
     slice_of(st, r->bytes, x->next_post, &off, &len);
-    if (!x->staged[slot]) { /* the slot's previous slice is done: refill it */
+    char *view = st->wins != NULL && len > 0 ? r->mem->host_view(r->mem, (const char *)r->src + off, len) : NULL;
+    weft__ib_mr *wmr = view != NULL ? weft__ibt_window_mr(st, view, len) : NULL;
+    if (wmr != NULL) { /* inside a registered window: straight from the user's buffer */
+      buf = view;
+      mr = wmr;
+    } else if (!x->staged[slot]) { /* the slot's previous slice is done: refill it */
       weft__mem_copy(r->mem, buf, (const char *)r->src + off, len, 0);
       if (!(r->mem->flags & WEFT__MEM_SYNC)) r->mem->wait(r->mem);
       x->staged[slot] = 1;
     }
     weft__error_quiet(1);
-    weft_status_t s = weft__ib_isend(pp->sc, buf, len, (uint32_t)r->bytes, pp->smr, &x->rq[slot]);
+    weft_status_t s = weft__ib_isend(pp->sc, buf, len, (uint32_t)r->bytes, mr, &x->rq[slot]);
     weft__error_quiet(0);
     if (s != WEFT_SUCCESS) return weft__ibt_fail(comm, pp, "send to", s);
     if (x->rq[slot] == NULL) break; /* no clear-to-send yet */
+    st->window_sends += wmr != NULL;
     x->staged[slot] = 0;
     x->next_post++;
     *progressed = 1;
@@ -122,18 +131,26 @@ static weft_status_t ibt_send_test(struct weft_comm *comm, weft__conn *c, weft__
 /* ---------------------------------------------------------------------------------------
  * Receiving */
 
-static weft_status_t recv_post(struct weft_comm *comm, const ibt_state *st, ibt_peer *pp, ibt_xfer *x, weft__req *r,
+static weft_status_t recv_post(struct weft_comm *comm, ibt_state *st, ibt_peer *pp, ibt_xfer *x, weft__req *r,
                                int *progressed) {
   while (x->next_post < x->nslices && x->next_post - x->next_done < IBT_SLOTS) {
     int slot = (int)(x->next_post % IBT_SLOTS);
     size_t off, len;
     slice_of(st, r->bytes, x->next_post, &off, &len);
+    char *buf = pp->rstage + (size_t)slot * st->slice;
+    weft__ib_mr *mr = pp->rmr;
+    /* A copy into a registered window is written there by the peer's RDMA directly. */
+    char *view = st->wins != NULL && r->acc == NULL && len > 0 ? r->mem->host_view(r->mem, (char *)r->dst + off, len)
+                                                               : NULL;
+    weft__ib_mr *wmr = view != NULL ? weft__ibt_window_mr(st, view, len) : NULL;
+    x->direct[slot] = wmr != NULL;
+    if (wmr != NULL) buf = view, mr = wmr;
     weft__error_quiet(1);
-    weft_status_t s = weft__ib_irecv(pp->rc, pp->rstage + (size_t)slot * st->slice, len, (uint32_t)r->bytes,
-                                     pp->rmr, &x->rq[slot]);
+    weft_status_t s = weft__ib_irecv(pp->rc, buf, len, (uint32_t)r->bytes, mr, &x->rq[slot]);
     weft__error_quiet(0);
     if (s != WEFT_SUCCESS) return weft__ibt_fail(comm, pp, "receive from", s);
     if (x->rq[slot] == NULL) break; /* the engine's request slots are all busy */
+    st->window_recvs += wmr != NULL;
     x->next_post++;
     *progressed = 1;
   }
@@ -142,7 +159,7 @@ static weft_status_t recv_post(struct weft_comm *comm, const ibt_state *st, ibt_
 
 static weft_status_t ibt_recv_test(struct weft_comm *comm, weft__conn *c, weft__req *r, int *progressed) {
   ibt_peer *pp = c->priv;
-  const ibt_state *st = weft__ibt_state_of(comm);
+  ibt_state *st = weft__ibt_state_of(comm);
   if (pp->dead) return ibt_dead(comm, pp);
   ibt_xfer *x = &pp->recv;
   WEFT_TRY(xfer_for(comm, st, pp, x, r, "receive from"));
@@ -163,7 +180,7 @@ static weft_status_t ibt_recv_test(struct weft_comm *comm, weft__conn *c, weft__
                              comm->rank, pp->peer, x->next_done, r->bytes, got, len);
       return pp->dead;
     }
-    weft__req_land(r, off, pp->rstage + (size_t)slot * st->slice, len);
+    if (!x->direct[slot]) weft__req_land(r, off, pp->rstage + (size_t)slot * st->slice, len);
     r->done += len;
     x->next_done++;
     *progressed = 1;
@@ -190,6 +207,8 @@ const weft__transport weft__transport_ib = {
     .listen = weft__ibt_listen,
     .connect = weft__ibt_connect,
     .close = weft__ibt_close,
+    .reg = weft__ibt_reg,
+    .dereg = weft__ibt_dereg,
     .send_test = ibt_send_test,
     .recv_test = ibt_recv_test,
 };

@@ -9,7 +9,12 @@
  * travel). Both ends cut a message alike (the card carries the slice size; a mismatch fails
  * setup), and each slice's engine tag is B mod 2^32, so a size mismatch between the two
  * ranks fails at the sender's first slice instead of being misread. A 0-byte message is one
- * empty slice (the engine's immediates still consume a receive). */
+ * empty slice (the engine's immediates still consume a receive).
+ *
+ * Registered windows (reg / dereg: weft_comm_window_register) skip the staging: a slice
+ * whose bytes lie inside one (its memory space's host view) is sent straight from, or, for
+ * a receive that copies, written straight into, the user's buffer with the window's
+ * registration. */
 #ifndef WEFT_IB_TRANSPORT_H
 #define WEFT_IB_TRANSPORT_H
 #include <stddef.h>
@@ -46,6 +51,7 @@ typedef struct {
   size_t done;       /* req->done as this transfer left it */
   size_t nslices, next_post, next_done;
   int staged[IBT_SLOTS];            /* send: the slot already holds slice next_post's bytes */
+  int direct[IBT_SLOTS];            /* recv: the slot's slice lands in a window, not staging */
   weft__ib_request *rq[IBT_SLOTS];  /* the engine's request of the slot's slice */
 } ibt_xfer;
 
@@ -63,8 +69,21 @@ typedef struct {
   ibt_xfer send, recv;
 } ibt_peer;
 
+/* A registered window (the transport's reg handle): the pages of its host view, registered
+ * on this rank's port; holds a reference on the port so it outlives the communicator's
+ * connections if it must. */
+typedef struct ibt_win {
+  char *view;
+  size_t bytes;
+  weft__ib_dev *dev;
+  weft__ib_mr *mr;
+  struct ibt_win *next;
+} ibt_win;
+
 typedef struct {
   int nranks, port, listen_fd;
+  ibt_win *wins;           /* registered windows (reg), newest first */
+  uint64_t window_sends, window_recvs; /* slices that skipped staging (for tests) */
   size_t slice;
   weft__ib_listen_comm *lc;
   weft__ib_handle lh;      /* our listen handle, sent to every peer */
@@ -90,6 +109,15 @@ int weft__ibt_can_connect(const struct weft__topo_system *topo, int a, int b);
 weft_status_t weft__ibt_listen(struct weft_comm *comm, const int *peers, int npeers, void *card);
 weft_status_t weft__ibt_connect(struct weft_comm *comm, const void *const *cards, char *waiting, size_t len);
 void weft__ibt_close(struct weft_comm *comm);
+/* reg / dereg (transports/transport.h): registers the host view of buf[0, bytes) (space's)
+ * on this rank's port; *handle is NULL (nothing registered, not an error) without ib peers,
+ * a host view or bytes. Errors: those of weft__ib_dev_open and weft__ib_mr_get, naming this
+ * rank. Called by the core under the communicator's lock. */
+weft_status_t weft__ibt_reg(struct weft_comm *comm, const struct weft__mem_space *space, void *buf, size_t bytes,
+                            void **handle);
+void weft__ibt_dereg(struct weft_comm *comm, void *handle);
+/* The registration of the window holding [p, p + len) (host-view addresses), or NULL. */
+weft__ib_mr *weft__ibt_window_mr(const ibt_state *st, const char *p, size_t len);
 
 /* Re-raises the engine's last error (the calling thread's, so call it on the thread that
  * made the failing engine call) for comm, with this rank, the peer and the operation

@@ -52,6 +52,13 @@ int main(void) {
       SWEEP_IB(4, MIB4, 1),
       {"all_collectives_match_reference_on_3_ranks_over_ib_with_64k_slices", sweep_run, setup_small_slices,
        teardown_small_slices, &(sweep_params){3, "ib", 0, (size_t)1 << 20, 0, 0, NULL, NULL, 1, NULL}},
+      /* Buffers in registered windows (slices straight from and into them), and the last
+       * rank's every third buffer outside (staged): the direct algorithms never run (ib
+       * has no peer memory), the transport's zero-copy path does. */
+      {"all_collectives_match_reference_in_windows_on_2_ranks_over_ib", sweep_run, NULL, NULL,
+       &(sweep_params){2, "ib", 0, (size_t)1 << 20, 1, 0, NULL, NULL, 1, NULL}},
+      {"all_collectives_match_reference_in_windows_with_fallbacks_on_3_ranks_over_ib", sweep_run, NULL, NULL,
+       &(sweep_params){3, "ib", 0, (size_t)1 << 20, 2, 0, NULL, NULL, 1, NULL}},
       /* RECV_REDUCE hidden (WEFT_TRANSPORT_CAPS=0): the core stages reductions itself. */
       {"all_collectives_match_reference_on_3_ranks_over_ib_without_optional_capabilities", sweep_run, NULL, NULL,
        &(sweep_params){3, "ib", 4096, (size_t)256 << 10, 0, 0, NULL, NULL, 1, "0"}},

@@ -3,7 +3,7 @@
  * the emulator's injected faults (WEFT_VERBS_EMU_FAULT on one rank: a work request failing
  * with a status, its QP moved to the error state, a fatal asynchronous event, completions
  * delayed past the communicator's timeout) met inside all-reduces between two emulated
- * hosts. Each fault must end, on every rank and within the timeout, in an error that names
+ * hosts, and registered windows skipping the staging copy. Each fault must end, on every rank and within the timeout, in an error that names
  * the peer; on the faulty rank it also names what failed (the verbs status string, the
  * flush, the event, the deadline). Delays within the timeout must still deliver exact
  * results. Skips (TAP "# SKIP") only when the emulator is not built. */
@@ -20,6 +20,7 @@
 
 #include "lib/comm.h"
 #include "tests/harness.h"
+#include "transports/ib/ib_transport.h"
 #include "transports/ib/tests/verbs_emu_pair.h"
 #include "transports/transport.h"
 
@@ -69,6 +70,47 @@ static void auto_choice_is_ib_across_hosts_and_shm_within(void **state) {
 static void ib_disable_falls_back_to_sockets_across_hosts(void **state) {
   (void)state;
   run_choice(3, "abb", "1", "socket");
+}
+
+/* Registered windows skip the staging copy: an all-gather whose buffers lie in a window
+ * sends every slice straight from it and receives every slice straight into it (the
+ * transport's counters say so), with exact results; a plain malloc'd buffer still goes
+ * through staging. */
+static int body_window(harness_rank *r) {
+  if (harness_init_on_emulated_host(r, "ab") != 0) return r->failures;
+  const size_t n = (size_t)3 << 20; /* floats per rank: 12 MiB, 24 slices */
+  float *buf = NULL;
+  weft_window_t win = NULL;
+  if (weft_mem_alloc((void **)&buf, 2 * n * sizeof(float)) != WEFT_SUCCESS ||
+      weft_comm_window_register(r->comm, buf, 2 * n * sizeof(float), &win, 0) != WEFT_SUCCESS)
+    return harness_fail(r, "window: %s", weft_get_last_error(r->comm));
+  ibt_state *st = weft__ibt_state_of(r->comm);
+  for (size_t i = 0; i < n; i++) buf[(size_t)r->rank * n + i] = (float)(r->rank * 1000 + (int)(i % 997));
+  weft_status_t s = weft_all_gather(buf + (size_t)r->rank * n, buf, n, WEFT_FLOAT32, r->comm, NULL);
+  if (s != WEFT_SUCCESS) harness_fail(r, "all_gather: %s", weft_get_last_error(r->comm));
+  for (size_t i = 0; i < 2 * n && s == WEFT_SUCCESS; i++)
+    if (buf[i] != (float)((int)(i / n) * 1000 + (int)(i % n % 997))) {
+      harness_fail(r, "all_gather: element %zu is %g", i, (double)buf[i]);
+      break;
+    }
+  uint64_t sends = st->window_sends, recvs = st->window_recvs;
+  harness_note(r, "window: %llu slices sent from it, %llu received into it", (unsigned long long)sends,
+               (unsigned long long)recvs);
+  if (sends < 24 || recvs < 24) harness_fail(r, "the window's slices went through staging");
+  float *plain = calloc(n, sizeof(float)); /* outside every window: staged */
+  s = weft_all_reduce(plain, plain, n, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+  if (s != WEFT_SUCCESS) harness_fail(r, "all_reduce: %s", weft_get_last_error(r->comm));
+  if (st->window_sends != sends || st->window_recvs != recvs) harness_fail(r, "a plain buffer counted as a window");
+  free(plain);
+  weft_comm_window_deregister(r->comm, win);
+  weft_mem_free(buf);
+  return r->failures;
+}
+
+static void registered_windows_skip_the_staging_copy(void **state) {
+  (void)state;
+  harness_opts o = {.nranks = 2, .no_init = 1, .deadline_s = 60};
+  harness_run(&o, body_window, NULL);
 }
 
 /* WEFT_TRANSPORT=ib toward a host whose HCA is not usable (WEFT_IB_HCA excludes it there):
@@ -240,6 +282,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(auto_choice_is_ib_across_hosts_and_shm_within),
       cmocka_unit_test(ib_disable_falls_back_to_sockets_across_hosts),
+      cmocka_unit_test(registered_windows_skip_the_staging_copy),
       cmocka_unit_test(without_a_verbs_library_one_info_line_and_sockets_across_hosts),
       cmocka_unit_test(forced_ib_toward_a_host_without_an_hca_fails_naming_the_peer),
       cmocka_unit_test(fault_remote_access_error_names_the_peer_and_status),
