@@ -38,17 +38,16 @@ for t in $TRANSPORTS; do
     *) envs="WEFT_IB_DISABLE=1"; label="$t (TCP over the namespaces' veth pair)" ;;
   esac
   echo "## all_reduce_perf, 2 ranks on 2 emulated hosts, $label"
-  for r in 0 1; do
+  run_rank() { # RANK: one rank on host RANK, output in rank RANK's log
     # shellcheck disable=SC2086
-    timeout 600 "$NETNS" exec "$NAME-h$r" env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    timeout 600 "$NETNS" exec "$NAME-h$1" env RANK="$1" WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
       MASTER_ADDR="$ADDR0" MASTER_PORT=$PORT WEFT_SOCKET_IFNAME=veth0 WEFT_TRANSPORT="$t" $envs \
       "$BUILD/all_reduce_perf" -b "$MIN" -e "$MAX" -f 2 -n "$ITERS" -w "$WARMUP" -d float -o sum \
-      >"$DIR/rank$r.log" 2>&1 &
-    eval "pid$r=\$!"
-  done
-  # shellcheck disable=SC2154 # set by the eval above
+      >"$DIR/rank$1.log" 2>&1
+  }
+  run_rank 1 & pid1=$!
+  run_rank 0; rc0=$?
   wait "$pid1"; rc1=$?
-  wait "$pid0"; rc0=$?
   grep -v '^#  *Rank\|^# nThread\|^# Using\|^#$' "$DIR/rank0.log"
-  [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] || { echo "# exit status $rc0 / $rc1"; tail -n 5 "$DIR/rank1.log"; }
+  if [ $rc0 -ne 0 ] || [ $rc1 -ne 0 ]; then echo "# exit status $rc0 / $rc1"; tail -n 5 "$DIR/rank1.log"; fi
 done

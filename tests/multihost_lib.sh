@@ -198,11 +198,11 @@ mh_transports_right() {
     line=$(grep "rank $r of $MH_N ready: " "$mh_out" | sed 's/.* ready: //')
     want="$((l - 1)) shm peers, $((MH_N - l)) $MH_INTER peers"
     others=$(echo "$line" | tr ',' '\n' | grep -v " shm peers\| $MH_INTER peers" | grep -v '^ *0 ')
-    echo ", $line," | grep -q ", $((l - 1)) shm peers," && echo ", $line," | grep -q ", $((MH_N - l)) $MH_INTER peers," &&
-      [ -z "$others" ] || {
+    if ! echo ", $line," | grep -q ", $((l - 1)) shm peers," || ! echo ", $line," | grep -q ", $((MH_N - l)) $MH_INTER peers," ||
+       [ -n "$others" ]; then
       echo "# rank $r: expected $want (and no others); got: $line"
       return 1
-    }
+    fi
     r=$((r + 1))
   done
 }

@@ -69,7 +69,8 @@ static void xfer_finish(ibt_xfer *x, weft__req *r) {
 /* ---------------------------------------------------------------------------------------
  * Sending */
 
-/* Completes the sends of slices in order; *more when one completed. */
+/* Completes the sends of slices in order (r->done grows by whole slices, a prefix of the
+ * message, as copy_to needs: lib/req.c); *progressed when one completed. */
 static weft_status_t send_reap(struct weft_comm *comm, const ibt_state *st, ibt_peer *pp, ibt_xfer *x, weft__req *r,
                                int *progressed) {
   while (x->next_done < x->next_post) {
