@@ -195,8 +195,9 @@ static weft_status_t ibt_recv_test(struct weft_comm *comm, weft__conn *c, weft__
 /* The cost row, measured on the verbs emulator only (no HCA has run weft yet): 2 ranks on
  * 2 emulated hosts (network namespaces) of the 2-core VM, all_reduce_perf, perf/
  * ib_emulated.sh: about 22 us at 8 B (alpha ~20 us: the receiver's clear-to-send, then the
- * write with immediate, each through an emulator thread) and 2.3-2.7 GB/s bus bandwidth at
- * 256 KiB-1 MiB (beta ~0.4 us/KiB: process_vm_writev plus a staging copy on each side).
+ * write with immediate, each through an emulator thread) and 2.3-4 GB/s bus bandwidth at
+ * 256 KiB-4 MiB across loaded runs (beta ~0.4 us/KiB, the slower end: process_vm_writev plus
+ * a staging copy on each side).
  * An HCA would be far faster; these keep the tuner's choices sane on what runs here, and
  * WEFT_TUNER_MODEL=ib:alpha,beta,gamma,oversub_alpha,oversub_beta replaces them. */
 const weft__transport weft__transport_ib = {
