@@ -215,13 +215,11 @@ static weft_status_t on_msg(struct weft_comm *comm, ibt_state *st, ibt_peer *pp,
     weft__error_quiet(0);
     if (s != WEFT_SUCCESS) return weft__ibt_fail(comm, pp, "setup: connect to", s);
     WEFT_TRY(send_msg(comm, pp, IBT_CONNECT, &out));
-    pp->sent_connect = 1;
   } else if (m->kind == IBT_CONNECT && pp->rc == NULL) {
     s = weft__ib_accept(st->lc, &pp->opts, &m->h, &out, &pp->rc);
     weft__error_quiet(0);
     if (s != WEFT_SUCCESS) return weft__ibt_fail(comm, pp, "setup: accept from", s);
     WEFT_TRY(send_msg(comm, pp, IBT_ACCEPT, &out));
-    pp->sent_accept = 1;
   } else if (m->kind == IBT_ACCEPT && pp->sc != NULL && !pp->finished) {
     s = weft__ib_connect_finish(pp->sc, &m->h);
     weft__error_quiet(0);
@@ -258,6 +256,9 @@ static weft_status_t accept_some(struct weft_comm *comm, ibt_state *st) {
   int fd;
   while (st->npending < st->maxpending && (fd = weft__sock_accept(st->listen_fd, 0)) >= 0)
     st->pending[st->npending++] = fd;
+  if (st->npending < st->maxpending && errno != ETIMEDOUT)
+    return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: ib setup: accepting the peers' set-up connections "
+                       "failed: %s", comm->rank, strerror(errno));
   for (int k = 0; k < st->npending; k++) {
     if (!readable(st->pending[k])) continue;
     fd = st->pending[k];
@@ -276,7 +277,6 @@ static weft_status_t accept_some(struct weft_comm *comm, ibt_state *st) {
     }
     pp->fd = fd;
     WEFT_TRY(send_msg(comm, pp, IBT_LISTEN, &st->lh));
-    pp->sent_listen = 1;
     WEFT_TRY(on_msg(comm, st, pp, &m));
   }
   return WEFT_SUCCESS;
@@ -293,7 +293,6 @@ static weft_status_t step_peer(struct weft_comm *comm, ibt_state *st, ibt_peer *
                          comm->rank, pp->peer, weft__sockaddr_str(&card->addr, buf, sizeof buf), strerror(errno));
     pp->fd = fd;
     WEFT_TRY(send_msg(comm, pp, IBT_LISTEN, &st->lh));
-    pp->sent_listen = 1;
   }
   while (pp->fd >= 0 && !(pp->finished && pp->rc != NULL) && readable(pp->fd)) {
     ibt_msg m;

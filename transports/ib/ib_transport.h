@@ -58,7 +58,7 @@ typedef struct {
 typedef struct {
   int peer;
   int fd;            /* set-up socket; -1 once closed or before it exists */
-  int sent_listen, sent_connect, sent_accept, finished;
+  int finished;            /* the send comm got the peer's accept handle */
   weft__ib_send_comm *sc;  /* to the peer */
   weft__ib_recv_comm *rc;  /* from the peer */
   weft__ib_opts opts;
