@@ -10,7 +10,12 @@
 # interfaces' byte counters inside each namespace).
 #
 # A test script sets LAYOUT (ranks per host, e.g. "2 2" or "1 2 3") and sources this file,
-# which skips the whole script cleanly when the machine cannot emulate hosts.
+# which skips the whole script cleanly when the machine cannot emulate hosts. MH_INTER=ib
+# (default socket) runs the ib transport between the hosts instead, over the verbs emulator
+# (tests/verbs_emu/; each namespace is its own emulated host with its own HCA): the
+# transport check then expects ib peers across hosts, and the traffic check that the data
+# did NOT cross the veth links (the emulator's one-sided writes go through
+# process_vm_writev; only the handle exchange and the bootstrap use TCP).
 # Word splitting of $LAYOUT and of flag lists is on purpose:
 # shellcheck disable=SC2086
 
@@ -24,6 +29,12 @@ command -v ip >/dev/null 2>&1 || mh_skip_all "no ip command (iproute2)"
 command -v unshare >/dev/null 2>&1 || mh_skip_all "no unshare command (util-linux)"
 [ -x "$MH_HOSTS" ] || mh_skip_all "no tools/netns-hosts.sh next to the tests"
 [ -x ./all_reduce_perf ] || mh_skip_all "perf programs not built"
+MH_INTER=${MH_INTER:-socket}
+MH_MPI_ENV=
+if [ "$MH_INTER" = ib ]; then
+  MH_EMU=$PWD/tests/verbs_emu/.libs/libweft_verbs_emu.so
+  [ -f "$MH_EMU" ] || mh_skip_all "the verbs emulator is not built (no verbs headers?)"
+fi
 
 # The layout decides the launcher, the transports and the hosts, not the caller's environment.
 unset WEFT_TRANSPORT WEFT_HOSTID WEFT_ROOT_ADDR WEFT_UNIQUE_ID WEFT_RANK WEFT_NRANKS WEFT_SECRET \
@@ -36,7 +47,16 @@ export WEFT_TIMEOUT_MS
 # Names unique to this run (interface names are at most 15 characters).
 MH_NAME="wm$$"
 MH_DIR=$(mktemp -d "${TMPDIR:-/tmp}/weft_multihost.XXXXXX") || exit 1
-mh_cleanup() { "$MH_HOSTS" down "$MH_NAME" >/dev/null 2>&1; rm -rf "$MH_DIR"; }
+MH_EMU_DIR=
+if [ "$MH_INTER" = ib ]; then
+  # The emulator's state lives in /dev/shm, which the namespaces share (tests/ib_netns.sh).
+  MH_EMU_DIR=$(mktemp -d /dev/shm/weft-mh-emu.XXXXXX) || exit 1
+  WEFT_IB_LIBRARY=$MH_EMU WEFT_VERBS_EMU_DIR=$MH_EMU_DIR WEFT_IB_TIMEOUT=14
+  export WEFT_IB_LIBRARY WEFT_VERBS_EMU_DIR WEFT_IB_TIMEOUT
+  MH_MPI_ENV="-x WEFT_IB_LIBRARY -x WEFT_VERBS_EMU_DIR -x WEFT_IB_TIMEOUT"
+  unset WEFT_IB_HCA WEFT_IB_DISABLE WEFT_VERBS_EMU_FAULT WEFT_VERBS_EMU_DEVICES
+fi
+mh_cleanup() { "$MH_HOSTS" down "$MH_NAME" >/dev/null 2>&1; rm -rf "$MH_DIR" ${MH_EMU_DIR:+"$MH_EMU_DIR"}; }
 trap mh_cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
@@ -86,7 +106,7 @@ mh_mpirun() {
   timeout 60 mpirun --allow-run-as-root --hostfile "$MH_DIR/hostfile" -np "$MH_N" \
     --mca plm_rsh_agent "$MH_TOOLS/netns-rsh.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$MH_SUBNET" --mca btl_tcp_if_include "$MH_SUBNET" \
-    -x "WEFT_ROOT_ADDR=$MH_ADDR0:$MH_PORT" -x WEFT_SOCKET_IFNAME=veth0 -x WEFT_TIMEOUT_MS $xs \
+    -x "WEFT_ROOT_ADDR=$MH_ADDR0:$MH_PORT" -x WEFT_SOCKET_IFNAME=veth0 -x WEFT_TIMEOUT_MS $MH_MPI_ENV $xs \
     "$@" >"$mh_out" 2>&1
 }
 
@@ -168,16 +188,21 @@ mh_placement_right() {
   done
 }
 
-# Every rank reports L-1 shm peers and N-L socket peers, L the rank count of its host.
+# Every rank reports L-1 shm peers and N-L MH_INTER peers (socket or ib), L the rank count
+# of its host, and no peer over any other transport ("ready: 1 shm peers, 2 socket peers,
+# 0 ib peers"; the ib count is absent where ib is not built).
 mh_transports_right() {
   r=0
   while [ $r -lt $MH_N ]; do
     l=$(mh_local_count "$(mh_host_of $r)")
-    want="rank $r of $MH_N ready: $((l - 1)) shm peers, $((MH_N - l)) socket peers"
-    grep -q "$want\$" "$mh_out" || {
-      echo "# missing: $want; got: $(grep "rank $r of $MH_N ready" "$mh_out" | sed 's/.*INFO //')"
+    line=$(grep "rank $r of $MH_N ready: " "$mh_out" | sed 's/.* ready: //')
+    want="$((l - 1)) shm peers, $((MH_N - l)) $MH_INTER peers"
+    others=$(echo "$line" | tr ',' '\n' | grep -v " shm peers\| $MH_INTER peers" | grep -v '^ *0 ')
+    if ! echo ", $line," | grep -q ", $((l - 1)) shm peers," || ! echo ", $line," | grep -q ", $((MH_N - l)) $MH_INTER peers," ||
+       [ -n "$others" ]; then
+      echo "# rank $r: expected $want (and no others); got: $line"
       return 1
-    }
+    fi
     r=$((r + 1))
   done
 }
@@ -207,8 +232,13 @@ mh_traffic_right() {
   h=0
   paste -d ' ' "$MH_DIR/before" "$MH_DIR/after" | while read -r vrx0 vtx0 lrx0 _ vrx1 vtx1 lrx1 _; do
     rx=$((vrx1 - vrx0)); tx=$((vtx1 - vtx0)); lo=$((lrx1 - lrx0))
-    echo "# host $h: veth0 rx $rx tx $tx bytes, lo $lo bytes (need veth0 >= $need, lo < $bytes)"
-    [ $rx -ge $need ] && [ $tx -ge $need ] && [ $lo -lt "$bytes" ] || exit 1
+    if [ "$MH_INTER" = ib ]; then # the data went through the emulated HCAs, not TCP
+      echo "# host $h: veth0 rx $rx tx $tx bytes, lo $lo bytes (ib: need veth0 < $bytes, lo < $bytes)"
+      [ $rx -lt "$bytes" ] && [ $tx -lt "$bytes" ] && [ $lo -lt "$bytes" ] || exit 1
+    else
+      echo "# host $h: veth0 rx $rx tx $tx bytes, lo $lo bytes (need veth0 >= $need, lo < $bytes)"
+      [ $rx -ge $need ] && [ $tx -ge $need ] && [ $lo -lt "$bytes" ] || exit 1
+    fi
     h=$((h + 1))
   done
 }
@@ -221,9 +251,11 @@ MH_TRAFFIC_ARGS="./all_reduce_perf -b 1M -e 1M -n $MH_TRAFFIC_ITERS -w 1 -d floa
 # mh_check_layout LAUNCHER: the traffic run under mpirun or torchrun, three TAP lines.
 mh_check_layout() {
   launcher=$1
+  crossed="traffic crossed the veth links"
+  [ "$MH_INTER" != ib ] || crossed="the data did not cross the veth links (ib)"
   if [ "$launcher" = mpirun ] && [ $MH_HAVE_MPIRUN -eq 0 ]; then
-    for what in "all_reduce_perf 1 MiB exact, ranks on the right hosts" "shm within hosts, sockets across" \
-                "traffic crossed the veth links"; do
+    for what in "all_reduce_perf 1 MiB exact, ranks on the right hosts" "shm within hosts, $MH_INTER across" \
+                "$crossed"; do
       mh_ok "$launcher: $what # SKIP no mpirun"
     done
     return
@@ -238,9 +270,9 @@ mh_check_layout() {
   mh_snapshot "$MH_DIR/after"
   what="$launcher: all_reduce_perf 1 MiB exact, ranks on the right hosts"
   if mh_results_exact $rc && mh_placement_right; then mh_ok "$what"; else mh_not_ok "$what"; fi
-  what="$launcher: shm within hosts, sockets across"
+  what="$launcher: shm within hosts, $MH_INTER across"
   if mh_transports_right; then mh_ok "$what"; else mh_not_ok "$what"; fi
-  what="$launcher: traffic crossed the veth links"
+  what="$launcher: $crossed"
   if mh_traffic_right 1048576 $((2 * MH_TRAFFIC_ITERS)) >"$MH_DIR/traffic" 2>&1; then
     mh_ok "$what"; cat "$MH_DIR/traffic"
   else
@@ -317,6 +349,24 @@ mh_check_topo() {
     mh_ok "$name"
   else
     echo "# exit status $rc; ring line: $ring"
+    mh_not_ok "$name"
+  fi
+}
+
+# weft-topo under mpirun (ib runs): every host lists its emulated HCA, and every rank has one.
+mh_check_hcas() {
+  name="mpirun: weft-topo lists each host's emulated HCA"
+  if [ $MH_HAVE_MPIRUN -eq 0 ]; then mh_ok "$name # SKIP no mpirun"; return; fi
+  [ -x ./weft-topo ] || { mh_ok "$name # SKIP weft-topo not built"; return; }
+  mh_mpirun -- ./weft-topo
+  rc=$?
+  cp "$mh_out" "$MH_DIR/weft-topo.txt"
+  hcas=$(grep -c 'weftemu0' "$mh_out")
+  if [ $rc -eq 0 ] && [ "$hcas" -ge $MH_K ]; then
+    grep -i 'weftemu\|^weft-topo:\|^host\|HCA' "$mh_out" | head -n 20 | sed 's/^/# /'
+    mh_ok "$name"
+  else
+    echo "# exit status $rc, $hcas lines name weftemu0"
     mh_not_ok "$name"
   fi
 }

@@ -13,7 +13,9 @@
  * The survivors abort only after both have their error (else the second may rightly blame
  * the first one's abort).
  * A last case: rank 1 stays alive but stops calling; with a 3 s timeout the others must
- * fail (WEFT_ERR_TIMEOUT, or WEFT_ERR_REMOTE when a peer timed out first) on time. */
+ * fail (WEFT_ERR_TIMEOUT, or WEFT_ERR_REMOTE when a peer timed out first) on time.
+ * The mid-call and silent cases run over the ib transport too, on the verbs emulator
+ * (tests/verbs_emu/), where it is built; elsewhere they are reported as skipped. */
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -237,11 +239,41 @@ static void run_failure(void **state) {
   harness_run(&o, failure_body, &p->kind);
 }
 
+/* The ib transport's cases: the verbs emulator in a fresh state directory, when built. */
+static char g_emu_dir[64];
+
+static int emu_setup(void) {
+  const char *top = getenv("WEFT_TOP_BUILDDIR");
+  char lib[600];
+  snprintf(lib, sizeof lib, "%s/tests/verbs_emu/.libs/libweft_verbs_emu.so", top ? top : ".");
+  snprintf(g_emu_dir, sizeof g_emu_dir, "/dev/shm/weft-failure-emu-XXXXXX");
+  if (access(lib, R_OK) != 0 || mkdtemp(g_emu_dir) == NULL) return g_emu_dir[0] = '\0', 0;
+  setenv("WEFT_IB_LIBRARY", lib, 1);
+  setenv("WEFT_VERBS_EMU_DIR", g_emu_dir, 1);
+  setenv("WEFT_IB_TIMEOUT", "14", 1); /* 67 ms per transport retry */
+  return 1;
+}
+
+static void emu_teardown(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_emu_dir);
+  if (g_emu_dir[0] != '\0' && system(cmd) != 0) fprintf(stderr, "# could not remove %s\n", g_emu_dir);
+}
+
+static void skipped(void **state) { (void)state; }
+
 #define FT(name, tr, kind) \
   {name "_over_" #tr, run_failure, NULL, NULL, \
    &(failure_params){#tr, kind, kind == GO_SILENT ? SILENT_TIMEOUT_MS : TIMEOUT_MS}}
 
+/* An ib case, or its name marked "# SKIP" without the emulator. */
+#define FT_IB(name, kind) \
+  {have_emu ? name "_over_ib" : name "_over_ib # SKIP the verbs emulator is not built", \
+   have_emu ? run_failure : skipped, NULL, NULL, \
+   &(failure_params){"ib", kind, kind == GO_SILENT ? SILENT_TIMEOUT_MS : TIMEOUT_MS}}
+
 int main(void) {
+  int have_emu = emu_setup();
   const struct CMUnitTest tests[] = {
       FT("rank_exiting_before_an_all_reduce_fails_the_others_naming_it", shm, EXIT_BEFORE),
       FT("rank_exiting_before_an_all_reduce_fails_the_others_naming_it", socket, EXIT_BEFORE),
@@ -255,7 +287,12 @@ int main(void) {
          KILL_DURING),
       FT("rank_that_stops_calling_makes_the_others_time_out_within_the_deadline", socket,
          GO_SILENT),
+      FT_IB("rank_exiting_during_a_64_mib_all_reduce_fails_the_others_naming_it", EXIT_DURING),
+      FT_IB("rank_killed_during_a_64_mib_all_reduce_fails_the_others_streams_naming_it", KILL_DURING),
+      FT_IB("rank_that_stops_calling_makes_the_others_time_out_within_the_deadline", GO_SILENT),
   };
   harness_filter_from_env();
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  emu_teardown();
+  return rc;
 }

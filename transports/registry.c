@@ -7,10 +7,16 @@
 
 extern const weft__transport weft__transport_shm;
 extern const weft__transport weft__transport_socket;
+#ifdef WEFT_HAVE_IBVERBS
+extern const weft__transport weft__transport_ib; /* transports/ib/: built with the verbs headers */
+#endif
 
 const weft__transport *const weft__transports[] = {
     &weft__transport_shm,
     &weft__transport_socket,
+#ifdef WEFT_HAVE_IBVERBS
+    &weft__transport_ib,
+#endif
     NULL,
 };
 

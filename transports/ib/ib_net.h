@@ -36,22 +36,23 @@
  * not come within the comm's timeout fails with WEFT_ERR_TIMEOUT; an error event of the HCA
  * (the async thread) fails every comm on it.
  * Thread safety: one thread per comm at a time; different comms are independent. */
-/* How it plugs into the transport interface of issue 14 (phase 2, not done here):
- *   can_connect(topo, a, b)  preference for pairs on different hosts when weft__ib_ports > 0
- *                            on both (the topology view lists each host's HCAs, topo.h), below
- *                            shm within a host, above socket; WEFT_TRANSPORT / WEFT_IB_DISABLE
- *                            override. Each rank's port: weft__topo_pick_hca.
- *   connect / accept         per pair and direction: listen + connect + accept +
- *                            connect_finish, the three handles moved over the bootstrap (the
- *                            job's secret is weft_comm.secret); none of them blocks.
- *   register / deregister    weft__ib_reg_mr_* on host memory (a memory space's pointer);
- *                            the cache makes repeated registration of one buffer cheap.
- *   post send / recv + test  weft__ib_isend / irecv / test; a NULL request means "not yet".
- *   capabilities             one-sided put into a registered peer buffer (RDMA WRITE into an
- *                            rkey the peer sent, the same path as the data here); no
- *                            receive-with-reduce (the memory space reduces after test).
- *   cost row                 weft__ib_cost: alpha (assumed 2 us, to measure on hardware),
- *                            beta from the port's speed.
+/* How it sits behind the transport interface (transports/transport.h): ib_transport.h,
+ * ib_tr_setup.c and ib_transport.c, the transport "ib".
+ *   can_connect(topo, a, b)  50 for pairs on different hosts whose views both list an HCA,
+ *                            1 within a host (shm's 100 wins; WEFT_TRANSPORT=ib forces it);
+ *                            each rank's port: weft__topo_pick_hca.
+ *   listen / connect         per pair, both directions: listen + connect + accept +
+ *                            connect_finish, the handles moved over a TCP set-up socket
+ *                            whose address is in the card; none of them blocks.
+ *   send / recv + test       messages cut into slices of registered staging (one engine
+ *                            message each, 4 in flight): weft__ib_isend / irecv / test, a NULL
+ *                            request meaning "not yet"; receives land through the memory
+ *                            space (RECV_REDUCE).
+ *   register / deregister    a registered window's pages (weft__ib_mr_get): its slices skip
+ *                            the staging copy; other user buffers are never registered. No
+ *                            PEER_MEMORY (one-sided load / store is not what RDMA gives).
+ *   cost row                 measured on the emulator (ib_transport.c); weft__ib_cost (from
+ *                            the port's speed) is what an HCA would need, once measured.
  *   close                    weft__ib_close_*; the port (context, PD, async thread, MR cache)
  *                            is released with its last user. */
 #ifndef WEFT_IB_NET_H
