@@ -151,12 +151,12 @@ static int register_grads(ddp *d, char *err, size_t errlen);
 /* --elastic: after a failed step, what lived on the old communicator goes (the reducer's
  * stream calls end at once: the shrink revokes it), the survivors shrink, and the window
  * and the reducer are rebuilt on the new one. */
-static int recover(ddp *d) {
+static int recover(ddp *d, const char *during) {
   char err[1024] = "";
   double exposed, comm;
   ddp_reducer_wait(&d->red, &exposed, &comm); /* drains the stream; its error is known */
   ddp_reducer_free(&d->red);
-  int rc = gpt_elastic_recover(&d->f.elastic, &d->dp, &d->f.accum, err, sizeof(err));
+  int rc = gpt_elastic_recover(&d->f.elastic, &d->dp, &d->f.accum, during, err, sizeof(err));
   size_t mib = 1024 * 1024;
   if (rc == 0 && d->window_grads) rc = register_grads(d, err, sizeof(err));
   if (rc == 0)
@@ -171,7 +171,7 @@ static int recover(ddp *d) {
 static int step(void *self, gpt_step_stats *s) {
   ddp *d = self;
   while (try_step(d, s)) {
-    if (!d->f.elastic.on || recover(d)) return -1;
+    if (!d->f.elastic.on || recover(d, NULL)) return -1;
   }
   gpt_elastic_step_done(&d->f.elastic, &d->dp);
   return 0;
@@ -182,8 +182,14 @@ static int eval_loss(void *ctx, const int *x, const int *y, int b, int T, double
   return 0;
 }
 
-/* Validation loss (the windows weft-train --batch G scores, dp_batch.h). */
-static int eval(void *self, double *val) { return gpt_dp_eval(&((ddp *)self)->dp, eval_loss, self, val); }
+/* Validation loss (the windows weft-train --batch G scores, dp_batch.h); with --elastic a
+ * rank lost during it is dropped and the survivors score again. */
+static int eval(void *self, double *val) {
+  ddp *d = self;
+  while (gpt_dp_eval(&d->dp, eval_loss, self, val))
+    if (!d->f.elastic.on || recover(d, "validation")) return -1;
+  return 0;
+}
 
 /* Moves the gradients into memory from weft_mem_alloc, registered as a window of the
  * communicator (collective), so the bucket all-reduces run weft's direct algorithm on one

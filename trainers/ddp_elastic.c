@@ -74,11 +74,11 @@ static void adjust_batch(gpt_elastic *e, gpt_dp *dp, int *accum, char *what, siz
   dp->G = G2;
 }
 
-int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, char *err, size_t errlen) {
+int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *during, char *err, size_t errlen) {
   gpt_dist *d = &dp->dist;
   double t0 = gpt_now_s();
   int old_rank = d->rank, old_n = d->nranks;
-  long failed_step = dp->base.st.step + 1;
+  long failed_step = during ? dp->base.st.step : dp->base.st.step + 1;
   weft_comm_t next = NULL;
   weft_status_t st = weft_comm_shrink(d->comm, NULL, WEFT_SHRINK_FAILED, &next, NULL);
   if (st != WEFT_SUCCESS) {
@@ -103,8 +103,9 @@ int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, char *err, size_
   dp->rep.tokens_per_step = (double)dp->G * dp->base.m->cfg.seq;
   e->first_step_pending_s = gpt_now_s();
   if (d->rank == 0) {
-    printf("# rank%s %s lost at step %ld; continuing on %d ranks (%s; shrink and state %.0f ms)\n",
-           nlost > 1 ? "s" : "", lost, failed_step, d->nranks, batch, (e->first_step_pending_s - t0) * 1e3);
+    printf("# rank%s %s lost at step %ld%s%s; continuing on %d ranks (%s; shrink and state %.0f ms)\n",
+           nlost > 1 ? "s" : "", lost, failed_step, during ? ", in " : "", during ? during : "", d->nranks, batch,
+           (e->first_step_pending_s - t0) * 1e3);
     fflush(stdout);
   }
   return 0;

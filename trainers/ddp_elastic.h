@@ -37,10 +37,11 @@ int gpt_elastic_check(gpt_elastic *e, int max_batch, char *err, size_t errlen);
 /* After a failed collective on dp->dist.comm: revokes it, shrinks it to the survivors,
  * aborts the old one, takes the new rank 0's state (params, AdamW moments, step, RNG),
  * adjusts the batch (*accum as well) and the report, and has the new rank 0 print
- * "# rank R lost at step S; continuing on N ranks (...)". The caller tears down what lived
+ * "# rank R lost at step S; continuing on N ranks (...)" (S: the step that failed, or with
+ * during, e.g. "validation", the last step done and what failed after it). The caller tears down what lived
  * on the old communicator before (its streams' calls end at once: it is revoked) and
  * rebuilds it after. -1 with the reason in err when no communicator could be built. */
-int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, char *err, size_t errlen);
+int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *during, char *err, size_t errlen);
 
 /* Called after each successful step: the first one after a recovery prints when it ended
  * (CLOCK_REALTIME, for measuring the time from a kill to it). */
