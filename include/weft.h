@@ -338,8 +338,9 @@ WEFT_API weft_status_t weft_comm_revoke(weft_comm_t comm);
  *     built, every survivor's init fails and they agree again (up to 4 times), so the result
  *     is a smaller communicator or an error, never a hang.
  * Collective over the remaining ranks (NCCL and ULFM alike). config: the new communicator's
- * options (NULL, or a timeout left undefined: comm's timeout); blocking == 0 returns
- * WEFT_IN_PROGRESS once init has started, as weft_comm_init_rank_config does. The new
+ * options (NULL, or a timeout left undefined: comm's timeout); blocking is ignored: shrink
+ * returns once the new communicator is ready, since it watches the members while it is
+ * built (a member that dies before joining makes every member's init fail at once). The new
  * communicator is independent of comm: destroy or abort each alone, comm only after shrink
  * returned on every remaining rank (its channel answers the slower ones).
  * Errors: WEFT_ERR_INVALID_ARGUMENT (comm or newcomm NULL; n < -1; exclude_ranks NULL with

@@ -11,6 +11,8 @@
  * them), and in WEFT_SHRINK_FAILED mode they agree again without it, a few times at most. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/ft.h"
@@ -68,6 +70,32 @@ static weft_status_t follow(struct weft_comm *comm, uint32_t epoch, int leader, 
   }
 }
 
+/* Waits for the new communicator's init, watching its members over the old channel. A
+ * member that died before it joined the new root would leave the others waiting for it
+ * until the deadline (the root only hears of ranks that connected); so when a probe finds
+ * one gone, this rank drops its connection to the new root, which tells every member at
+ * once, and every survivor's init fails alike (then they agree again). */
+static weft_status_t await_init(struct weft_comm *comm, const uint8_t *mask, struct weft_comm *next) {
+  uint64_t last_probe = weft__now_ns();
+  int dropped = 0;
+  weft_status_t st = WEFT_IN_PROGRESS;
+  while (weft_comm_get_async_error(next, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS) {
+    struct timespec nap = {0, 2000000};
+    nanosleep(&nap, NULL);
+    uint64_t now = weft__now_ns();
+    if (dropped || now - last_probe < PROBE_EVERY_NS) continue;
+    last_probe = now;
+    for (int p = 0; p < comm->nranks && !dropped; p++) {
+      if (p == comm->rank || weft__mask_has(mask, p) || weft__ft_probe(comm, p, PROBE_WAIT_MS) != 0) continue;
+      WEFT_WARN("rank %d: shrink: rank %d is gone while the new communicator is being built; leaving its "
+                "bootstrap so every member fails alike", comm->rank, p);
+      int fd = __atomic_load_n(&next->bootstrap_fd, __ATOMIC_RELAXED); /* set by the init thread */
+      if (fd >= 0) shutdown(fd, SHUT_RDWR), dropped = 1;
+    }
+  }
+  return weft__comm_wait_ready(next); /* joins the init thread; its status */
+}
+
 /* The new communicator of the ranks outside mask. */
 static weft_status_t build(struct weft_comm *comm, uint32_t epoch, const uint8_t *mask, const weft_config_t *cfg,
                            weft_comm_t *newcomm) {
@@ -83,8 +111,14 @@ static weft_status_t build(struct weft_comm *comm, uint32_t epoch, const uint8_t
                                                                    : follow(comm, epoch, leader, &id);
   if (st != WEFT_SUCCESS) return st;
   WEFT_INFO("rank %d: shrink: becoming rank %d of %d (leader: old rank %d)", comm->rank, newrank, size, leader);
-  st = weft_comm_init_rank_config(newcomm, size, id, newrank, cfg);
-  if (st != WEFT_SUCCESS) *newcomm = NULL;
+  weft_config_t background = *cfg;
+  background.blocking = 0;
+  st = weft_comm_init_rank_config(newcomm, size, id, newrank, &background);
+  if (st == WEFT_IN_PROGRESS) st = await_init(comm, mask, *newcomm);
+  if (st != WEFT_SUCCESS && *newcomm != NULL) {
+    weft_comm_abort(*newcomm);
+    *newcomm = NULL;
+  }
   return st;
 }
 

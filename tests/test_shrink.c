@@ -134,6 +134,29 @@ static int exclude_body(harness_rank *r) {
   return r->failures;
 }
 
+/* A member of the new communicator dies before it joins it: the last rank never calls
+ * shrink and SIGKILLs itself 300 ms in. The others' shrink (explicit, excluding nobody) must
+ * fail promptly and alike on every one of them, not wait for it until the deadline. */
+static int member_dies_body(harness_rank *r) {
+  if (r->rank == r->nranks - 1) {
+    sleep_ms(300);
+    kill(getpid(), SIGKILL);
+  }
+  weft_comm_t next = NULL;
+  double t0 = harness_now_ms();
+  weft_status_t st = weft_comm_shrink(r->comm, NULL, 0, &next, NULL);
+  double ms = harness_now_ms() - t0;
+  if (st == WEFT_SUCCESS) return harness_fail(r, "shrink succeeded with rank %d dead", r->nranks - 1);
+  if (st != WEFT_ERR_REMOTE) harness_fail(r, "shrink returned %s, want WEFT_ERR_REMOTE: \"%s\"", harness_status_name(st),
+                                          weft_get_last_error(NULL));
+  if (next != NULL) harness_fail(r, "newcomm not NULL after a failed shrink");
+  harness_note(r, "shrink failed after %.0f ms (rank %d died at ~300 ms)", ms, r->nranks - 1);
+  if (ms > PROMPT_MS + 300) harness_fail(r, "shrink took %.0f ms to fail (deadline %d)", ms, TIMEOUT_MS);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
 /* ---- SIGKILL, then WEFT_SHRINK_FAILED ---------------------------------------------------- */
 
 typedef struct {
@@ -222,6 +245,7 @@ static void run_kill(void **state) {
 static void run_plain(void **state) {
   const void **p = (const void **)*state;
   harness_opts o = {0};
+  o.may_be_killed = (harness_body_fn)p[2] == member_dies_body ? 1u << ((int)(intptr_t)p[0] - 1) : 0;
   o.nranks = (int)(intptr_t)p[0];
   o.transport = p[1];
   o.timeout_ms = TIMEOUT_MS;
@@ -240,6 +264,8 @@ int main(void) {
       T("revoke_wakes_blocked_ranks", 3, "socket", run_plain, (void *)revoke_body),
       T("explicit_exclude_list", 5, "shm", run_plain, (void *)exclude_body),
       T("explicit_exclude_list", 3, "socket", run_plain, (void *)exclude_body),
+      T("member_dies_before_joining_fails_promptly", 4, "shm", run_plain, (void *)member_dies_body),
+      T("member_dies_before_joining_fails_promptly", 3, "socket", run_plain, (void *)member_dies_body),
       T("sigkill_rank2_then_shrink_failed", 4, "shm", run_kill, &kill2),
       T("sigkill_rank2_then_shrink_failed", 4, "socket", run_kill, &kill2),
       T("sigkill_rank0_root_host_then_shrink_failed", 4, "shm", run_kill, &kill0),
