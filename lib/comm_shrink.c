@@ -83,7 +83,11 @@ static weft_status_t await_init(struct weft_comm *comm, const uint8_t *mask, str
     struct timespec nap = {0, 2000000};
     nanosleep(&nap, NULL);
     uint64_t now = weft__now_ns();
-    if (dropped || now - last_probe < PROBE_EVERY_NS) continue;
+    /* Once this rank has joined (peers are allocated right after the root's READY), every
+     * member has, and the root itself reports a death; a member may even have returned and
+     * closed the old communicator, which a probe would mistake for a death. */
+    if (dropped || now - last_probe < PROBE_EVERY_NS || __atomic_load_n(&next->peers, __ATOMIC_ACQUIRE) != NULL)
+      continue;
     last_probe = now;
     for (int p = 0; p < comm->nranks && !dropped; p++) {
       if (p == comm->rank || weft__mask_has(mask, p) || weft__ft_probe(comm, p, PROBE_WAIT_MS) != 0) continue;
