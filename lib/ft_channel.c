@@ -100,26 +100,27 @@ static void handle(struct weft_comm *comm, weft__ft_msg *m) {
     free(m);
     return;
   }
-  if (m->type == WEFT__FT_AGREE) { /* a survivor still agreeing on an epoch decided here */
-    uint8_t mask[WEFT__FT_MAX_PAYLOAD];
-    pthread_mutex_lock(&ft->mu);
-    const decided *d = find_decided(ft, m->epoch);
-    if (d != NULL) memcpy(mask, d->mask, mask_bytes(comm));
-    pthread_mutex_unlock(&ft->mu);
-    if (d != NULL) {
-      int to = m->from;
-      weft__ft_send(comm, &to, 1, WEFT__FT_DECIDED, m->epoch, 0, mask, (uint32_t)mask_bytes(comm), NULL,
-                    weft__deadline_after_ms(REPLY_DEADLINE_MS));
-      free(m);
-      return;
-    }
-  }
+  /* One lock hold for the look-up and the enqueue: weft__ft_set_decided records a decision
+   * and answers the AGREEs already queued under the same lock, so a late AGREE is answered
+   * by one of the two, never by neither. */
+  uint8_t mask[WEFT__FT_MAX_PAYLOAD];
   pthread_mutex_lock(&ft->mu);
-  weft__ft_msg **tail = &ft->inbox;
-  while (*tail != NULL) tail = &(*tail)->next;
-  *tail = m;
-  pthread_cond_broadcast(&ft->cv);
+  const decided *d = m->type == WEFT__FT_AGREE ? find_decided(ft, m->epoch) : NULL;
+  if (d != NULL) {
+    memcpy(mask, d->mask, mask_bytes(comm));
+  } else {
+    weft__ft_msg **tail = &ft->inbox;
+    while (*tail != NULL) tail = &(*tail)->next;
+    *tail = m;
+    pthread_cond_broadcast(&ft->cv);
+  }
   pthread_mutex_unlock(&ft->mu);
+  if (d != NULL) { /* a survivor still agreeing on an epoch decided here */
+    int to = m->from;
+    weft__ft_send(comm, &to, 1, WEFT__FT_DECIDED, m->epoch, 0, mask, (uint32_t)mask_bytes(comm), NULL,
+                  weft__deadline_after_ms(REPLY_DEADLINE_MS));
+    free(m);
+  }
 }
 
 /* The watcher: waits for connections until stop (no deadline: it serves the communicator's
