@@ -35,10 +35,12 @@ void weft__comm_mark_revoked(struct weft_comm *comm, int by, int broadcast) {
 
 weft_status_t weft__comm_revoked_error(struct weft_comm *comm, const char *what) {
   int by = atomic_load(&comm->revoked) - 1;
+  const char *sep = what != NULL ? ": " : "";
+  if (what == NULL) what = "";
   if (by == comm->rank)
-    return weft__error(comm, WEFT_ERR_REVOKED, "rank %d: %s: this rank revoked the communicator", comm->rank, what);
-  return weft__error(comm, WEFT_ERR_REVOKED, "rank %d: %s: the communicator was revoked by rank %d",
-                     comm->rank, what, by);
+    return weft__error(comm, WEFT_ERR_REVOKED, "rank %d: %s%sthis rank revoked the communicator", comm->rank, what, sep);
+  return weft__error(comm, WEFT_ERR_REVOKED, "rank %d: %s%sthe communicator was revoked by rank %d", comm->rank,
+                     what, sep, by);
 }
 
 weft_status_t weft_comm_revoke(weft_comm_t comm) {

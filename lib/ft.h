@@ -71,7 +71,8 @@ uint32_t weft__ft_next_epoch(struct weft_comm *comm);
 /* Revoking (lib/comm_revoke.c). Marks comm revoked; when broadcast, tells every other rank
  * (and by relay the rest). by: the rank that revoked (for the message). */
 void weft__comm_mark_revoked(struct weft_comm *comm, int by, int broadcast);
-/* The error every call on a revoked communicator returns, naming who revoked it. */
+/* The error every call on a revoked communicator returns, naming who revoked it; what (may
+ * be NULL: lib/task.c adds the operation itself) prefixes the message. */
 weft_status_t weft__comm_revoked_error(struct weft_comm *comm, const char *what);
 
 /* The agreement (lib/agree.c): survivors agree on the set of failed ranks. mask (in and
