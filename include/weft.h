@@ -55,7 +55,8 @@ extern "C" {
   X(WEFT_ERR_AUTH, 8, "unique id rejected: wrong secret or mismatched job")              \
   X(WEFT_ERR_NO_MEMORY, 9, "out of memory")                                              \
   X(WEFT_ERR_ABORTED, 10, "communicator was aborted")                                    \
-  X(WEFT_ERR_UNSUPPORTED, 11, "not supported on this system or build")
+  X(WEFT_ERR_UNSUPPORTED, 11, "not supported on this system or build")                 \
+  X(WEFT_ERR_REVOKED, 12, "communicator was revoked (weft_comm_revoke) by this or another rank")
 
 typedef enum {
 #define WEFT_STATUS_ENUM_(name, value, text) name = value,
@@ -286,6 +287,73 @@ WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
  * no call on comm may start after it.
  */
 WEFT_API weft_status_t weft_comm_abort(weft_comm_t comm);
+
+/* ------------------------------------------------------------------------------------
+ * Surviving a lost rank: revoke and shrink (issue 22). The semantics are NCCL 2.27's
+ * ncclCommRevoke / ncclCommShrink and MPI ULFM's MPI_Comm_revoke / MPI_Comm_shrink /
+ * MPI_Comm_agree. A typical recovery: a call fails with WEFT_ERR_REMOTE (a peer died) or
+ * WEFT_ERR_REVOKED; the rank calls weft_comm_shrink(comm, NULL, WEFT_SHRINK_FAILED, &next,
+ * NULL), then weft_comm_abort(comm), and goes on with next.
+ * Both travel over a side channel of their own (each rank listens on one TCP port of the
+ * interface the bootstrap uses; every message proves the communicator's secret), not over
+ * the data connections or the bootstrap root, so they work when rank 0, whose process may
+ * host the root, is the one that died.
+ * ------------------------------------------------------------------------------------ */
+
+/*
+ * weft_comm_revoke: marks comm unusable on every rank. Not collective: any one rank may call
+ * it, at any time. Every call on comm, on any rank, that is blocked in a wait or starts later
+ * returns WEFT_ERR_REVOKED, naming the rank that revoked it, within milliseconds of the
+ * notice arriving (a waiting call looks at the flag at least every ~1 ms), not at the
+ * deadline. The notice goes straight to every rank, and each rank relays the first notice it
+ * gets, so a revoker that dies halfway still reaches everyone alive. Returns once the notices
+ * are sent (at most ~1 s when a peer's host does not answer). Revoking twice is harmless.
+ * The communicator stays allocated: shrink it, then abort or destroy it.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (comm NULL), the failure of a non-blocking init it waits
+ * for. Thread-safe, also while other threads are blocked in calls on comm.
+ */
+WEFT_API weft_status_t weft_comm_revoke(weft_comm_t comm);
+
+/* weft_comm_shrink's n for "exclude every rank that has failed" (agreed by the survivors). */
+#define WEFT_SHRINK_FAILED (-1)
+
+/*
+ * weft_comm_shrink: a new communicator of comm's ranks less some, without a unique id from
+ * the caller. New ranks are numbered in the order of their old ranks. The lowest remaining
+ * rank creates the new unique id (its process hosts the new bootstrap root) and sends it to
+ * the others over the revoke channel, authenticated with comm's secret; then every remaining
+ * rank initializes as weft_comm_init_rank_config does.
+ *   n >= 0: NCCL's ncclCommShrink: exclude_ranks[0..n) are left out; every other rank of comm
+ *     must call it with the same list (an excluded rank must not call it). comm may be
+ *     healthy; it stays usable (not revoked).
+ *   n == WEFT_SHRINK_FAILED: MPI ULFM's MPI_Comm_shrink: leaves out whatever ranks have
+ *     failed; exclude_ranks is ignored. It revokes comm first (so that ranks still blocked in
+ *     a call on it come here too), then the survivors agree on the failed set: rounds in
+ *     which each survivor sends its set to the others and learns of deaths (a refused
+ *     connection to a rank's listener: its process is gone), until a round brings no change
+ *     (flooding consensus; at most nranks + 1 rounds; lib/agree.c). So two survivors that
+ *     saw different failures build the same communicator, or fail alike. A rank alive but
+ *     silent for comm's timeout is counted as failed; a rank that learns the others left it
+ *     out returns WEFT_ERR_REMOTE. When another rank dies while the new communicator is being
+ *     built, every survivor's init fails and they agree again (up to 4 times), so the result
+ *     is a smaller communicator or an error, never a hang.
+ * Collective over the remaining ranks (NCCL and ULFM alike). config: the new communicator's
+ * options (NULL, or a timeout left undefined: comm's timeout); blocking is ignored: shrink
+ * returns once the new communicator is ready, since it watches the members while it is
+ * built (a member that dies before joining makes every member's init fail at once). The new
+ * communicator is independent of comm: destroy or abort each alone, comm only after shrink
+ * returned on every remaining rank (its channel answers the slower ones).
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (comm or newcomm NULL; n < -1; exclude_ranks NULL with
+ * n > 0; an excluded rank outside [0, nranks) or the caller itself; config not from
+ * WEFT_CONFIG_INITIALIZER), WEFT_ERR_INVALID_USAGE (comm has no revoke channel),
+ * WEFT_ERR_REMOTE (the leader died before sending the id, or, in WEFT_SHRINK_FAILED mode,
+ * this rank was left out or ranks kept dying), WEFT_ERR_TIMEOUT (no id from the leader in
+ * time), WEFT_ERR_NO_MEMORY, and those of weft_comm_init_rank_config. On error *newcomm is
+ * NULL. Every wait is bounded by comm's timeout. Thread safety: do not call it concurrently
+ * with another shrink of comm; other threads may be blocked in calls on comm.
+ */
+WEFT_API weft_status_t weft_comm_shrink(weft_comm_t comm, const int *exclude_ranks, int n,
+                                        weft_comm_t *newcomm, const weft_config_t *config);
 
 /*
  * weft_comm_count / weft_comm_user_rank: the number of ranks and this rank's index.

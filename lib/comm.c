@@ -17,6 +17,7 @@
 #include "lib/window.h"
 #include "lib/select.h"
 #include "lib/env.h"
+#include "lib/ft.h"
 #include "lib/log.h"
 #include "lib/status.h"
 #include "topo/topo.h"
@@ -82,6 +83,7 @@ static int host_oversubscribed(const struct weft_comm *c) {
 }
 
 static void free_comm(struct weft_comm *c) {
+  weft__ft_stop(c);
   weft__window_free_all(c);
   free(c->scratch);
   free(c->peers);
@@ -100,6 +102,7 @@ static weft_status_t init_body(struct weft_comm *c, const weft__id_layout *id) {
               WEFT_VERSION_PATCH, c->nranks);
   weft_status_t st = weft__bootstrap_join(c, id);
   if (st == WEFT_SUCCESS) st = exchange_peer_info(c);
+  if (st == WEFT_SUCCESS) st = weft__ft_start(c); /* revoke and shrink's channel */
   if (st == WEFT_SUCCESS) c->oversubscribed = host_oversubscribed(c);
   if (st == WEFT_SUCCESS) st = weft__comm_connect(c);
   if (st != WEFT_SUCCESS) {

@@ -56,6 +56,8 @@ struct weft_comm {
   pthread_mutex_t lock;      /* held while an operation runs */
   uint64_t last_seq;         /* sequence number of the last launched operation */
   atomic_int aborted;        /* weft_comm_abort was called */
+  atomic_int revoked;        /* 0, or 1 + the rank that revoked it (lib/comm_revoke.c) */
+  struct weft__ft *ft;       /* the fault-tolerance channel (lib/ft.h), or NULL */
   atomic_int pending;        /* operations queued on streams, not finished */
   atomic_int async_error;    /* first error of a stream operation */
   int broken;                /* a transfer failed mid-message: the connections are unusable */

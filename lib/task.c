@@ -24,6 +24,7 @@
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
+#include "lib/ft.h"
 #include "lib/status.h"
 #include "lib/algo.h"
 #include "lib/task.h"
@@ -253,6 +254,7 @@ static weft_status_t drive(weft__task *t) {
   for (;;) {
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
       return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: the communicator was aborted", comm->rank);
+    if (atomic_load_explicit(&comm->revoked, memory_order_relaxed)) return weft__comm_revoked_error(comm, NULL);
     int moved = 0;
     WEFT_TRY(weft__comm_progress(comm, &moved));
     weft_status_t st = t->algo->progress(t);
@@ -281,6 +283,7 @@ static weft_status_t check_usable(weft__task *t) {
   struct weft_comm *comm = t->comm;
   if (atomic_load(&comm->aborted))
     return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: the communicator was aborted", comm->rank);
+  if (atomic_load(&comm->revoked)) return weft__comm_revoked_error(comm, NULL);
   if (comm->broken)
     return weft__error(comm, WEFT_ERR_INVALID_USAGE,
                        "rank %d: the communicator is unusable after an earlier error; destroy or abort it",

@@ -96,22 +96,11 @@ static int excluded(const int *list, int n, int rank) {
   return 0;
 }
 
-/* The lowest rank left makes the new id and sends it to the others over comm. */
-static weft_status_t share_shrink_id(ncclComm_t comm, int leader, const int *list, int n,
-                                     weft_unique_id_t *id) {
-  if (comm->rank != leader) return weft_recv(id, sizeof(*id), WEFT_UINT8, leader, comm->w, NULL);
-  weft_status_t st = weft_get_unique_id(id);
-  if (st != WEFT_SUCCESS) return st;
-  weft_group_start();
-  for (int p = 0; p < comm->nranks; p++)
-    if (p != leader && !excluded(list, n, p)) weft_send(id, sizeof(*id), WEFT_UINT8, p, comm->w, NULL);
-  return weft_group_end();
-}
-
+/* weft_comm_shrink is the one implementation (lib/comm_shrink.c): the lowest rank left makes
+ * the new id and sends it over the revoke channel, not over comm (which may be broken). */
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
          ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags) {
-  ncclResult_t r = nccl__check_comm(comm, "ncclCommShrink");
-  if (r != ncclSuccess) return r;
+  if (comm == NULL) return nccl__fail(ncclInvalidArgument, "ncclCommShrink: comm is NULL");
   if (newcomm == NULL || excludeRanksCount < 0 || (excludeRanksCount > 0 && excludeRanksList == NULL) ||
       (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT))
     return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommShrink: newcomm NULL, a bad exclude list or flags %d",
@@ -119,22 +108,17 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList, i
   *newcomm = NULL;
   if (excluded(excludeRanksList, excludeRanksCount, comm->rank))
     return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommShrink: an excluded rank must not call it", comm->rank);
-  int leader = -1, newrank = 0, left = 0;
-  for (int p = 0; p < comm->nranks; p++) {
-    if (excluded(excludeRanksList, excludeRanksCount, p)) continue;
-    if (leader < 0) leader = p;
-    if (p < comm->rank) newrank++;
-    left++;
-  }
   weft_config_t cfg;
-  r = nccl__config(config, &cfg, "ncclCommShrink");
+  ncclResult_t r = nccl__config(config, &cfg, "ncclCommShrink");
   if (r != ncclSuccess) return r;
-  weft_unique_id_t id;
-  weft_status_t st = share_shrink_id(comm, leader, excludeRanksList, excludeRanksCount, &id);
+  /* NCCL_SHRINK_ABORT: the parent's operations in flight end first (on every rank). */
+  if (shrinkFlags == NCCL_SHRINK_ABORT) weft_comm_revoke(comm->w), comm->revoked = 1;
   weft_comm_t w = NULL;
-  if (st == WEFT_SUCCESS) st = weft_comm_init_rank_config(&w, left, id, newrank, &cfg);
+  weft_status_t st = weft_comm_shrink(comm->w, excludeRanksList, excludeRanksCount, &w, &cfg);
   if (st != WEFT_SUCCESS && st != WEFT_IN_PROGRESS) return nccl__from_weft(st);
-  r = nccl__wrap(w, newrank, left, newcomm);
+  int rank = 0, size = 0;
+  weft_comm_user_rank(w, &rank), weft_comm_count(w, &size);
+  r = nccl__wrap(w, rank, size, newcomm);
   return r != ncclSuccess ? r : nccl__from_weft(st);
 }
 
@@ -169,8 +153,8 @@ NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags) {
   if (comm == NULL) return nccl__fail(ncclInvalidArgument, "ncclCommRevoke: comm is NULL");
   if (revokeFlags != NCCL_REVOKE_DEFAULT)
     return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommRevoke: flags must be 0, got %d", comm->rank, revokeFlags);
-  comm->revoked = 1; /* nothing is in flight: every call completed before it returned */
-  return ncclSuccess;
+  comm->revoked = 1; /* this rank's later calls fail here, without entering weft */
+  return nccl__from_weft(weft_comm_revoke(comm->w)); /* and every other rank's */
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asyncError) {

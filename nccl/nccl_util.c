@@ -26,6 +26,7 @@ static ncclResult_t map_status(weft_status_t st) {
     case WEFT_ERR_INVALID_USAGE: return ncclInvalidUsage;
     case WEFT_ERR_ABORTED: return ncclInvalidUsage;       /* use after ncclCommAbort */
     case WEFT_ERR_UNSUPPORTED: return ncclInvalidUsage;
+    case WEFT_ERR_REVOKED: return ncclInvalidUsage;       /* as ncclCommRevoke's own check */
     case WEFT_ERR_SYSTEM: return ncclSystemError;
     case WEFT_ERR_NO_MEMORY: return ncclSystemError;
     case WEFT_ERR_REMOTE: return ncclRemoteError;

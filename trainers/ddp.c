@@ -25,6 +25,7 @@
 #include <string.h>
 #include <weft.h>
 
+#include "trainers/ddp_elastic.h"
 #include "trainers/ddp_reducer.h"
 #include "trainers/dp_batch.h"
 
@@ -34,6 +35,7 @@ typedef struct ddp_flags {
   gpt_trainer_flags c; /* c.run.batch is the per-rank micro-batch */
   int accum, no_overlap, no_register;
   float bucket_mb, first_bucket_mb;
+  gpt_elastic elastic; /* --elastic, --elastic-batch */
 } ddp_flags;
 
 typedef struct ddp {
@@ -61,7 +63,11 @@ static void usage(FILE *f) {
           "  --peak-gflops X    per-rank peak for MFU; 0 = measure at start-up (0)\n"
           "  --log CSV          per-step log (weft-train-ddp.csv; \"none\" = no log)\n"
           "  --plot PNG         loss plot from the log (weft-train-ddp.png; \"none\" = no plot)\n"
-          "  --save CKPT        rank 0 writes a single-file weft-train checkpoint at the end\n");
+          "  --save CKPT        rank 0 writes a single-file weft-train checkpoint at the end\n"
+          "  --elastic          when a rank dies mid-step, the survivors shrink the communicator, drop\n"
+          "                     the failed step and go on with fewer ranks (default: stop)\n"
+          "  --elastic-batch M  after a loss: per-rank (keep each rank's batch; the global batch\n"
+          "                     shrinks, default) or global (keep the global batch: more micro-steps)\n");
   gpt_trainer_ckpt_usage(f, 18);
 }
 
@@ -72,6 +78,8 @@ static int parse(int argc, char **argv, ddp_flags *f) {
       {"first-bucket-mb", GPT_FLAG_FLOAT, &f->first_bucket_mb, 0, 0},
       {"no-overlap", GPT_FLAG_SWITCH, &f->no_overlap, 0, 0},
       {"no-register", GPT_FLAG_SWITCH, &f->no_register, 0, 0},
+      {"elastic", GPT_FLAG_SWITCH, &f->elastic.on, 0, 0},
+      {"elastic-batch", GPT_FLAG_STR, &f->elastic.batch, 0, 0},
   };
   return gpt_trainer_parse(PROG, argc, argv, &f->c, GPT_FLAGS_CHECKPOINT | GPT_FLAGS_SAVE | GPT_FLAGS_LOG, own,
                            (int)(sizeof(own) / sizeof(own[0])), usage);
@@ -121,8 +129,7 @@ static int micro_steps(ddp *d, double *loss, double *exposed_s, double *comm_s) 
 /* One optimizer step on the averaged gradients. They hold the SUM of the K micro-batch
  * means, so the norm and the update divide by K. Every rank holds bit-identical averaged
  * gradients, so every rank computes the same norm and the same update. */
-static int step(void *self, gpt_step_stats *s) {
-  ddp *d = self;
+static int try_step(ddp *d, gpt_step_stats *s) {
   gpt_model *m = d->dp.base.m;
   double loss, exposed_s, comm_s, K = d->f.accum;
   if (micro_steps(d, &loss, &exposed_s, &comm_s)) return -1;
@@ -139,13 +146,50 @@ static int step(void *self, gpt_step_stats *s) {
   return 0;
 }
 
+static int register_grads(ddp *d, char *err, size_t errlen);
+
+/* --elastic: after a failed step, what lived on the old communicator goes (the reducer's
+ * stream calls end at once: the shrink revokes it), the survivors shrink, and the window
+ * and the reducer are rebuilt on the new one. */
+static int recover(ddp *d, const char *during) {
+  char err[1024] = "";
+  double exposed, comm;
+  ddp_reducer_wait(&d->red, &exposed, &comm); /* drains the stream; its error is known */
+  ddp_reducer_free(&d->red);
+  int rc = gpt_elastic_recover(&d->f.elastic, &d->dp, &d->f.accum, during, err, sizeof(err));
+  size_t mib = 1024 * 1024;
+  if (rc == 0 && d->window_grads) rc = register_grads(d, err, sizeof(err));
+  if (rc == 0)
+    rc = ddp_reducer_init(&d->red, &d->dp.base.m->lay, d->dp.base.m->grads, (size_t)(d->f.bucket_mb * mib),
+                          (size_t)(d->f.first_bucket_mb * mib), d->dp.dist.comm, err, sizeof(err));
+  if (rc) fprintf(stderr, "%s: rank %d: %s\n", PROG, d->dp.dist.rank, err);
+  return rc;
+}
+
+/* One optimizer step; with --elastic a step that failed because a rank died is dropped and
+ * run again, with the next batch, on the ranks left. */
+static int step(void *self, gpt_step_stats *s) {
+  ddp *d = self;
+  while (try_step(d, s)) {
+    if (!d->f.elastic.on || recover(d, NULL)) return -1;
+  }
+  gpt_elastic_step_done(&d->f.elastic, &d->dp);
+  return 0;
+}
+
 static int eval_loss(void *ctx, const int *x, const int *y, int b, int T, double *loss) {
   *loss = gpt_eval_loss(((ddp *)ctx)->dp.base.m, x, y, b, T);
   return 0;
 }
 
-/* Validation loss (the windows weft-train --batch G scores, dp_batch.h). */
-static int eval(void *self, double *val) { return gpt_dp_eval(&((ddp *)self)->dp, eval_loss, self, val); }
+/* Validation loss (the windows weft-train --batch G scores, dp_batch.h); with --elastic a
+ * rank lost during it is dropped and the survivors score again. */
+static int eval(void *self, double *val) {
+  ddp *d = self;
+  while (gpt_dp_eval(&d->dp, eval_loss, self, val))
+    if (!d->f.elastic.on || recover(d, "validation")) return -1;
+  return 0;
+}
 
 /* Moves the gradients into memory from weft_mem_alloc, registered as a window of the
  * communicator (collective), so the bucket all-reduces run weft's direct algorithm on one
@@ -155,6 +199,10 @@ static int register_grads(ddp *d, char *err, size_t errlen) {
   size_t bytes = m->lay.total * sizeof(float);
   void *g;
   weft_window_t w;
+  if (d->window_grads) /* again, on the communicator an elastic shrink made */
+    return weft_comm_window_register(d->dp.dist.comm, d->window_grads, bytes, &w, 0) == WEFT_SUCCESS
+               ? 0
+               : (snprintf(err, errlen, "registering the gradients: %s", weft_get_last_error(d->dp.dist.comm)), -1);
   weft_status_t st = weft_mem_alloc(&g, bytes);
   if (st == WEFT_SUCCESS) st = weft_comm_window_register(d->dp.dist.comm, g, bytes, &w, 0);
   if (st != WEFT_SUCCESS) {
@@ -169,6 +217,7 @@ static int register_grads(ddp *d, char *err, size_t errlen) {
 
 static int setup(void *self, char *err, size_t errlen) {
   ddp *d = self;
+  if (gpt_elastic_check(&d->f.elastic, d->f.c.run.batch, err, errlen)) return -1;
   if (gpt_dp_init(&d->dp, PROG, &d->f.c, d->f.accum, err, errlen)) return -1;
   /* Replicas start from rank 0's parameters, as DDP's constructor broadcasts them. */
   gpt_model *m = d->dp.base.m;
