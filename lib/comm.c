@@ -145,6 +145,7 @@ static struct weft_comm *new_comm(int nranks, int rank, int timeout_ms, const we
   c->timeout_ms = timeout_ms;
   c->chunk_bytes = weft__env_size("WEFT_CHUNK_BYTES", DEFAULT_CHUNK_BYTES);
   if (c->chunk_bytes < 64) c->chunk_bytes = 64;
+  c->check_all = weft__env_long("WEFT_CHECK", 0) != 0;
   memcpy(c->secret, id->secret, 16);
   c->bootstrap_fd = -1;
   c->bootstrap_failed_rank = -2;

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 #include "weft.h"
 #include "lib/req.h"
+#include "lib/fingerprint.h"
 
 struct weft__task;
 
@@ -55,10 +56,14 @@ struct weft_comm {
 
   pthread_mutex_t lock;      /* held while an operation runs */
   uint64_t last_seq;         /* sequence number of the last launched operation */
+  uint64_t coll_seq;         /* collectives launched: every rank counts the same ones */
+  uint64_t p2p_seq;          /* sends, receives and groups of them launched by this rank */
+  weft__fp fp;               /* the running call's fingerprint (lib/fingerprint.h), under lock */
   atomic_int aborted;        /* weft_comm_abort was called */
   atomic_int pending;        /* operations queued on streams, not finished */
   atomic_int async_error;    /* first error of a stream operation */
   int broken;                /* a transfer failed mid-message: the connections are unusable */
+  int check_all;             /* WEFT_CHECK=1: lib/check.h's exchange before every collective */
   int oversubscribed;        /* more ranks on this host than cores: waiting ranks yield at once */
   /* A large scratch an algorithm needs for one call (in-place all-to-all's staged input),
    * kept for the next call: allocating it per call cost page faults on every call (64 MiB

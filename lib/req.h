@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include "weft.h"
 #include "mem/space.h"
+#include "lib/fingerprint.h"
 
 struct weft_comm;
 struct weft__transport;
@@ -46,6 +47,10 @@ typedef struct weft__req {
   void *stage;
   void *stage_dst;
   const void *stage_acc;
+  /* The call this message belongs to (lib/fingerprint.h): the sender's goes on the wire,
+   * the receiver's is what it must match. Zero until posted, then the connection's current
+   * call's unless the algorithm set it first (sends and receives: their pair's number). */
+  weft__fp fp;
 } weft__req;
 
 typedef struct weft__conn {
@@ -55,6 +60,9 @@ typedef struct weft__conn {
   int slow;                         /* tr has post, or cannot reduce on arrival: posts take
                                        the long way (lib/req.c) */
   int peer;
+  const weft__fp *fp;               /* the communicator's current call (comm->fp) */
+  uint32_t p2p_sent, p2p_recvd;     /* sends and receives with this peer so far (their
+                                       fingerprints' numbers) */
   weft__req *send_head, *send_tail;
   weft__req *recv_head, *recv_tail;
 } weft__conn;
@@ -82,6 +90,7 @@ void weft__req_post_slow(weft__conn *conn, weft__req *r);
  * Host memory on a transport without post that reduces on arrival (conn->slow 0, set at
  * connect) takes one test and the queue: the latency path. */
 static inline void weft__req_post(weft__conn *conn, weft__req *r) {
+  if (r->fp.coll == 0) r->fp = *conn->fp;
   if (conn->slow || r->mem != &weft__mem_host) weft__req_post_slow(conn, r);
   else weft__req_enqueue(conn, r);
 }

@@ -20,6 +20,15 @@ typedef struct {
   weft__req reqs[];
 } p2p_state;
 
+/* Posts r with its pair's fingerprint (lib/fingerprint.h): the n-th send to a peer is
+ * that peer's n-th receive from us, whatever collectives and other pairs do meanwhile. */
+static void post_pair(weft__conn *c, weft__req *r) {
+  int is_send = r->kind == WEFT__REQ_SEND;
+  uint32_t n = is_send ? ++c->p2p_sent : ++c->p2p_recvd;
+  r->fp = weft__fp_make(WEFT__COLL_SEND, n, r->bytes, WEFT_UINT8, WEFT_SUM, -1);
+  weft__req_post(c, r);
+}
+
 static weft_status_t single_start(weft__task *t, p2p_state *st) {
   struct weft_comm *comm = t->comm;
   int is_send = t->coll == WEFT__COLL_SEND;
@@ -36,7 +45,7 @@ static weft_status_t single_start(weft__task *t, p2p_state *st) {
   } else {
     weft__req_init_recv(r, t->mem, t->recvbuf, NULL, bytes, t->dtype, WEFT_SUM);
   }
-  weft__req_post(weft__comm_conn(comm, t->peer), r);
+  post_pair(weft__comm_conn(comm, t->peer), r);
   st->nreq = 1;
   return WEFT_SUCCESS;
 }
@@ -90,7 +99,7 @@ static weft_status_t group_start(weft__task *t, p2p_state *st) {
     } else {
       weft__req_init_recv(r, op->mem, op->buf, NULL, op->bytes, WEFT_UINT8, WEFT_SUM);
     }
-    weft__req_post(weft__comm_conn(comm, op->peer), r);
+    post_pair(weft__comm_conn(comm, op->peer), r);
   }
   return WEFT_SUCCESS;
 }
