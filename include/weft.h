@@ -288,6 +288,32 @@ WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
 WEFT_API weft_status_t weft_comm_abort(weft_comm_t comm);
 
 /*
+ * weft_comm_flight_record: the communicator's flight recorder as JSON text: its last
+ * operations (WEFT_FLIGHT_RECORDER_ENTRIES of them, default 256), oldest first, each with
+ * its sequence number, collective, count (elements), datatype, op, root, peer, algorithm,
+ * start and end time (CLOCK_MONOTONIC nanoseconds at the kernel tick's resolution, a few
+ * ms) and state, and for the operation in flight the bytes moved per peer and the peers it
+ * waits for. The format is described in the README; weft-flight(1) reads it.
+ * buf: where the text goes, len bytes (buf may be NULL when len is 0, to ask the size).
+ * *needed (may be NULL): the bytes the whole text needs, its terminating NUL included;
+ * about 300 per entry kept plus 100 per rank plus 1 KiB (80 KiB with the defaults for 8
+ * ranks).
+ * Returns WEFT_SUCCESS when the whole text fit (NUL-terminated). Errors:
+ * WEFT_ERR_INVALID_ARGUMENT (comm NULL; buf NULL with len > 0; len < *needed: then buf
+ * holds the truncated, NUL-terminated start of the text, and a retry with a buffer of
+ * *needed bytes gets all of it, give or take the operations that ran meanwhile),
+ * WEFT_ERR_UNSUPPORTED (the recorder is off: WEFT_FLIGHT_RECORDER_ENTRIES=0, or no memory
+ * for it at init), WEFT_ERR_TIMEOUT (an operation runs on another thread and did not hand
+ * over a snapshot within 2 s; it does so within milliseconds while it waits), and those of
+ * a communicator whose non-blocking init failed.
+ * Thread safety: callable from any thread, also while another thread is inside a call on
+ * comm (then that thread takes the snapshot while it waits, or when the call ends); not
+ * from a signal handler (send SIGUSR1 instead: with WEFT_FLIGHT_RECORDER_DIR set, every
+ * communicator then writes its file).
+ */
+WEFT_API weft_status_t weft_comm_flight_record(weft_comm_t comm, char *buf, size_t len, size_t *needed);
+
+/*
  * weft_comm_count / weft_comm_user_rank: the number of ranks and this rank's index.
  * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL pointer). Thread-safe.
  */

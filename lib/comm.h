@@ -8,6 +8,7 @@
 #include "weft.h"
 #include "lib/req.h"
 #include "lib/fingerprint.h"
+#include "lib/flight.h"
 
 struct weft__task;
 
@@ -79,6 +80,8 @@ struct weft_comm {
   int direct_windows;
   size_t direct_min_bytes; /* WEFT_DIRECT_MIN_BYTES, the largest of all ranks' (agreed) */
   uint64_t direct_calls, direct_fallbacks; /* calls that ran direct / fell back (tests) */
+
+  weft__flight flight;       /* the last operations (lib/flight.h), under lock */
 
   atomic_int init_state;     /* WEFT__INIT_* */
   weft_status_t init_status;

@@ -48,7 +48,7 @@ weft_status_t weft__fp_mismatch(struct weft_comm *comm, int peer, const weft__fp
                                 const weft__fp *theirs) {
   char a[160], b[160];
   return weft__error(comm, WEFT_ERR_INVALID_USAGE,
-                     "rank %d: %s does not match rank %d's %s (the ranks called different "
+                     "rank %d: call mismatch: %s does not match rank %d's %s (the ranks called different "
                      "operations, or the same in another order)",
                      comm->rank, weft__fp_describe(mine, 0, peer, a, sizeof(a)), peer,
                      weft__fp_describe(theirs, 1, comm->rank, b, sizeof(b)));

@@ -63,7 +63,7 @@ weft__fp weft__fp_make(int coll, uint64_t seq, size_t count, weft_datatype_t dty
 const char *weft__fp_describe(const weft__fp *fp, int is_send, int other, char *buf, size_t len);
 
 /* Raises the mismatch found by comm's rank when its receive from peer (expecting mine)
- * got a message of peer's call theirs: WEFT_ERR_INVALID_USAGE, "rank 1: all_reduce #7
+ * got a message of peer's call theirs: WEFT_ERR_INVALID_USAGE, "rank 1: call mismatch: all_reduce #7
  * (count 16, float32, sum) does not match rank 0's all_reduce #7 (count 16, float32, max)". */
 weft_status_t weft__fp_mismatch(struct weft_comm *comm, int peer, const weft__fp *mine,
                                 const weft__fp *theirs);

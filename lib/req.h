@@ -63,6 +63,9 @@ typedef struct weft__conn {
   const weft__fp *fp;               /* the communicator's current call (comm->fp) */
   uint32_t p2p_sent, p2p_recvd;     /* sends and receives with this peer so far (their
                                        fingerprints' numbers) */
+  uint64_t op_mark;                 /* comm->last_seq of the operation op_bytes count for */
+  uint64_t op_bytes[2];             /* bytes of its completed sends, receives (the flight
+                                       recorder's bytes per peer, lib/flight.h) */
   weft__req *send_head, *send_tail;
   weft__req *recv_head, *recv_tail;
 } weft__conn;

@@ -264,6 +264,7 @@ weft_status_t weft__task_drive(weft__task *t) {
     }
     if (++idle % CLOCK_EVERY == 0) {
       now = weft__now_ns();
+      weft__flight_poll(comm, &comm->flight); /* another thread asked for a snapshot */
       if (idle == CLOCK_EVERY) last_move = now;
       if (last_health == 0) last_health = now;
       if (now - last_move > (uint64_t)comm->timeout_ms * 1000000ull) return timed_out(t);
@@ -331,8 +332,10 @@ weft_status_t weft__task_run(weft__task *t) {
     t->seq = ++comm->p2p_seq;
   }
   weft_status_t st = check_usable(t);
+  int ran = 0; /* drive ran: on error, requests may be queued */
   if (st == WEFT_SUCCESS) {
     t->algo = weft__select_algo(t);
+    weft__flight_begin(&comm->flight, t);
     st = t->algo != NULL ? before_collective(t)
                          : weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: no %s algorithm handles "
                                        "buffers in %s memory", comm->rank, weft__coll_name(t->coll),
@@ -344,12 +347,10 @@ weft_status_t weft__task_run(weft__task *t) {
       weft__error_quiet(0);
       /* The user reads the results next: an asynchronous space's work must be done. */
       if (!(t->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(t->mem);
-      if (st != WEFT_SUCCESS) {
-        weft__comm_drop_requests(comm);
-        comm->broken = 1;
-      }
+      ran = 1;
     }
   }
+  if (st == WEFT_SUCCESS) weft__flight_end(&comm->flight, st);
   if (st != WEFT_SUCCESS) {
     char what[160], msg[1024];
     snprintf(msg, sizeof(msg), "%s", weft__thread_last_error());
@@ -362,7 +363,14 @@ weft_status_t weft__task_run(weft__task *t) {
                   weft__task_describe(t, what, sizeof(what)));
     else
       weft__error(comm, st, "%s [in %s]", msg, weft__task_describe(t, what, sizeof(what)));
+    /* The record first: it shows the requests still queued, which the drop below ends. */
+    weft__flight_failed(comm, st, weft__thread_last_error());
+    if (ran) {
+      weft__comm_drop_requests(comm);
+      comm->broken = 1;
+    }
   }
+  weft__flight_poll(comm, &comm->flight);
   pthread_mutex_unlock(&comm->lock);
   return st;
 }
