@@ -39,7 +39,7 @@ static const weft__algo check_algo = {.name = "WEFT_CHECK exchange", .start = ch
 /* Compares peer p's message with this rank's call. */
 static weft_status_t compare(weft__task *t, int p, const check_msg *in) {
   struct weft_comm *comm = t->comm;
-  if (!weft__fp_equal(&in->fp, &comm->fp)) return weft__fp_mismatch(comm, p, &comm->fp, &in->fp);
+  if (!weft__fp_equal(&in->fp, &comm->call.fp)) return weft__fp_mismatch(comm, p, &comm->call.fp, &in->fp);
   if (t->coll != WEFT__COLL_ALL_TO_ALLV) return WEFT_SUCCESS;
   size_t expect = WEFT__V_RECVCOUNTS(t)[p], send = WEFT__V_SENDCOUNTS(t)[p];
   if (in->to_you != expect)
@@ -72,7 +72,7 @@ static weft_status_t exchange(weft__task *t, check_msg *out, check_msg *in, weft
   int n = comm->nranks, k = 0;
   for (int p = 0; p < n; p++) {
     if (p == comm->rank) continue;
-    out[p].fp = comm->fp;
+    out[p].fp = comm->call.fp;
     if (t->coll == WEFT__COLL_ALL_TO_ALLV) {
       out[p].to_you = WEFT__V_SENDCOUNTS(t)[p];
       out[p].from_you = WEFT__V_RECVCOUNTS(t)[p];

@@ -6,7 +6,7 @@
 
 struct weft__task;
 
-/* Before collective t runs (comm->lock held, comm->fp set): every rank sends every other
+/* Before collective t runs (comm->lock held, comm->call set): every rank sends every other
  * its call's fingerprint (and for all_to_allv the counts of the pair) and compares what it
  * receives, so every rank whose call differs from any other's fails, each naming a peer
  * and both calls. Costs one 32-byte message to and from every peer per call.

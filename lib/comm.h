@@ -59,7 +59,7 @@ struct weft_comm {
   uint64_t last_seq;         /* sequence number of the last launched operation */
   uint64_t coll_seq;         /* collectives launched: every rank counts the same ones */
   uint64_t p2p_seq;          /* sends, receives and groups of them launched by this rank */
-  weft__fp fp;               /* the running call's fingerprint (lib/fingerprint.h), under lock */
+  weft__fp_call call;        /* the running call's fingerprint (lib/fingerprint.h), under lock */
   atomic_int aborted;        /* weft_comm_abort was called */
   atomic_int pending;        /* operations queued on streams, not finished */
   atomic_int async_error;    /* first error of a stream operation */

@@ -43,16 +43,28 @@ static inline int weft__fp_equal(const weft__fp *a, const weft__fp *b) {
   return memcmp(a, b, sizeof(*a)) == 0;
 }
 
-/* 32 bits of (fp, message bytes) for shm's LL flag: equal fingerprints and sizes give equal
- * checks; a difference in any field changes it (but for one pair in 2^32). */
-static inline uint32_t weft__fp_check32(const weft__fp *fp, uint64_t bytes) {
+/* A 64-bit hash of fp, computed once per call (weft__fp_call), never 0. */
+static inline uint64_t weft__fp_hash(const weft__fp *fp) {
   uint64_t w[2];
   memcpy(w, fp, sizeof(w));
   uint64_t x = w[0] * 0x9e3779b97f4a7c15ull + w[1];
-  x = (x ^ x >> 31) * 0xc2b2ae3d27d4eb4full + bytes;
+  x = (x ^ x >> 31) * 0xc2b2ae3d27d4eb4full;
   x = (x ^ x >> 29) * 0x94d049bb133111ebull;
-  return (uint32_t)(x >> 32);
+  return (x ^ x >> 32) | 1;
 }
+
+/* 32 bits of (a call's hash, message bytes, extra) for shm's LL flag: equal calls, sizes
+ * and extras give equal checks; a difference in any changes it (but for one pair in 2^32).
+ * One multiply per message: the hash of the call was made once per call. */
+static inline uint32_t weft__fp_check32(uint64_t hash, uint64_t bytes, uint64_t extra) {
+  return (uint32_t)((hash ^ (bytes + (extra << 40)) * 0xc2b2ae3d27d4eb4full) >> 32);
+}
+
+/* The running call of a communicator: its fingerprint and that fingerprint's hash. */
+typedef struct weft__fp_call {
+  weft__fp fp;
+  uint64_t hash;
+} weft__fp_call;
 
 /* The fingerprint of the call described (coll a weft__coll_t). */
 weft__fp weft__fp_make(int coll, uint64_t seq, size_t count, weft_datatype_t dtype,

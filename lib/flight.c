@@ -65,6 +65,7 @@ void weft__flight_begin_slow(weft__flight *f, const weft__task *t) {
   e->state = WEFT__FLIGHT_RUNNING;
   e->status = 0;
   f->cur = e;
+  f->waited = 0;
 }
 
 /* ---- JSON ------------------------------------------------------------------------------ */

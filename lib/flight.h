@@ -6,9 +6,10 @@
  * SIGUSR1, and read through weft_comm_flight_record (weft.h); tools/weft_flight.py reads
  * the files of all ranks and names who is behind and who waits for whom.
  *
- * Cost: recording is a few stores into the ring and two reads of the coarse clock
+ * Cost: recording is a few stores into the ring and one read of the coarse clock
  * (CLOCK_MONOTONIC_COARSE: a vDSO memory read, no system call, no TSC; times have the
- * kernel tick's resolution, a few ms), no allocation and no lock beyond the operation's.
+ * kernel tick's resolution, a few ms), a second one only for a call that waited (its
+ * drive loop read the clock anyway), no allocation and no lock beyond the operation's.
  * Everything here runs under comm->lock: the ring is only written by the thread running
  * an operation, and another thread that wants a snapshot while one runs asks that thread
  * (weft__flight_poll, checked where the operation waits and when it ends). */
@@ -42,6 +43,7 @@ typedef struct weft__flight {
   uint32_t n;               /* a power of two */
   uint64_t written;         /* entries ever written: the newest is ring[(written - 1) % n] */
   weft__flight_entry *cur;  /* the operation running, or NULL */
+  int waited;               /* it waited long enough for its drive loop to read the clock */
   uint64_t id;              /* the communicator's identity in dumps (a hash, not its secret) */
   /* A snapshot asked for by another thread (weft__flight_request): */
   pthread_mutex_t req_lock;
@@ -71,11 +73,13 @@ void weft__flight_begin_slow(weft__flight *f, const struct weft__task *t);
 static inline void weft__flight_begin(weft__flight *f, const struct weft__task *t) {
   if (f->ring != NULL) weft__flight_begin_slow(f, t);
 }
-/* Marks the running entry done or failed (st). */
+/* Marks the running entry done or failed (st). The clock is read again only when the
+ * operation waited (its drive loop read the clock: it was not a sub-microsecond call);
+ * otherwise it ended within the coarse clock's tick of its start, and start is its end. */
 static inline void weft__flight_end(weft__flight *f, weft_status_t st) {
   weft__flight_entry *e = f->cur;
   if (e == NULL) return;
-  e->end_ns = weft__coarse_ns();
+  e->end_ns = f->waited ? weft__coarse_ns() : e->start_ns;
   e->state = st == WEFT_SUCCESS ? WEFT__FLIGHT_DONE : WEFT__FLIGHT_FAILED;
   e->status = (int32_t)st;
   f->cur = NULL;

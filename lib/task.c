@@ -264,6 +264,7 @@ weft_status_t weft__task_drive(weft__task *t) {
     }
     if (++idle % CLOCK_EVERY == 0) {
       now = weft__now_ns();
+      comm->flight.waited = 1;
       weft__flight_poll(comm, &comm->flight); /* another thread asked for a snapshot */
       if (idle == CLOCK_EVERY) last_move = now;
       if (last_health == 0) last_health = now;
@@ -327,7 +328,8 @@ weft_status_t weft__task_run(weft__task *t) {
    * are numbered per rank (their messages per pair: algos/p2p/p2p.c). */
   if (t->coll < WEFT__COLL_SEND) {
     t->seq = ++comm->coll_seq;
-    comm->fp = weft__fp_make(t->coll, t->seq, t->count, t->dtype, t->op, t->root);
+    comm->call.fp = weft__fp_make(t->coll, t->seq, t->count, t->dtype, t->op, t->root);
+    comm->call.hash = weft__fp_hash(&comm->call.fp);
   } else {
     t->seq = ++comm->p2p_seq;
   }

@@ -87,7 +87,7 @@ static weft_status_t cma_send_progress(shm_conn *sc, weft__req *r, int *progress
     h->msg_bytes = q->bytes;
     h->bytes = WEFT__SHM_CMA_SLOT;
     h->ll_seq = (uint32_t)sc->ll_send_seq;
-    h->fp = q->fp;
+    h->fp = q->call->fp;
     sc->bulk_sent++;
     h->cma_src = (uint64_t)(uintptr_t)q->mem->host_view(q->mem, q->src, q->bytes);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
@@ -118,7 +118,7 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
     h->msg_bytes = r->bytes;
     h->bytes = (uint32_t)n;
     h->ll_seq = (uint32_t)sc->ll_send_seq;
-    h->fp = r->fp;
+    h->fp = r->call->fp;
     if (r->done == 0) sc->bulk_sent++;
     char *slot = weft__shm_fifo_data(f, h, sc->tail, r->bytes);
     /* Past the cache across L3s (shm_placement.h). The space skips an empty message, which
@@ -218,9 +218,9 @@ static weft_status_t check_first_slot(struct weft_comm *comm, weft__conn *c, shm
                                       const weft__req *r, const weft__shm_slot_hdr *h) {
   if (h->ll_seq != (uint32_t)sc->ll_recv_seq) {
     weft__fp theirs = sc->in.ll_notes[sc->ll_recv_seq % WEFT__SHM_LL_BUFS].fp;
-    return weft__fp_mismatch(comm, c->peer, &r->fp, &theirs);
+    return weft__fp_mismatch(comm, c->peer, &r->call->fp, &theirs);
   }
-  if (!weft__fp_equal(&h->fp, &r->fp)) return weft__fp_mismatch(comm, c->peer, &r->fp, &h->fp);
+  if (!weft__fp_equal(&h->fp, &r->call->fp)) return weft__fp_mismatch(comm, c->peer, &r->call->fp, &h->fp);
   sc->bulk_recvd++;
   return WEFT_SUCCESS;
 }

@@ -19,10 +19,10 @@ static void write_chunk(weft__shm_conn *sc, weft__req *r, uint64_t seq) {
   size_t n = r->bytes - r->done < WEFT__SHM_LL_CHUNK ? r->bytes - r->done : WEFT__SHM_LL_CHUNK;
   weft__shm_ll_line *line = weft__shm_ll_buf(&sc->out, seq);
   weft__shm_ll_note *note = &sc->out.ll_notes[seq % WEFT__SHM_LL_BUFS];
-  note->fp = r->fp; /* before the flags (release), so a receiver that sees one sees it */
+  note->fp = r->call->fp; /* before the flags (release), so a receiver that sees one sees it */
   note->msg_bytes = r->bytes;
   note->bulk_sent = sc->bulk_sent;
-  uint64_t flag = weft__shm_ll_flag(seq, weft__shm_ll_check(&r->fp, r->bytes, sc->bulk_sent));
+  uint64_t flag = weft__shm_ll_flag(seq, weft__shm_ll_check(r, sc->bulk_sent));
   const char *src = (const char *)r->src + r->done;
   size_t at = 0;
   do { /* an empty message still takes one line: its flag */
@@ -72,7 +72,7 @@ static weft_status_t check_bulk_instead(struct weft_comm *comm, weft__conn *c,
   uint64_t tail = atomic_load_explicit(&sc->in.ctrl->tail, memory_order_acquire);
   if (tail == sc->head || weft__shm_ll_arrived(sc)) return WEFT_SUCCESS;
   const weft__shm_slot_hdr *h = weft__shm_fifo_hdr(&sc->in, sc->head);
-  if (!weft__fp_equal(&h->fp, &r->fp)) return weft__fp_mismatch(comm, c->peer, &r->fp, &h->fp);
+  if (!weft__fp_equal(&h->fp, &r->call->fp)) return weft__fp_mismatch(comm, c->peer, &r->call->fp, &h->fp);
   return weft__error(comm, WEFT_ERR_INVALID_USAGE,
                      "rank %d: recv from peer %d: message size mismatch: peer sent %zu bytes, "
                      "expected %zu", comm->rank, c->peer, (size_t)h->msg_bytes, r->bytes);
@@ -87,7 +87,7 @@ weft_status_t weft__shm_ll_note_mismatch(struct weft_comm *comm, weft__conn *c,
     const weft__shm_slot_hdr *h = weft__shm_fifo_hdr(&sc->in, sc->head);
     theirs = h->fp;
   }
-  if (!weft__fp_equal(&theirs, &r->fp)) return weft__fp_mismatch(comm, c->peer, &r->fp, &theirs);
+  if (!weft__fp_equal(&theirs, &r->call->fp)) return weft__fp_mismatch(comm, c->peer, &r->call->fp, &theirs);
   return weft__error(comm, WEFT_ERR_INVALID_USAGE,
                      "rank %d: recv from peer %d: message size mismatch: peer sent %llu bytes, "
                      "expected %zu", comm->rank, c->peer, (unsigned long long)note->msg_bytes,
@@ -114,12 +114,13 @@ static weft_status_t take_lines(struct weft_comm *comm, weft__conn *c, weft__req
                                 const weft__shm_ll_line *line, size_t nlines, size_t chunk_left,
                                 uint64_t seq, size_t *ready) {
   char stage[WEFT__SHM_LL_CHUNK];
-  weft__shm_conn *sc = c->priv;
-  uint32_t check = weft__shm_ll_check(&r->fp, r->bytes, sc->bulk_recvd);
+  const weft__shm_conn *sc = c->priv;
+  uint32_t check = 0; /* computed once a line is there: not on every empty look */
   size_t k = 0;
   for (; k < nlines; k++) {
     uint64_t flag = atomic_load_explicit(&line[k].flag, memory_order_acquire);
     if (!weft__shm_ll_ready(flag, seq)) break;
+    if (k == 0) check = weft__shm_ll_check(r, sc->bulk_recvd);
     WEFT_TRY(check_line(comm, c, r, flag, check));
     if (nlines == 1) {
       k = 1;

@@ -34,6 +34,7 @@
 #define WEFT_SHM_LL_H
 #include <stdatomic.h>
 #include <stdint.h>
+#include "lib/req.h"
 #include "transports/shm/shm_fifo.h"
 
 #define WEFT__SHM_LL_LINE_DATA 56
@@ -51,8 +52,8 @@ static inline uint64_t weft__shm_ll_flag(uint64_t seq, uint32_t check) {
 }
 
 /* The 32-bit check an LL chunk's flag carries for r's message, bulk messages before it. */
-static inline uint32_t weft__shm_ll_check(const weft__fp *fp, uint64_t bytes, uint64_t bulk) {
-  return weft__fp_check32(fp, bytes ^ bulk << 40);
+static inline uint32_t weft__shm_ll_check(const weft__req *r, uint64_t bulk) {
+  return weft__fp_check32(r->call->hash, r->bytes, bulk);
 }
 
 /* Whether flag marks chunk seq as written (whatever message size it names). */

@@ -85,7 +85,7 @@ static void xfer_start(sock_xfer *x, const sock_peer *sp, weft__req *r) {
     p->len = r->bytes - p->off < chunk ? r->bytes - p->off : chunk;
     p->hdr.total = r->bytes;
     p->hdr.part = p->len;
-    p->hdr.fp = r->fp;
+    p->hdr.fp = r->call->fp;
   }
   r->done = 0;
 }
@@ -177,8 +177,8 @@ static weft_status_t sock_send_test(struct weft_comm *comm, weft__conn *c, weft_
 
 static weft_status_t check_header(struct weft_comm *comm, sock_peer *sp, const sock_part *p,
                                   const weft__req *r) {
-  if (!weft__fp_equal(&p->hdr.fp, &r->fp)) {
-    sp->dead = weft__fp_mismatch(comm, sp->peer, &r->fp, &p->hdr.fp);
+  if (!weft__fp_equal(&p->hdr.fp, &r->call->fp)) {
+    sp->dead = weft__fp_mismatch(comm, sp->peer, &r->call->fp, &p->hdr.fp);
     return sp->dead;
   }
   if (p->hdr.total != r->bytes) {
