@@ -96,6 +96,25 @@ static weft_status_t send_vs_all_reduce(harness_rank *r) {
   return weft_all_reduce(fbuf_in, fbuf_out, 16, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
 }
 
+/* Registered windows: the direct algorithm, where peers read each other's buffers, has
+ * only its descriptor handshake as messages: the check rides that (and before it the
+ * descriptors named collective and count, not the op). */
+static weft_status_t windows_sum_vs_max(harness_rank *r) {
+  size_t n = 1 << 14, bytes = n * sizeof(float);
+  void *a = NULL, *b = NULL;
+  weft_window_t wa = NULL, wb = NULL;
+  weft_status_t st = weft_mem_alloc(&a, bytes);
+  if (st == WEFT_SUCCESS) st = weft_mem_alloc(&b, bytes);
+  if (st == WEFT_SUCCESS) st = weft_comm_window_register(r->comm, a, bytes, &wa, 0);
+  if (st == WEFT_SUCCESS) st = weft_comm_window_register(r->comm, b, bytes, &wb, 0);
+  if (st != WEFT_SUCCESS) {
+    harness_fail(r, "window setup: %s: %s", harness_status_name(st), weft_get_last_error(r->comm));
+    return WEFT_ERR_INTERNAL;
+  }
+  for (size_t i = 0; i < n; i++) ((float *)a)[i] = (float)(r->rank + (int)i);
+  return weft_all_reduce(a, b, n, WEFT_FLOAT32, r->rank == 0 ? WEFT_SUM : WEFT_MAX, r->comm, NULL);
+}
+
 static const mismatch_case cases[] = {
     {"sum_against_max", op_sum_vs_max, {"sum", "max", "all_reduce #1"}, 0, 0},
     {"float32_against_int32", float_vs_int, {"float,", "int32", NULL}, 0, 0},
@@ -104,6 +123,7 @@ static const mismatch_case cases[] = {
     {"all_to_all_against_all_gather", alltoall_vs_gather, {"all_to_all", "all_gather", NULL}, 0, 0},
     {"broadcast_from_different_roots", broadcast_roots, {"broadcast #1", "root", NULL}, 0, 1},
     {"send_against_all_reduce", send_vs_all_reduce, {"all_reduce", NULL, NULL}, 1, 1},
+    {"sum_against_max_on_registered_windows", windows_sum_vs_max, {"sum", "max", NULL}, 0, 0},
 };
 
 /* The next call after a mismatched one that succeeded (a deferred case): it must fail. An
@@ -168,6 +188,41 @@ static void run(void **state) {
 }
 
 /* The control: sends between ranks 0 and 1 only, then collectives of all, succeed. */
+/* WEFT_CHECK=1 compares all_to_allv's pair counts: rank 0 sends 2 elements to rank 1,
+ * which expects 3 from it; both must name the counts. */
+static int a2av_body(harness_rank *r) {
+  size_t sc[NR], sd[NR], rc[NR], rd[NR];
+  for (int p = 0; p < NR; p++) sc[p] = rc[p] = 2, sd[p] = rd[p] = (size_t)p * 4;
+  if (r->rank == 1) rc[0] = 3;
+  weft_status_t st = weft_all_to_allv(fbuf_in, sc, sd, fbuf_out, rc, rd, WEFT_FLOAT32, r->comm, NULL);
+  const char *msg = weft_get_last_error(r->comm);
+  if (r->rank <= 1) {
+    if (st != WEFT_ERR_INVALID_USAGE || (strstr(msg, "sends 2 elements to rank 1, which expects 3") == NULL &&
+                                             strstr(msg, "expects 3 elements from rank 0, which sends 2") == NULL))
+      harness_fail(r, "all_to_allv with disagreeing counts: %s: \"%s\"", harness_status_name(st), msg);
+  } else if (st != WEFT_SUCCESS && !harness_names_rank(msg, 0) && !harness_names_rank(msg, 1)) {
+    /* Rank 2's pairs agree; it fails only because ranks 0 and 1 stopped: naming one. */
+    harness_fail(r, "rank 2's error names neither rank 0 nor 1: %s: \"%s\"", harness_status_name(st), msg);
+  }
+  harness_note(r, "%s: %s", harness_status_name(st), msg);
+  atomic_store(&r->shared->flags[FLAG_DONE + r->rank], 1);
+  for (int k = 0; k < r->nranks; k++) harness_wait_flag(r, FLAG_DONE + k, 1, 4 * TIMEOUT_MS);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void run_a2av(void **state) {
+  const params *p = *state;
+  setenv("WEFT_CHECK", "1", 1);
+  harness_opts o = {0};
+  o.nranks = NR;
+  o.transport = p->transport;
+  o.timeout_ms = TIMEOUT_MS;
+  harness_run(&o, a2av_body, NULL);
+  unsetenv("WEFT_CHECK");
+}
+
 static int control_body(harness_rank *r) {
   float a[16], b[16];
   for (int i = 0; i < 16; i++) a[i] = (float)(r->rank + 1);
@@ -205,7 +260,8 @@ static void run_control(void **state) {
   CASE(3, "all_reduce_against_all_gather", tr, full, mode), \
   CASE(4, "all_to_all_against_all_gather", tr, full, mode), \
   CASE(5, "broadcast_from_different_roots", tr, full, mode), \
-  CASE(6, "send_against_all_reduce", tr, full, mode)
+  CASE(6, "send_against_all_reduce", tr, full, mode), \
+  CASE(7, "sum_against_max_on_registered_windows", tr, full, mode)
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -213,6 +269,8 @@ int main(void) {
       ALL_CASES(socket, 0, ""),
       ALL_CASES(shm, 1, "_under_WEFT_CHECK"),
       ALL_CASES(socket, 1, "_under_WEFT_CHECK"),
+      {"all_to_allv_counts_that_disagree_are_named_under_WEFT_CHECK_over_shm", run_a2av, NULL, NULL, &(params){NULL, "shm", 1}},
+      {"all_to_allv_counts_that_disagree_are_named_under_WEFT_CHECK_over_socket", run_a2av, NULL, NULL, &(params){NULL, "socket", 1}},
       {"sends_on_one_pair_leave_collectives_matched_over_shm", run_control, NULL, NULL, &(params){NULL, "shm", 0}},
       {"sends_on_one_pair_leave_collectives_matched_over_socket", run_control, NULL, NULL, &(params){NULL, "socket", 0}},
       {"sends_on_one_pair_leave_collectives_matched_under_full_check", run_control, NULL, NULL, &(params){NULL, "shm", 1}},
