@@ -35,7 +35,7 @@
 #define VAL_PID 0      /* values[VAL_PID + r]: rank r's pid */
 
 static char dir[256];
-static float in[1 << 16], out[1 << 16];
+static float sendb[1 << 16], recvb[1 << 16];
 
 /* Waits until ranks 0..2 failed; 0 on time out. */
 static int wait_others(harness_rank *r) {
@@ -46,7 +46,7 @@ static int wait_others(harness_rank *r) {
 
 static int idle_body(harness_rank *r) {
   for (int i = 0; i < 5; i++)
-    harness_expect_status(r, weft_all_reduce(in, out, 1024, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), WEFT_SUCCESS,
+    harness_expect_status(r, weft_all_reduce(sendb, recvb, 1024, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), WEFT_SUCCESS,
                           "all_reduce before the hang");
   atomic_store(&r->shared->values[VAL_PID + r->rank], getpid());
   if (r->rank == 3) {
@@ -55,7 +55,7 @@ static int idle_body(harness_rank *r) {
     usleep(300 * 1000);
     atomic_store(&r->shared->flags[FLAG_GO], 1);
   } else {
-    weft_status_t st = weft_all_reduce(in, out, 1024, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    weft_status_t st = weft_all_reduce(sendb, recvb, 1024, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
     if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_REMOTE)
       harness_fail(r, "all_reduce without rank 3 returned %s, expected a timeout", harness_status_name(st));
     atomic_store(&r->shared->flags[FLAG_FAILED + r->rank], 1);
@@ -71,7 +71,7 @@ static int stop_body(harness_rank *r) {
   weft_status_t st = WEFT_SUCCESS;
   for (int i = 0; st == WEFT_SUCCESS && i < 100000; i++) {
     if (r->rank == 0 && i == 20) kill((pid_t)atomic_load(&r->shared->values[VAL_PID + 3]), SIGSTOP);
-    st = weft_all_reduce(in, out, 1 << 16, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    st = weft_all_reduce(sendb, recvb, 1 << 16, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
   }
   if (st == WEFT_SUCCESS) harness_fail(r, "100000 all-reduces succeeded: rank 3 was never stopped");
   if (r->rank != 3) {
@@ -109,7 +109,7 @@ static int run_reader(char *buf, size_t len) {
 
 static void fresh_dir(const char *name) {
   snprintf(dir, sizeof(dir), "/tmp/weft-flight-test-%d-%s", (int)getpid(), name);
-  char cmd[400];
+  char cmd[600];
   snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
   if (system(cmd) != 0) fail_msg("cannot make %s", dir);
   setenv("WEFT_FLIGHT_RECORDER_DIR", dir, 1);
@@ -117,13 +117,13 @@ static void fresh_dir(const char *name) {
 
 static void end_dir(void) {
   unsetenv("WEFT_FLIGHT_RECORDER_DIR");
-  char cmd[400];
+  char cmd[600];
   snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
   if (system(cmd) != 0) fprintf(stderr, "# cannot remove %s\n", dir);
 }
 
-static void expect_in(const char *out, const char *what) {
-  if (strstr(out, what) == NULL) fail_msg("weft-flight's report does not say \"%s\":\n%s", what, out);
+static void expect_in(const char *report, const char *what) {
+  if (strstr(report, what) == NULL) fail_msg("weft-flight's report does not say \"%s\":\n%s", what, report);
 }
 
 /* The reader is a Python 3 script: without python3 the reader's cases are skipped. */
@@ -165,7 +165,7 @@ static void rank_stopped_mid_call_is_named_by_the_reader(void **state) {
 
 static int api_body(harness_rank *r) {
   for (int i = 0; i < 3; i++)
-    harness_expect_status(r, weft_all_reduce(in, out, 16, WEFT_FLOAT32, WEFT_MAX, r->comm, NULL), WEFT_SUCCESS,
+    harness_expect_status(r, weft_all_reduce(sendb, recvb, 16, WEFT_FLOAT32, WEFT_MAX, r->comm, NULL), WEFT_SUCCESS,
                           "all_reduce");
   size_t need = 0;
   char small[16];
