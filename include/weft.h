@@ -444,11 +444,23 @@ WEFT_API weft_status_t weft_stream_destroy(weft_stream_t stream);
  *     op and root.
  *   - stream: the operation is enqueued and the call returns; buffers must stay valid
  *     and untouched until the stream is synchronized. NULL: completes before return.
- *   - count == 0 is valid and moves nothing; buffers may then be NULL.
+ *   - count == 0 is valid and moves nothing; buffers may then be NULL. It is still a
+ *     call: every rank must make it (see the next point).
+ *   - Ranks whose calls differ (another collective, count, datatype, op or root, or a
+ *     call one rank makes and the others do not) fail with WEFT_ERR_INVALID_USAGE naming
+ *     both ranks and both calls ("rank 1: call mismatch: all_reduce #7 (count 16, float,
+ *     sum) does not match rank 0's all_reduce #7 (count 16, float, max) ..."): every
+ *     message carries its call's fingerprint, checked by its receiver. A rank that
+ *     receives nothing from a rank with another call fails when its wait times out
+ *     (naming the peer), and one that only sends (a broadcast root) may return success
+ *     with results right for its own call, its unreceived messages then failing the next
+ *     call. WEFT_CHECK=1 makes every rank check every other's arguments before each
+ *     collective, so that every rank of a mismatched call fails at once.
  *   - Errors returned at the call: WEFT_ERR_INVALID_ARGUMENT (NULL comm; NULL buffer
  *     with count > 0; count * element size overflowing size_t or the buffer extent;
  *     invalid datatype or op; root or peer outside [0, nranks)), WEFT_ERR_INVALID_USAGE
- *     (communicator aborted or in error). With a NULL stream also the errors of the
+ *     (communicator aborted or in error; ranks' calls that do not match, see above).
+ *     With a NULL stream also the errors of the
  *     transfer: WEFT_ERR_REMOTE (a peer failed or exited: the message names it),
  *     WEFT_ERR_TIMEOUT (a peer did not answer within the deadline), WEFT_ERR_ABORTED,
  *     WEFT_ERR_SYSTEM. On a stream those are reported by weft_stream_synchronize.
@@ -550,8 +562,10 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
 
 /*
  * weft_send / weft_recv: point-to-point. The i-th send from a to b matches the i-th
- * recv on b from a, and counts and datatypes must agree (a mismatch is an error on
- * the receiver naming both sizes). Outside a group each call completes on its own, so
+ * recv on b from a, and their sizes in bytes must agree (a mismatch is an error on
+ * the receiver naming both sizes: "recv #3 from rank 0 (80 bytes) does not match rank
+ * 0's send #3 to rank 1 (40 bytes)", numbered per pair; a send met by a collective is
+ * an error too). Outside a group each call completes on its own, so
  * two ranks that both send first need weft_group_start/end around send and recv.
  * A rank may send to itself only within a group that also holds the matching recv.
  * sendbuf / recvbuf: count elements.
