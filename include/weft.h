@@ -356,6 +356,32 @@ WEFT_API weft_status_t weft_comm_shrink(weft_comm_t comm, const int *exclude_ran
                                         weft_comm_t *newcomm, const weft_config_t *config);
 
 /*
+ * weft_comm_flight_record: the communicator's flight recorder as JSON text: its last
+ * operations (WEFT_FLIGHT_RECORDER_ENTRIES of them, default 256), oldest first, each with
+ * its sequence number, collective, count (elements), datatype, op, root, peer, algorithm,
+ * start and end time (CLOCK_MONOTONIC nanoseconds at the kernel tick's resolution, a few
+ * ms) and state, and for the operation in flight the bytes moved per peer and the peers it
+ * waits for. The format is described in the README; weft-flight(1) reads it.
+ * buf: where the text goes, len bytes (buf may be NULL when len is 0, to ask the size).
+ * *needed (may be NULL): the bytes the whole text needs, its terminating NUL included;
+ * about 300 per entry kept plus 100 per rank plus 1 KiB (80 KiB with the defaults for 8
+ * ranks).
+ * Returns WEFT_SUCCESS when the whole text fit (NUL-terminated). Errors:
+ * WEFT_ERR_INVALID_ARGUMENT (comm NULL; buf NULL with len > 0; len < *needed: then buf
+ * holds the truncated, NUL-terminated start of the text, and a retry with a buffer of
+ * *needed bytes gets all of it, give or take the operations that ran meanwhile),
+ * WEFT_ERR_UNSUPPORTED (the recorder is off: WEFT_FLIGHT_RECORDER_ENTRIES=0, or no memory
+ * for it at init), WEFT_ERR_TIMEOUT (an operation runs on another thread and did not hand
+ * over a snapshot within 2 s; it does so within milliseconds while it waits), and those of
+ * a communicator whose non-blocking init failed.
+ * Thread safety: callable from any thread, also while another thread is inside a call on
+ * comm (then that thread takes the snapshot while it waits, or when the call ends); not
+ * from a signal handler (send SIGUSR1 instead: with WEFT_FLIGHT_RECORDER_DIR set, every
+ * communicator then writes its file).
+ */
+WEFT_API weft_status_t weft_comm_flight_record(weft_comm_t comm, char *buf, size_t len, size_t *needed);
+
+/*
  * weft_comm_count / weft_comm_user_rank: the number of ranks and this rank's index.
  * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL pointer). Thread-safe.
  */
@@ -486,11 +512,23 @@ WEFT_API weft_status_t weft_stream_destroy(weft_stream_t stream);
  *     op and root.
  *   - stream: the operation is enqueued and the call returns; buffers must stay valid
  *     and untouched until the stream is synchronized. NULL: completes before return.
- *   - count == 0 is valid and moves nothing; buffers may then be NULL.
+ *   - count == 0 is valid and moves nothing; buffers may then be NULL. It is still a
+ *     call: every rank must make it (see the next point).
+ *   - Ranks whose calls differ (another collective, count, datatype, op or root, or a
+ *     call one rank makes and the others do not) fail with WEFT_ERR_INVALID_USAGE naming
+ *     both ranks and both calls ("rank 1: call mismatch: all_reduce #7 (count 16, float,
+ *     sum) does not match rank 0's all_reduce #7 (count 16, float, max) ..."): every
+ *     message carries its call's fingerprint, checked by its receiver. A rank that
+ *     receives nothing from a rank with another call fails when its wait times out
+ *     (naming the peer), and one that only sends (a broadcast root) may return success
+ *     with results right for its own call, its unreceived messages then failing the next
+ *     call. WEFT_CHECK=1 makes every rank check every other's arguments before each
+ *     collective, so that every rank of a mismatched call fails at once.
  *   - Errors returned at the call: WEFT_ERR_INVALID_ARGUMENT (NULL comm; NULL buffer
  *     with count > 0; count * element size overflowing size_t or the buffer extent;
  *     invalid datatype or op; root or peer outside [0, nranks)), WEFT_ERR_INVALID_USAGE
- *     (communicator aborted or in error). With a NULL stream also the errors of the
+ *     (communicator aborted or in error; ranks' calls that do not match, see above).
+ *     With a NULL stream also the errors of the
  *     transfer: WEFT_ERR_REMOTE (a peer failed or exited: the message names it),
  *     WEFT_ERR_TIMEOUT (a peer did not answer within the deadline), WEFT_ERR_ABORTED,
  *     WEFT_ERR_SYSTEM. On a stream those are reported by weft_stream_synchronize.
@@ -592,8 +630,10 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
 
 /*
  * weft_send / weft_recv: point-to-point. The i-th send from a to b matches the i-th
- * recv on b from a, and counts and datatypes must agree (a mismatch is an error on
- * the receiver naming both sizes). Outside a group each call completes on its own, so
+ * recv on b from a, and their sizes in bytes must agree (a mismatch is an error on
+ * the receiver naming both sizes: "recv #3 from rank 0 (80 bytes) does not match rank
+ * 0's send #3 to rank 1 (40 bytes)", numbered per pair; a send met by a collective is
+ * an error too). Outside a group each call completes on its own, so
  * two ranks that both send first need weft_group_start/end around send and recv.
  * A rank may send to itself only within a group that also holds the matching recv.
  * sendbuf / recvbuf: count elements.

@@ -84,6 +84,8 @@ static int host_oversubscribed(const struct weft_comm *c) {
 
 static void free_comm(struct weft_comm *c) {
   weft__ft_stop(c);
+  weft__flight_unlist(c);
+  weft__flight_free(c);
   weft__window_free_all(c);
   free(c->scratch);
   free(c->peers);
@@ -110,6 +112,7 @@ static weft_status_t init_body(struct weft_comm *c, const weft__id_layout *id) {
     if (c->bootstrap_fd >= 0) close(c->bootstrap_fd); /* no goodbye: the root tells the others */
     c->bootstrap_fd = -1;
   }
+  if (st == WEFT_SUCCESS) weft__flight_list(c);
   c->init_status = st;
   atomic_store(&c->init_state, st == WEFT_SUCCESS ? WEFT__INIT_DONE : WEFT__INIT_FAILED);
   return st;
@@ -148,12 +151,14 @@ static struct weft_comm *new_comm(int nranks, int rank, int timeout_ms, const we
   c->timeout_ms = timeout_ms;
   c->chunk_bytes = weft__env_size("WEFT_CHUNK_BYTES", DEFAULT_CHUNK_BYTES);
   if (c->chunk_bytes < 64) c->chunk_bytes = 64;
+  c->check_all = weft__env_long("WEFT_CHECK", 0) != 0;
   memcpy(c->secret, id->secret, 16);
   c->bootstrap_fd = -1;
   c->bootstrap_failed_rank = -2;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->err_lock, NULL);
   atomic_init(&c->init_state, WEFT__INIT_RUNNING);
+  weft__flight_init(c);
   return c;
 }
 
@@ -246,6 +251,11 @@ weft_status_t weft_comm_destroy(weft_comm_t comm) {
 weft_status_t weft_comm_abort(weft_comm_t comm) {
   if (comm == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
+  /* An operation running on another thread writes its own record as it fails. */
+  if (atomic_load(&comm->init_state) == WEFT__INIT_DONE && pthread_mutex_trylock(&comm->lock) == 0) {
+    weft__flight_dump(comm, "abort", NULL);
+    pthread_mutex_unlock(&comm->lock);
+  }
   /* No goodbye: the root then tells the other ranks this one is gone. */
   finish(comm, 0);
   return WEFT_SUCCESS;

@@ -7,6 +7,8 @@
 #include <sys/types.h>
 #include "weft.h"
 #include "lib/req.h"
+#include "lib/fingerprint.h"
+#include "lib/flight.h"
 
 struct weft__task;
 
@@ -55,12 +57,16 @@ struct weft_comm {
 
   pthread_mutex_t lock;      /* held while an operation runs */
   uint64_t last_seq;         /* sequence number of the last launched operation */
+  uint64_t coll_seq;         /* collectives launched: every rank counts the same ones */
+  uint64_t p2p_seq;          /* sends, receives and groups of them launched by this rank */
+  weft__fp_call call;        /* the running call's fingerprint (lib/fingerprint.h), under lock */
   atomic_int aborted;        /* weft_comm_abort was called */
   atomic_int revoked;        /* 0, or 1 + the rank that revoked it (lib/comm_revoke.c) */
   struct weft__ft *ft;       /* the fault-tolerance channel (lib/ft.h), or NULL */
   atomic_int pending;        /* operations queued on streams, not finished */
   atomic_int async_error;    /* first error of a stream operation */
   int broken;                /* a transfer failed mid-message: the connections are unusable */
+  int check_all;             /* WEFT_CHECK=1: lib/check.h's exchange before every collective */
   int oversubscribed;        /* more ranks on this host than cores: waiting ranks yield at once */
   /* A large scratch an algorithm needs for one call (in-place all-to-all's staged input),
    * kept for the next call: allocating it per call cost page faults on every call (64 MiB
@@ -76,6 +82,8 @@ struct weft_comm {
   int direct_windows;
   size_t direct_min_bytes; /* WEFT_DIRECT_MIN_BYTES, the largest of all ranks' (agreed) */
   uint64_t direct_calls, direct_fallbacks; /* calls that ran direct / fell back (tests) */
+
+  weft__flight flight;       /* the last operations (lib/flight.h), under lock */
 
   atomic_int init_state;     /* WEFT__INIT_* */
   weft_status_t init_status;

@@ -47,6 +47,7 @@ static weft_status_t choose_all(struct weft_comm *c, int *list, int *count) {
   const weft__transport *forced = c->forced_transport = forced_transport();
   for (int p = 0; p < c->nranks; p++) {
     c->conns[p].peer = p;
+    c->conns[p].call = &c->call;
     if (p == c->rank) continue;
     const weft__transport *tr = weft__transport_choose(c->topo, c->rank, p, forced);
     if (tr == NULL && forced != NULL)

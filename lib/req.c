@@ -102,6 +102,11 @@ static weft_status_t progress_queue(struct weft_comm *comm, weft__conn *c, int k
     if (st != WEFT_SUCCESS) return st;
     if (!r->complete) return WEFT_SUCCESS;
     if (r->stage != NULL) stage_done(r);
+    if (c->op_mark != comm->last_seq) {
+      c->op_mark = comm->last_seq;
+      c->op_bytes[0] = c->op_bytes[1] = 0;
+    }
+    c->op_bytes[kind] += r->bytes;
     *head = r->next;
     *progressed = 1;
   }

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include "weft.h"
 #include "mem/space.h"
+#include "lib/fingerprint.h"
 
 struct weft_comm;
 struct weft__transport;
@@ -20,33 +21,41 @@ enum { WEFT__REQ_SEND = 0, WEFT__REQ_RECV = 1 };
 typedef struct weft__req {
   struct weft__req *next;      /* in its connection's queue */
   struct weft__conn *conn;
-  int kind;                    /* WEFT__REQ_SEND or WEFT__REQ_RECV */
   /* The memory space of src, dst, acc and copy_to (mem/space.h): every byte of them is read
    * and written through it, by the core and by transports alike. */
   const struct weft__mem_space *mem;
   const void *src;             /* send: the message */
   void *dst;                   /* recv: where it lands */
   const void *acc;             /* recv: NULL to copy, else dst = acc op incoming (acc may == dst) */
-  weft_datatype_t dtype;       /* element type for reduce-on-receive */
-  weft_redop_t op;
   size_t bytes;                /* message size; 0 is a real (empty) message */
   size_t done;                 /* bytes moved so far, maintained by the transport */
-  int complete;                /* 1 when every byte has moved */
   /* send: NULL, or where each byte sent is also copied, right after the transport read it
    * (so from cache): an all-gather's own block, fused with its first send (progress_queue) */
   void *copy_to;
-  /* 1: the bytes copied into dst (receive) or copy_to (send) bypass the cache
-   * (non-temporal stores, weft__nt_copy) whatever the message size. Set by an algorithm
-   * for the pieces of a large collective that nothing reads again soon; 0: only messages
-   * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
-  int nt;
   /* recv on a transport without WEFT__TRANSPORT_CAP_RECV_REDUCE: the message lands in
    * `stage` (host memory, r->bytes) and is reduced into stage_dst = stage_acc op stage when
    * complete (lib/req.c); NULL otherwise. */
   void *stage;
   void *stage_dst;
   const void *stage_acc;
+  /* The call this message belongs to (lib/fingerprint.h): the sender's goes on the wire,
+   * the receiver's is what it must match. NULL until posted, then the connection's current
+   * call (comm->call) unless the algorithm set it first (sends and receives: their pair's
+   * number). A pointer, not a copy: it keeps a request at 128 bytes, so the states of the
+   * small-message algorithms still fit inside the task (lib/task.h). */
+  const weft__fp_call *call;
+  int kind;                    /* WEFT__REQ_SEND or WEFT__REQ_RECV */
+  int complete;                /* 1 when every byte has moved */
+  /* 1: the bytes copied into dst (receive) or copy_to (send) bypass the cache
+   * (non-temporal stores, weft__nt_copy) whatever the message size. Set by an algorithm
+   * for the pieces of a large collective that nothing reads again soon; 0: only messages
+   * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
+  int nt;
+  weft_datatype_t dtype;       /* element type for reduce-on-receive */
+  weft_redop_t op;
 } weft__req;
+
+_Static_assert(sizeof(weft__req) <= 128, "a request stays at 128 bytes: algorithm states fit in the task");
 
 typedef struct weft__conn {
   const struct weft__transport *tr; /* NULL for self */
@@ -55,6 +64,12 @@ typedef struct weft__conn {
   int slow;                         /* tr has post, or cannot reduce on arrival: posts take
                                        the long way (lib/req.c) */
   int peer;
+  const weft__fp_call *call;        /* the communicator's current call (comm->call) */
+  uint32_t p2p_sent, p2p_recvd;     /* sends and receives with this peer so far (their
+                                       fingerprints' numbers) */
+  uint64_t op_mark;                 /* comm->last_seq of the operation op_bytes count for */
+  uint64_t op_bytes[2];             /* bytes of its completed sends, receives (the flight
+                                       recorder's bytes per peer, lib/flight.h) */
   weft__req *send_head, *send_tail;
   weft__req *recv_head, *recv_tail;
 } weft__conn;
@@ -82,6 +97,7 @@ void weft__req_post_slow(weft__conn *conn, weft__req *r);
  * Host memory on a transport without post that reduces on arrival (conn->slow 0, set at
  * connect) takes one test and the queue: the latency path. */
 static inline void weft__req_post(weft__conn *conn, weft__req *r) {
+  if (r->call == NULL) r->call = conn->call;
   if (conn->slow || r->mem != &weft__mem_host) weft__req_post_slow(conn, r);
   else weft__req_enqueue(conn, r);
 }

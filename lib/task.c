@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 #include "lib/bootstrap.h"
+#include "lib/check.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -247,7 +248,7 @@ static weft_status_t check_health(weft__task *t) {
 /* Progresses t until it completes, fails, or times out. The clock costs ~75 ns on the VM
  * (a third of a small all-reduce), so a wait reads it only every CLOCK_EVERY idle looks;
  * a wait that ends sooner never reads it. */
-static weft_status_t drive(weft__task *t) {
+weft_status_t weft__task_drive(weft__task *t) {
   struct weft_comm *comm = t->comm;
   uint64_t last_move = 0, last_health = 0, now = 0;
   unsigned idle = 0;
@@ -265,6 +266,8 @@ static weft_status_t drive(weft__task *t) {
     }
     if (++idle % CLOCK_EVERY == 0) {
       now = weft__now_ns();
+      comm->flight.waited = 1;
+      weft__flight_poll(comm, &comm->flight); /* another thread asked for a snapshot */
       if (idle == CLOCK_EVERY) last_move = now;
       if (last_health == 0) last_health = now;
       if (now - last_move > (uint64_t)comm->timeout_ms * 1000000ull) return timed_out(t);
@@ -313,6 +316,7 @@ static const char *root_reported_failure(struct weft_comm *comm) {
 /* Every transport's PLACEMENT hook (shm's placement probe), in registry order: every rank
  * runs them at the same point of every operation. comm->before lists them (lib/connect.c). */
 static weft_status_t before_collective(weft__task *t) {
+  if (t->comm->check_all && t->coll < WEFT__COLL_SEND) WEFT_TRY(weft__check_call(t));
   for (int i = 0; i < t->comm->nbefore; i++) WEFT_TRY(t->comm->before[i](t));
   return WEFT_SUCCESS;
 }
@@ -321,10 +325,22 @@ weft_status_t weft__task_run(weft__task *t) {
   struct weft_comm *comm = t->comm;
   WEFT_TRY(weft__comm_wait_ready(comm));
   pthread_mutex_lock(&comm->lock);
-  t->seq = ++comm->last_seq;
+  comm->last_seq++;
+  /* Collectives are numbered per communicator, which every rank counts alike, so the
+   * number in a message or an error means the same call on every rank; sends and receives
+   * are numbered per rank (their messages per pair: algos/p2p/p2p.c). */
+  if (t->coll < WEFT__COLL_SEND) {
+    t->seq = ++comm->coll_seq;
+    comm->call.fp = weft__fp_make(t->coll, t->seq, t->count, t->dtype, t->op, t->root);
+    comm->call.hash = weft__fp_hash(&comm->call.fp);
+  } else {
+    t->seq = ++comm->p2p_seq;
+  }
   weft_status_t st = check_usable(t);
+  int ran = 0; /* drive ran: on error, requests may be queued */
   if (st == WEFT_SUCCESS) {
     t->algo = weft__select_algo(t);
+    weft__flight_begin(&comm->flight, t);
     st = t->algo != NULL ? before_collective(t)
                          : weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: no %s algorithm handles "
                                        "buffers in %s memory", comm->rank, weft__coll_name(t->coll),
@@ -332,16 +348,14 @@ weft_status_t weft__task_run(weft__task *t) {
     if (st == WEFT_SUCCESS) st = t->algo->start(t);
     if (st == WEFT_SUCCESS || st == WEFT_IN_PROGRESS) {
       weft__error_quiet(1); /* one warning, with the operation named, instead of two */
-      st = drive(t);
+      st = weft__task_drive(t);
       weft__error_quiet(0);
       /* The user reads the results next: an asynchronous space's work must be done. */
       if (!(t->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(t->mem);
-      if (st != WEFT_SUCCESS) {
-        weft__comm_drop_requests(comm);
-        comm->broken = 1;
-      }
+      ran = 1;
     }
   }
+  if (st == WEFT_SUCCESS) weft__flight_end(&comm->flight, st);
   if (st != WEFT_SUCCESS) {
     char what[160], msg[1024];
     snprintf(msg, sizeof(msg), "%s", weft__thread_last_error());
@@ -354,7 +368,14 @@ weft_status_t weft__task_run(weft__task *t) {
                   weft__task_describe(t, what, sizeof(what)));
     else
       weft__error(comm, st, "%s [in %s]", msg, weft__task_describe(t, what, sizeof(what)));
+    /* The record first: it shows the requests still queued, which the drop below ends. */
+    weft__flight_failed(comm, st, weft__thread_last_error());
+    if (ran) {
+      weft__comm_drop_requests(comm);
+      comm->broken = 1;
+    }
   }
+  weft__flight_poll(comm, &comm->flight);
   pthread_mutex_unlock(&comm->lock);
   return st;
 }

@@ -100,6 +100,11 @@ void weft__task_free(weft__task *t);
  * so more ranks than cores make progress. */
 weft_status_t weft__task_run(weft__task *t);
 
+/* Progresses t (started: its requests posted) until t->algo->progress says it is done, an
+ * error, or the timeout (WEFT_ERR_TIMEOUT naming the peer waited for); the waits of
+ * weft__task_run. Caller holds comm->lock. */
+weft_status_t weft__task_drive(weft__task *t);
+
 /* A short description for error messages: "all_reduce #42 (1024 x float32 sum)". */
 const char *weft__task_describe(const weft__task *t, char *buf, size_t len);
 

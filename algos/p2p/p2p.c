@@ -17,8 +17,21 @@
 
 typedef struct {
   int nreq, done; /* done: a completed prefix of reqs */
+  weft__fp_call *calls; /* [nops]: each request's pair fingerprint (after reqs) */
   weft__req reqs[];
 } p2p_state;
+
+/* Posts r with its pair's fingerprint (lib/fingerprint.h), kept in *call: the n-th send
+ * to a peer is that peer's n-th receive from us, whatever collectives and other pairs do
+ * meanwhile. */
+static void post_pair(weft__conn *c, weft__req *r, weft__fp_call *call) {
+  int is_send = r->kind == WEFT__REQ_SEND;
+  uint32_t n = is_send ? ++c->p2p_sent : ++c->p2p_recvd;
+  call->fp = weft__fp_make(WEFT__COLL_SEND, n, r->bytes, WEFT_UINT8, WEFT_SUM, -1);
+  call->hash = weft__fp_hash(&call->fp);
+  r->call = call;
+  weft__req_post(c, r);
+}
 
 static weft_status_t single_start(weft__task *t, p2p_state *st) {
   struct weft_comm *comm = t->comm;
@@ -36,7 +49,7 @@ static weft_status_t single_start(weft__task *t, p2p_state *st) {
   } else {
     weft__req_init_recv(r, t->mem, t->recvbuf, NULL, bytes, t->dtype, WEFT_SUM);
   }
-  weft__req_post(weft__comm_conn(comm, t->peer), r);
+  post_pair(weft__comm_conn(comm, t->peer), r, &st->calls[0]);
   st->nreq = 1;
   return WEFT_SUCCESS;
 }
@@ -90,7 +103,7 @@ static weft_status_t group_start(weft__task *t, p2p_state *st) {
     } else {
       weft__req_init_recv(r, op->mem, op->buf, NULL, op->bytes, WEFT_UINT8, WEFT_SUM);
     }
-    weft__req_post(weft__comm_conn(comm, op->peer), r);
+    post_pair(weft__comm_conn(comm, op->peer), r, &st->calls[st->nreq - 1]);
   }
   return WEFT_SUCCESS;
 }
@@ -99,9 +112,11 @@ static weft_status_t p2p_start(weft__task *t) {
   int group = t->coll == WEFT__COLL_P2P_GROUP;
   int nops = group ? t->np2p : 1;
   weft_status_t status;
+  size_t k = (size_t)(nops > 0 ? nops : 0);
   p2p_state *st = weft__algo_state_alloc(
-      t, sizeof(p2p_state) + (size_t)(nops > 0 ? nops : 0) * sizeof(weft__req), 0, &status);
+      t, sizeof(p2p_state) + k * (sizeof(weft__req) + sizeof(weft__fp_call)), 0, &status);
   if (st == NULL) return status;
+  st->calls = (weft__fp_call *)(st->reqs + k);
   return group ? group_start(t, st) : single_start(t, st);
 }
 

@@ -5,7 +5,7 @@
  * the receiver's FIFO (shm_fifo.h), the receiver copies (or reduces) it out, both through
  * the message's memory space (mem/space.h): 2B bytes of memory traffic per side, no system
  * call, no lock; the counters are only re-read when the locally cached copy says the FIFO
- * is full (sender) or empty (receiver). Messages of up to 48 bytes ride in the slot
+ * is full (sender) or empty (receiver). Messages of up to 32 bytes ride in the slot
  * header's cache line, so a tiny message moves two lines (header, tail); those of up to
  * WEFT_LL_THRESHOLD go LL (shm_ll.h), one line each. Single copy (CMA): a message of at
  * least WEFT_SHM_CMA_BYTES moves once instead of twice. The sender writes one slot header
@@ -86,6 +86,9 @@ static weft_status_t cma_send_progress(shm_conn *sc, weft__req *r, int *progress
     weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
     h->msg_bytes = q->bytes;
     h->bytes = WEFT__SHM_CMA_SLOT;
+    h->ll_seq = (uint32_t)sc->ll_send_seq;
+    h->fp = q->call->fp;
+    sc->bulk_sent++;
     h->cma_src = (uint64_t)(uintptr_t)q->mem->host_view(q->mem, q->src, q->bytes);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     sc->cma_posted++;
@@ -113,7 +116,10 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
     size_t n = left < f->slot_bytes ? left : f->slot_bytes;
     weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
     h->msg_bytes = r->bytes;
-    h->bytes = n;
+    h->bytes = (uint32_t)n;
+    h->ll_seq = (uint32_t)sc->ll_send_seq;
+    h->fp = r->call->fp;
+    if (r->done == 0) sc->bulk_sent++;
     char *slot = weft__shm_fifo_data(f, h, sc->tail, r->bytes);
     /* Past the cache across L3s (shm_placement.h). The space skips an empty message, which
      * may come with a NULL buffer, and its bytes are in the slot before tail says so. */
@@ -203,11 +209,20 @@ static weft_status_t check_ll_instead(struct weft_comm *comm, weft__conn *c, shm
   if (!sc->ll_recv_on || !weft__shm_ll_arrived(sc)) return WEFT_SUCCESS;
   sc->tail_seen = atomic_load_explicit(&sc->in.ctrl->tail, memory_order_acquire);
   if (sc->tail_seen != sc->head) return WEFT_SUCCESS;
-  const weft__shm_ll_line *line = weft__shm_ll_buf(&sc->in, sc->ll_recv_seq);
-  uint64_t flag = atomic_load_explicit(&line->flag, memory_order_acquire);
-  return weft__error(comm, WEFT_ERR_INVALID_USAGE,
-                     "rank %d: recv from peer %d: message size mismatch: peer sent %u bytes, "
-                     "expected %zu", comm->rank, c->peer, (unsigned)(flag >> 32), r->bytes);
+  return weft__shm_ll_note_mismatch(comm, c, sc, r);
+}
+
+/* The first slot of r's message: of r's call, and sent after every LL chunk we have read
+ * (else an LL message of an earlier call is still unreceived: it was r's match). */
+static weft_status_t check_first_slot(struct weft_comm *comm, weft__conn *c, shm_conn *sc,
+                                      const weft__req *r, const weft__shm_slot_hdr *h) {
+  if (h->ll_seq != (uint32_t)sc->ll_recv_seq) {
+    weft__fp theirs = sc->in.ll_notes[sc->ll_recv_seq % WEFT__SHM_LL_BUFS].fp;
+    return weft__fp_mismatch(comm, c->peer, &r->call->fp, &theirs);
+  }
+  if (!weft__fp_equal(&h->fp, &r->call->fp)) return weft__fp_mismatch(comm, c->peer, &r->call->fp, &h->fp);
+  sc->bulk_recvd++;
+  return WEFT_SUCCESS;
 }
 
 /* Hands every filled slot of r's message to r, straight out of shared memory. */
@@ -226,6 +241,7 @@ static weft_status_t shm_recv_test(struct weft_comm *comm, weft__conn *c, weft__
     }
     weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->head);
     size_t n = h->bytes;
+    if (r->done == 0) WEFT_TRY(check_first_slot(comm, c, sc, r, h));
     if (h->msg_bytes != r->bytes)
       return weft__error(comm, WEFT_ERR_INVALID_USAGE,
                          "rank %d: recv from peer %d: message size mismatch: peer sent %zu bytes, "

@@ -28,6 +28,11 @@ typedef struct {
   uint64_t ll_send_max, ll_recv_max; /* the peer's threshold, and ours */
   uint64_t ll_send_seq, ll_done_seen; /* next chunk we write; the peer's ll_done as read */
   uint64_t ll_recv_seq;               /* next chunk we read */
+  /* Bulk (FIFO and single-copy) messages started in each direction. The two protocols are
+   * separate channels, so a message of an earlier call left unreceived on one would not be
+   * met by the next receive on the other: each LL chunk's check covers the sender's
+   * bulk_sent, and each slot names the sender's LL position (shm_fifo.h). */
+  uint64_t bulk_sent, bulk_recvd;
   weft__shm_doorbell *peer_bell;      /* the peer's doorbell, rung when it may wait on us */
   unsigned empty_polls;               /* looks that found nothing: every 64th looks at the
                                          other protocol's buffer for a size mismatch */
@@ -51,6 +56,10 @@ weft_status_t weft__shm_ll_send_progress(struct weft_comm *comm, weft__conn *c, 
                                          int *progressed);
 weft_status_t weft__shm_ll_recv_progress(struct weft_comm *comm, weft__conn *c, weft__req *r,
                                          int *progressed);
+/* The mismatch that made chunk ll_recv_seq's check fail for r, as its note tells it: the
+ * sender's call (weft__fp_mismatch) or, in the same call, its message size. */
+weft_status_t weft__shm_ll_note_mismatch(struct weft_comm *comm, weft__conn *c,
+                                         const weft__shm_conn *sc, const weft__req *r);
 /* Whether chunk ll_recv_seq has started to arrive (the receiver waits on the bulk path and
  * checks whether the peer sent LL instead). */
 int weft__shm_ll_arrived(const weft__shm_conn *sc);

@@ -12,7 +12,8 @@
  * every slot but a message's last is full (slot_bytes is a multiple of 64), so a receiver
  * that reduces on arrival always gets whole elements.
  *
- * Messages of up to 48 bytes ride inside the slot header's cache line. A message sent by
+ * Every slot header names the sender's call (lib/fingerprint.h), checked by the receiver
+ * before it takes the slot. Messages of up to 32 bytes ride inside the slot header's line. A message sent by
  * single copy (shm.c) takes one slot whose header holds its address instead of data.
  *
  * Small messages take the low-latency (LL) buffers at the FIFO's end instead (shm_ll.h);
@@ -20,7 +21,7 @@
  *
  * Layout of one FIFO (all offsets multiples of 64; the payload starts page-aligned):
  *   [ctrl: tail | head | ll_done | probe line][nslots slot headers, one line each][pad]
- *   [nslots payloads][LL: WEFT__SHM_LL_BUFS buffers of WEFT__SHM_LL_LINES lines]
+ *   [nslots payloads][LL: WEFT__SHM_LL_BUFS buffers of WEFT__SHM_LL_LINES lines][LL notes]
  * A rank's segment is one page holding its doorbell (shm_doorbell.h), then nfifos such
  * FIFOs back to back, one per shm peer sending to it. */
 #ifndef WEFT_SHM_FIFO_H
@@ -28,6 +29,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "lib/fingerprint.h"
 
 #define WEFT__SHM_LINE 64
 #define WEFT__SHM_PAGE 4096
@@ -41,14 +43,15 @@ typedef struct {
 } weft__shm_fifo_ctrl;
 
 /* Messages of up to this many bytes travel inside their slot header: one cache line moves
- * instead of two, which is most of the latency of a tiny message. */
-#define WEFT__SHM_INLINE_BYTES 48
+ * instead of two, which is most of the latency of a tiny message. (48 before the header
+ * carried the call's fingerprint; LL takes messages this small unless WEFT_PROTO forbids.) */
+#define WEFT__SHM_INLINE_BYTES 32
 
 /* `bytes` of a slot that carries no payload but a single-copy descriptor: the receiver
  * reads the message straight out of the sender's memory at cma_src (process_vm_readv) and
  * advances head past this slot only when it has read all of it, which is how the sender,
  * whose request stays incomplete meanwhile, learns it may reuse its buffer. */
-#define WEFT__SHM_CMA_SLOT UINT64_MAX
+#define WEFT__SHM_CMA_SLOT UINT32_MAX
 
 /* The LL buffers: WEFT__SHM_LL_BUFS buffers of this many 64-byte lines, each line 56
  * data bytes and an 8-byte flag (shm_ll.h). 32 lines carry 1792 bytes per buffer. A small
@@ -61,9 +64,23 @@ typedef struct {
 #define WEFT__SHM_LL_LINES 32
 #define WEFT__SHM_LL_BUFS 64
 
+/* Beside the LL buffers, one note per buffer: the call and size of the message whose chunk
+ * fills it. The LL flag carries only 32 bits of them (weft__fp_check32); the receiver reads
+ * the note only when that check fails, to name the sender's call, so on the fast path the
+ * note's line stays in the sender's cache. */
+typedef struct {
+  weft__fp fp;
+  uint64_t msg_bytes;
+  uint64_t bulk_sent; /* bulk messages the sender had started before this one */
+} weft__shm_ll_note;
+
 typedef struct {
   _Alignas(WEFT__SHM_LINE) uint64_t msg_bytes; /* total bytes of the message this slot is part of */
-  uint64_t bytes;                             /* payload bytes in this slot, or WEFT__SHM_CMA_SLOT */
+  uint32_t bytes;                             /* payload bytes in this slot, or WEFT__SHM_CMA_SLOT */
+  /* The sender's next LL chunk when it wrote this slot: the receiver must have read every
+   * LL chunk before it (else a message of an earlier call went unreceived, see shm_ll.h). */
+  uint32_t ll_seq;
+  weft__fp fp;                                /* the sender's call (lib/fingerprint.h) */
   union {
     _Alignas(16) char inline_data[WEFT__SHM_INLINE_BYTES]; /* the payload when msg_bytes fits */
     uint64_t cma_src; /* WEFT__SHM_CMA_SLOT: the message's address in the sender */
@@ -91,7 +108,8 @@ static inline size_t weft__shm_fifo_ll_offset(size_t nslots, size_t slot_bytes) 
 /* Bytes of one FIFO (a multiple of the page size). */
 static inline size_t weft__shm_fifo_bytes(size_t nslots, size_t slot_bytes) {
   return weft__shm_round_up(weft__shm_fifo_ll_offset(nslots, slot_bytes) +
-                                WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE,
+                                WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE +
+                                WEFT__SHM_LL_BUFS * sizeof(weft__shm_ll_note),
                             WEFT__SHM_PAGE);
 }
 
@@ -104,6 +122,7 @@ typedef struct {
   weft__shm_slot_hdr *hdrs;
   char *payload;
   void *ll;          /* the LL buffers (weft__shm_ll_line[WEFT__SHM_LL_BUFS * LINES]) */
+  weft__shm_ll_note *ll_notes; /* [WEFT__SHM_LL_BUFS], right after them */
   uint64_t nslots;
   uint64_t slot_bytes;
 } weft__shm_fifo;
@@ -115,6 +134,7 @@ static inline void weft__shm_fifo_attach(weft__shm_fifo *f, void *base, size_t n
   f->hdrs = (weft__shm_slot_hdr *)((char *)base + sizeof(weft__shm_fifo_ctrl));
   f->payload = (char *)base + weft__shm_fifo_payload_offset(nslots);
   f->ll = (char *)base + weft__shm_fifo_ll_offset(nslots, slot_bytes);
+  f->ll_notes = (weft__shm_ll_note *)((char *)f->ll + WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE);
   f->nslots = nslots;
   f->slot_bytes = slot_bytes;
 }

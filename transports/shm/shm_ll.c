@@ -18,7 +18,11 @@
 static void write_chunk(weft__shm_conn *sc, weft__req *r, uint64_t seq) {
   size_t n = r->bytes - r->done < WEFT__SHM_LL_CHUNK ? r->bytes - r->done : WEFT__SHM_LL_CHUNK;
   weft__shm_ll_line *line = weft__shm_ll_buf(&sc->out, seq);
-  uint64_t flag = weft__shm_ll_flag(seq, r->bytes);
+  weft__shm_ll_note *note = &sc->out.ll_notes[seq % WEFT__SHM_LL_BUFS];
+  note->fp = r->call->fp; /* before the flags (release), so a receiver that sees one sees it */
+  note->msg_bytes = r->bytes;
+  note->bulk_sent = sc->bulk_sent;
+  uint64_t flag = weft__shm_ll_flag(seq, weft__shm_ll_check(r, sc->bulk_sent));
   const char *src = (const char *)r->src + r->done;
   size_t at = 0;
   do { /* an empty message still takes one line: its flag */
@@ -68,9 +72,26 @@ static weft_status_t check_bulk_instead(struct weft_comm *comm, weft__conn *c,
   uint64_t tail = atomic_load_explicit(&sc->in.ctrl->tail, memory_order_acquire);
   if (tail == sc->head || weft__shm_ll_arrived(sc)) return WEFT_SUCCESS;
   const weft__shm_slot_hdr *h = weft__shm_fifo_hdr(&sc->in, sc->head);
+  if (!weft__fp_equal(&h->fp, &r->call->fp)) return weft__fp_mismatch(comm, c->peer, &r->call->fp, &h->fp);
   return weft__error(comm, WEFT_ERR_INVALID_USAGE,
                      "rank %d: recv from peer %d: message size mismatch: peer sent %zu bytes, "
                      "expected %zu", comm->rank, c->peer, (size_t)h->msg_bytes, r->bytes);
+}
+
+weft_status_t weft__shm_ll_note_mismatch(struct weft_comm *comm, weft__conn *c,
+                                         const weft__shm_conn *sc, const weft__req *r) {
+  const weft__shm_ll_note *note = &sc->in.ll_notes[sc->ll_recv_seq % WEFT__SHM_LL_BUFS];
+  weft__fp theirs = note->fp;
+  if (note->bulk_sent != sc->bulk_recvd) {
+    /* The peer had started a bulk message that we never received: that one was r's match. */
+    const weft__shm_slot_hdr *h = weft__shm_fifo_hdr(&sc->in, sc->head);
+    theirs = h->fp;
+  }
+  if (!weft__fp_equal(&theirs, &r->call->fp)) return weft__fp_mismatch(comm, c->peer, &r->call->fp, &theirs);
+  return weft__error(comm, WEFT_ERR_INVALID_USAGE,
+                     "rank %d: recv from peer %d: message size mismatch: peer sent %llu bytes, "
+                     "expected %zu", comm->rank, c->peer, (unsigned long long)note->msg_bytes,
+                     r->bytes);
 }
 
 /* Called after a chunk's last line: returns its buffer to the sender. */
@@ -80,14 +101,11 @@ static void chunk_consumed(weft__shm_conn *sc) {
   weft__shm_ring(sc->peer_bell);
 }
 
-/* Checks a ready line's flag names r's size. */
-static weft_status_t check_size(struct weft_comm *comm, weft__conn *c, const weft__req *r,
-                                uint64_t flag) {
-  if ((uint32_t)(flag >> 32) == (uint32_t)r->bytes) return WEFT_SUCCESS;
-  return weft__error(comm, WEFT_ERR_INVALID_USAGE,
-                     "rank %d: recv from peer %d: message size mismatch: peer sent %u bytes "
-                     "(mod 2^32), expected %zu", comm->rank, c->peer, (unsigned)(flag >> 32),
-                     r->bytes);
+/* Checks a ready line's flag names r's call and size (check: weft__fp_check32 of them). */
+static weft_status_t check_line(struct weft_comm *comm, weft__conn *c, const weft__req *r,
+                                uint64_t flag, uint32_t check) {
+  if ((uint32_t)(flag >> 32) == check) return WEFT_SUCCESS;
+  return weft__shm_ll_note_mismatch(comm, c, c->priv, r);
 }
 
 /* Hands r the ready lines among the nlines from `line` on (chunk_left bytes of the current
@@ -96,11 +114,14 @@ static weft_status_t take_lines(struct weft_comm *comm, weft__conn *c, weft__req
                                 const weft__shm_ll_line *line, size_t nlines, size_t chunk_left,
                                 uint64_t seq, size_t *ready) {
   char stage[WEFT__SHM_LL_CHUNK];
+  const weft__shm_conn *sc = c->priv;
+  uint32_t check = 0; /* computed once a line is there: not on every empty look */
   size_t k = 0;
   for (; k < nlines; k++) {
     uint64_t flag = atomic_load_explicit(&line[k].flag, memory_order_acquire);
     if (!weft__shm_ll_ready(flag, seq)) break;
-    WEFT_TRY(check_size(comm, c, r, flag));
+    if (k == 0) check = weft__shm_ll_check(r, sc->bulk_recvd);
+    WEFT_TRY(check_line(comm, c, r, flag, check));
     if (nlines == 1) {
       k = 1;
       break;

@@ -11,7 +11,11 @@
  * so whoever sees the flag sees the line's data: no fence and no system call. (On weaker
  * machines the same C11 code costs one barrier per line, still correct.) 56 bytes are
  * whole elements of every dtype, so a receiver reduces line by line on arrival.
- *   flag = (uint32 message bytes) << 32 | 0x80000000 | (chunk seq & 0x7fffffff)
+ *   flag = check << 32 | 0x80000000 | (chunk seq & 0x7fffffff)
+ * where check = weft__fp_check32(the call's fingerprint, message bytes, bulk messages the
+ * sender started before) (lib/fingerprint.h, weft__shm_ll_check): a line of another call,
+ * another size, or one that overtook an unreceived bulk message fails the receiver's compare. The chunk's note
+ * (shm_fifo.h), written before its flags, then names the sender's call and size.
  * A message of B bytes is ceil(B / 1792) chunks (at least 1), one per buffer of 32 lines;
  * chunk seq s (from 1, per direction) uses buffer s % K (K = WEFT__SHM_LL_BUFS, 64). A
  * line's previous content in that buffer carries seq s - K, so buffers never need
@@ -30,6 +34,7 @@
 #define WEFT_SHM_LL_H
 #include <stdatomic.h>
 #include <stdint.h>
+#include "lib/req.h"
 #include "transports/shm/shm_fifo.h"
 
 #define WEFT__SHM_LL_LINE_DATA 56
@@ -42,8 +47,13 @@ typedef struct {
 
 _Static_assert(sizeof(weft__shm_ll_line) == WEFT__SHM_LINE, "one LL line per cache line");
 
-static inline uint64_t weft__shm_ll_flag(uint64_t seq, uint64_t msg_bytes) {
-  return (uint64_t)(uint32_t)msg_bytes << 32 | 0x80000000u | (seq & 0x7fffffffu);
+static inline uint64_t weft__shm_ll_flag(uint64_t seq, uint32_t check) {
+  return (uint64_t)check << 32 | 0x80000000u | (seq & 0x7fffffffu);
+}
+
+/* The 32-bit check an LL chunk's flag carries for r's message, bulk messages before it. */
+static inline uint32_t weft__shm_ll_check(const weft__req *r, uint64_t bulk) {
+  return weft__fp_check32(r->call->hash, r->bytes, bulk);
 }
 
 /* Whether flag marks chunk seq as written (whatever message size it names). */

@@ -2,7 +2,8 @@
  * when WEFT_TRANSPORT=socket, within one; its setup is in socket_setup.c.
  *
  * Messages. A message of B bytes (0 is a real, empty message) travels as parts, each a
- * 16-byte header {B, part bytes} and the part's payload. Below WEFT_SOCKET_SPLIT_BYTES
+ * 32-byte header {B, part bytes, the call's fingerprint (lib/fingerprint.h)} and the part's
+ * payload; the receiver checks the fingerprint before it takes the payload. Below WEFT_SOCKET_SPLIT_BYTES
  * (default 256 KiB) there is one part, on socket 0, written with one sendmsg and read with
  * one recvmsg (header and payload in two iovecs), which keeps the 8-byte latency at one
  * system call per side. Larger messages are cut into NSOCKS parts on 16-byte boundaries (so
@@ -11,7 +12,7 @@
  * NCCL_NSOCKS_PERTHREAD sockets. The receiver knows B, computes the same cut, and checks
  * each header, so a size mismatch between the two ranks is reported, not misread.
  *
- * Bytes moved: B + 16 * parts per message. User buffers are reached only through their
+ * Bytes moved: B + 32 * parts per message. User buffers are reached only through their
  * memory space (mem/space.h): the kernel reads and writes them at the space's host view. A
  * plain receive lands straight in the destination's host view (one copy, the kernel's); a
  * receive that reduces (dst = acc op incoming), or whose memory has no host view, lands in
@@ -84,6 +85,7 @@ static void xfer_start(sock_xfer *x, const sock_peer *sp, weft__req *r) {
     p->len = r->bytes - p->off < chunk ? r->bytes - p->off : chunk;
     p->hdr.total = r->bytes;
     p->hdr.part = p->len;
+    p->hdr.fp = r->call->fp;
   }
   r->done = 0;
 }
@@ -97,7 +99,7 @@ static void part_finish(sock_xfer *x, sock_part *p, weft__req *r) {
 
 /* Accounts k bytes that moved over header then payload. */
 static size_t part_account(sock_part *p, size_t k) {
-  size_t h = 16 - p->hdr_moved < k ? 16 - p->hdr_moved : k;
+  size_t h = WIRE_HDR - p->hdr_moved < k ? WIRE_HDR - p->hdr_moved : k;
   p->hdr_moved += h;
   p->moved += k - h;
   return k - h;
@@ -137,8 +139,8 @@ static weft_status_t send_part(struct weft_comm *comm, sock_peer *sp, sock_xfer 
     struct iovec iov[2];
     int n = 0;
     size_t want = 0;
-    if (p->hdr_moved < 16)
-      iov[n++] = (struct iovec){(char *)&p->hdr + p->hdr_moved, 16 - p->hdr_moved};
+    if (p->hdr_moved < WIRE_HDR)
+      iov[n++] = (struct iovec){(char *)&p->hdr + p->hdr_moved, WIRE_HDR - p->hdr_moved};
     if (p->moved < p->len)
       iov[n++] = (struct iovec){(char *)src + p->off + p->moved, p->len - p->moved};
     for (int j = 0; j < n; j++) want += iov[j].iov_len;
@@ -151,7 +153,7 @@ static weft_status_t send_part(struct weft_comm *comm, sock_peer *sp, sock_xfer 
     }
     *progressed = 1;
     r->done += part_account(p, (size_t)k);
-    if (p->hdr_moved == 16 && p->moved == p->len) part_finish(x, p, r);
+    if (p->hdr_moved == WIRE_HDR && p->moved == p->len) part_finish(x, p, r);
     else if ((size_t)k < want) return WEFT_SUCCESS; /* the socket buffer is full */
   }
   return WEFT_SUCCESS;
@@ -175,6 +177,10 @@ static weft_status_t sock_send_test(struct weft_comm *comm, weft__conn *c, weft_
 
 static weft_status_t check_header(struct weft_comm *comm, sock_peer *sp, const sock_part *p,
                                   const weft__req *r) {
+  if (!weft__fp_equal(&p->hdr.fp, &r->call->fp)) {
+    sp->dead = weft__fp_mismatch(comm, sp->peer, &r->call->fp, &p->hdr.fp);
+    return sp->dead;
+  }
   if (p->hdr.total != r->bytes) {
     sp->dead = weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: recv from peer %d: message "
                            "size mismatch: peer sent %zu bytes, expected %zu", comm->rank,
@@ -224,8 +230,8 @@ static weft_status_t recv_once(struct weft_comm *comm, sock_peer *sp, sock_xfer 
   int n = 0;
   size_t want = 0;
   *more = 0;
-  if (p->hdr_moved < 16)
-    iov[n++] = (struct iovec){(char *)&p->hdr + p->hdr_moved, 16 - p->hdr_moved};
+  if (p->hdr_moved < WIRE_HDR)
+    iov[n++] = (struct iovec){(char *)&p->hdr + p->hdr_moved, WIRE_HDR - p->hdr_moved};
   if (p->moved < p->len && view != NULL) {
     iov[n++] = (struct iovec){view + p->off + p->moved, p->len - p->moved};
   } else if (p->moved < p->len) {
@@ -242,9 +248,9 @@ static weft_status_t recv_once(struct weft_comm *comm, sock_peer *sp, sock_xfer 
   }
   if (k == 0) return sock_fail(comm, sp, "recv", 0);
   *progressed = 1;
-  int had_hdr = p->hdr_moved == 16;
+  int had_hdr = p->hdr_moved == WIRE_HDR;
   size_t payload = part_account(p, (size_t)k);
-  if (!had_hdr && p->hdr_moved == 16) WEFT_TRY(check_header(comm, sp, p, r));
+  if (!had_hdr && p->hdr_moved == WIRE_HDR) WEFT_TRY(check_header(comm, sp, p, r));
   if (view != NULL) {
     r->done += payload;
   } else {
@@ -268,7 +274,7 @@ static weft_status_t recv_part(struct weft_comm *comm, sock_peer *sp, sock_xfer 
   int more = 1;
   while (more && !p->done) {
     WEFT_TRY(recv_once(comm, sp, x, i, progressed, &more));
-    if (p->hdr_moved == 16 && p->moved == p->len) part_finish(x, p, r);
+    if (p->hdr_moved == WIRE_HDR && p->moved == p->len) part_finish(x, p, r);
   }
   return WEFT_SUCCESS;
 }

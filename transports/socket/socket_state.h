@@ -34,7 +34,9 @@ typedef struct {
 
 typedef struct {
   uint64_t total, part; /* message bytes, this part's bytes */
+  weft__fp fp;          /* the sender's call (lib/fingerprint.h), checked by the receiver */
 } wire_hdr;
+#define WIRE_HDR ((size_t)sizeof(wire_hdr))
 
 /* One part of the message in flight in one direction. */
 typedef struct {

@@ -1,0 +1,122 @@
+/* flight.h: the flight recorder. Each communicator keeps its last N operations (sequence
+ * number, collective, count, datatype, op, root or peer, algorithm, start and end time,
+ * state) in a ring, and for the one in flight how many bytes moved per peer and which
+ * peers it waits for. It is written as JSON (one file per rank, under
+ * WEFT_FLIGHT_RECORDER_DIR) when an operation fails (timeout, abort, any error) and on
+ * SIGUSR1, and read through weft_comm_flight_record (weft.h); tools/weft_flight.py reads
+ * the files of all ranks and names who is behind and who waits for whom.
+ *
+ * Cost: recording is a few stores into the ring and one read of the coarse clock
+ * (CLOCK_MONOTONIC_COARSE: a vDSO memory read, no system call, no TSC; times have the
+ * kernel tick's resolution, a few ms), a second one only for a call that waited (its
+ * drive loop read the clock anyway), no allocation and no lock beyond the operation's.
+ * Everything here runs under comm->lock: the ring is only written by the thread running
+ * an operation, and another thread that wants a snapshot while one runs asks that thread
+ * (weft__flight_poll, checked where the operation waits and when it ends). */
+#ifndef WEFT_FLIGHT_H
+#define WEFT_FLIGHT_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include "weft.h"
+
+struct weft_comm;
+struct weft__task;
+
+enum { WEFT__FLIGHT_EMPTY = 0, WEFT__FLIGHT_RUNNING, WEFT__FLIGHT_DONE, WEFT__FLIGHT_FAILED };
+enum { WEFT__FLIGHT_DEFAULT_ENTRIES = 256, WEFT__FLIGHT_MAX_ENTRIES = 1 << 16 };
+
+typedef struct {
+  uint64_t seq;            /* the task's number: per comm for collectives, per rank for p2p */
+  uint64_t count;          /* elements (p2p groups: operations) */
+  uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC_COARSE; end 0 while running */
+  const char *algo;        /* static: the algorithm row's name */
+  int32_t root, peer;
+  uint8_t coll, dtype, op, state;
+  int32_t status;          /* weft_status_t of a failed one */
+} weft__flight_entry;
+
+typedef struct weft__flight {
+  weft__flight_entry *ring; /* [n]; NULL when off (WEFT_FLIGHT_RECORDER_ENTRIES=0) */
+  uint32_t n;               /* a power of two */
+  uint64_t written;         /* entries ever written: the newest is ring[(written - 1) % n] */
+  weft__flight_entry *cur;  /* the operation running, or NULL */
+  int waited;               /* it waited long enough for its drive loop to read the clock */
+  uint64_t id;              /* the communicator's identity in dumps (a hash, not its secret) */
+  /* A snapshot asked for by another thread (weft__flight_request): */
+  pthread_mutex_t req_lock;
+  atomic_int want;          /* 1: the thread running an operation should serve it */
+  atomic_int served;
+  char *req_buf;            /* NULL: to the file */
+  size_t req_len, req_needed;
+  const char *req_reason;
+  int req_to_file;
+  struct weft_comm *next;   /* in flight_signal.c's list of communicators */
+  int listed;
+} weft__flight;
+
+/* Sets up comm's recorder (WEFT_FLIGHT_RECORDER_ENTRIES, default 256; 0 turns it off).
+ * Out of memory leaves it off, with a warning. */
+void weft__flight_init(struct weft_comm *comm);
+void weft__flight_free(struct weft_comm *comm);
+
+static inline uint64_t weft__coarse_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Records t (its algorithm chosen) as running. Caller holds comm->lock. */
+void weft__flight_begin_slow(weft__flight *f, const struct weft__task *t);
+static inline void weft__flight_begin(weft__flight *f, const struct weft__task *t) {
+  if (f->ring != NULL) weft__flight_begin_slow(f, t);
+}
+/* Marks the running entry done or failed (st). The clock is read again only when the
+ * operation waited (its drive loop read the clock: it was not a sub-microsecond call);
+ * otherwise it ended within the coarse clock's tick of its start, and start is its end. */
+static inline void weft__flight_end(weft__flight *f, weft_status_t st) {
+  weft__flight_entry *e = f->cur;
+  if (e == NULL) return;
+  e->end_ns = f->waited ? weft__coarse_ns() : e->start_ns;
+  e->state = st == WEFT_SUCCESS ? WEFT__FLIGHT_DONE : WEFT__FLIGHT_FAILED;
+  e->status = (int32_t)st;
+  f->cur = NULL;
+}
+
+/* The running operation failed with st (error: its message): marks it, and writes the
+ * record to the file (weft__flight_dump) while its requests are still queued. Nothing
+ * when no operation was recorded as running. Caller holds comm->lock. */
+void weft__flight_failed(struct weft_comm *comm, weft_status_t st, const char *error);
+
+/* Serves a snapshot another thread asked for. Caller holds comm->lock. */
+void weft__flight_serve(struct weft_comm *comm);
+static inline void weft__flight_poll(struct weft_comm *comm, weft__flight *f) {
+  if (atomic_load_explicit(&f->want, memory_order_relaxed)) weft__flight_serve(comm);
+}
+
+/* The JSON of comm's recorder into buf (at most len bytes, NUL-terminated when len > 0);
+ * returns the bytes the whole text needs, NUL included. reason: why ("SIGUSR1", "error",
+ * "api"); error: the message of a failure or NULL. Caller holds comm->lock. */
+size_t weft__flight_json(struct weft_comm *comm, char *buf, size_t len, const char *reason,
+                         const char *error);
+
+/* Writes the JSON to WEFT_FLIGHT_RECORDER_DIR/weft-flight.<comm id>.rank<R>.json (through a
+ * temporary file and a rename, so a reader never sees half a file) when that variable is
+ * set; warns on failure. A communicator broken by a failure keeps that failure's record:
+ * snapshots without an error are then not written. Caller holds comm->lock. */
+void weft__flight_dump(struct weft_comm *comm, const char *reason, const char *error);
+
+/* A snapshot from any thread: into buf (len bytes; *needed the bytes the text needs), or
+ * to the file when buf is NULL and to_file. Takes comm->lock when free, else asks the
+ * thread running an operation, which serves it within milliseconds while it waits or
+ * when it ends; gives up after timeout_ms. Errors: WEFT_ERR_TIMEOUT (not served). */
+weft_status_t weft__flight_request(struct weft_comm *comm, char *buf, size_t len, size_t *needed,
+                                   int to_file, const char *reason, int timeout_ms);
+
+/* flight_signal.c: with WEFT_FLIGHT_RECORDER_DIR set, lists comm for SIGUSR1 dumps (the
+ * first call installs the handler and starts the thread that writes the files). */
+void weft__flight_list(struct weft_comm *comm);
+void weft__flight_unlist(struct weft_comm *comm);
+#endif

@@ -1,0 +1,204 @@
+/* test_flight.c: the flight recorder and its reader on real hangs (issue 15).
+ *
+ * 1. Not calling: 4 ranks run 5 all-reduces; rank 3 then stays out of the 6th. Ranks 0-2
+ *    time out (WEFT_TIMEOUT_MS 1000) and write their records; rank 3 is sent SIGUSR1 and
+ *    writes its record from the recorder's thread while idle. tools/weft_flight.py must
+ *    say that ranks 0-2 are in all_reduce #6, that rank 3 is idle after #5, and name rank 3
+ *    as the one they wait for.
+ * 2. SIGSTOP mid-call: 4 ranks loop on 256 KiB all-reduces; rank 0 stops rank 3 with
+ *    SIGSTOP after 20 calls. The others time out and write records; then rank 3 is
+ *    continued, times out itself, and writes its record. The reader must name rank 3.
+ * 3. weft_comm_flight_record: the public call returns the JSON (sizes, the too-small-
+ *    buffer error) and it parses as the reader expects.
+ * Each case fails without the recorder (no files: the reader exits 1). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1
+#endif
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "tests/harness.h"
+
+#define TIMEOUT_MS 1000
+#define FLAG_FAILED 0  /* flags[FLAG_FAILED + r]: rank r's call failed (and it dumped) */
+#define FLAG_GO 8      /* flags[FLAG_GO]: rank 3 may go */
+#define VAL_PID 0      /* values[VAL_PID + r]: rank r's pid */
+
+static char dir[256];
+static float sendb[1 << 16], recvb[1 << 16];
+
+/* Waits until ranks 0..2 failed; 0 on time out. */
+static int wait_others(harness_rank *r) {
+  for (int k = 0; k < 3; k++)
+    if (!harness_wait_flag(r, FLAG_FAILED + k, 1, 20 * TIMEOUT_MS)) return 0;
+  return 1;
+}
+
+static int idle_body(harness_rank *r) {
+  for (int i = 0; i < 5; i++)
+    harness_expect_status(r, weft_all_reduce(sendb, recvb, 1024, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), WEFT_SUCCESS,
+                          "all_reduce before the hang");
+  atomic_store(&r->shared->values[VAL_PID + r->rank], getpid());
+  if (r->rank == 3) {
+    if (!wait_others(r)) harness_fail(r, "ranks 0-2 never failed");
+    kill(getpid(), SIGUSR1); /* the recorder's thread writes the file */
+    usleep(300 * 1000);
+    atomic_store(&r->shared->flags[FLAG_GO], 1);
+  } else {
+    weft_status_t st = weft_all_reduce(sendb, recvb, 1024, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    if (st != WEFT_ERR_TIMEOUT && st != WEFT_ERR_REMOTE)
+      harness_fail(r, "all_reduce without rank 3 returned %s, expected a timeout", harness_status_name(st));
+    atomic_store(&r->shared->flags[FLAG_FAILED + r->rank], 1);
+    harness_wait_flag(r, FLAG_GO, 1, 30 * TIMEOUT_MS); /* alive until rank 3 wrote its file */
+  }
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static int stop_body(harness_rank *r) {
+  atomic_store(&r->shared->values[VAL_PID + r->rank], getpid());
+  weft_status_t st = WEFT_SUCCESS;
+  for (int i = 0; st == WEFT_SUCCESS && i < 100000; i++) {
+    if (r->rank == 0 && i == 20) kill((pid_t)atomic_load(&r->shared->values[VAL_PID + 3]), SIGSTOP);
+    st = weft_all_reduce(sendb, recvb, 1 << 16, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+  }
+  if (st == WEFT_SUCCESS) harness_fail(r, "100000 all-reduces succeeded: rank 3 was never stopped");
+  if (r->rank != 3) {
+    atomic_store(&r->shared->flags[FLAG_FAILED + r->rank], 1);
+    if (r->rank == 0) {
+      if (!wait_others(r)) harness_fail(r, "ranks 1-2 never failed");
+      kill((pid_t)atomic_load(&r->shared->values[VAL_PID + 3]), SIGCONT);
+    }
+    harness_wait_flag(r, FLAG_GO, 1, 30 * TIMEOUT_MS);
+  } else {
+    atomic_store(&r->shared->flags[FLAG_GO], 1);
+  }
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+/* Runs the reader on dir; its output into buf. Returns its exit status. */
+static int run_reader(char *buf, size_t len) {
+  const char *top = getenv("WEFT_TOP_SRCDIR");
+  char cmd[1024];
+  snprintf(cmd, sizeof(cmd), "python3 %s/tools/weft_flight.py %s 2>&1", top ? top : "..", dir);
+  FILE *p = popen(cmd, "r");
+  if (p == NULL) return -1;
+  size_t n = fread(buf, 1, len - 1, p);
+  buf[n] = '\0';
+  int rc = pclose(p);
+  printf("# weft-flight %s:\n", dir);
+  for (char *line = strtok(buf, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+    printf("#   %s\n", line);
+    line[strlen(line)] = '\n'; /* strtok cut it: restore for the callers' searches */
+  }
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static void fresh_dir(const char *name) {
+  snprintf(dir, sizeof(dir), "/tmp/weft-flight-test-%d-%s", (int)getpid(), name);
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
+  if (system(cmd) != 0) fail_msg("cannot make %s", dir);
+  setenv("WEFT_FLIGHT_RECORDER_DIR", dir, 1);
+}
+
+static void end_dir(void) {
+  unsetenv("WEFT_FLIGHT_RECORDER_DIR");
+  char cmd[600];
+  snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "# cannot remove %s\n", dir);
+}
+
+static void expect_in(const char *report, const char *what) {
+  if (strstr(report, what) == NULL) fail_msg("weft-flight's report does not say \"%s\":\n%s", what, report);
+}
+
+/* The reader is a Python 3 script: without python3 the reader's cases are skipped. */
+static void need_python(void) {
+  if (system("python3 -c 'import json' >/dev/null 2>&1") != 0) skip();
+}
+
+static void rank_not_calling_is_named_by_the_reader(void **state) {
+  (void)state;
+  need_python();
+  fresh_dir("idle");
+  harness_opts o = {.nranks = 4, .transport = "shm", .timeout_ms = TIMEOUT_MS, .deadline_s = 60};
+  harness_run(&o, idle_body, NULL);
+  char buf[8192];
+  int rc = run_reader(buf, sizeof(buf));
+  if (rc != 0) fail_msg("weft-flight exited %d:\n%s", rc, buf);
+  expect_in(buf, "ranks 0-2 are in all_reduce #6");
+  expect_in(buf, "rank 3 is idle after all_reduce #5 (done) and has not called #6 yet");
+  expect_in(buf, "waiting for rank");
+  expect_in(buf, "stuck: rank 3 is behind");
+  end_dir();
+}
+
+static void rank_stopped_mid_call_is_named_by_the_reader(void **state) {
+  (void)state;
+  need_python();
+  fresh_dir("sigstop");
+  harness_opts o = {.nranks = 4, .transport = "shm", .timeout_ms = TIMEOUT_MS, .deadline_s = 60};
+  harness_run(&o, stop_body, NULL);
+  char buf[8192];
+  int rc = run_reader(buf, sizeof(buf));
+  if (rc != 0) fail_msg("weft-flight exited %d:\n%s", rc, buf);
+  expect_in(buf, "stuck: ");
+  const char *stuck = strstr(buf, "stuck: ");
+  if (stuck == NULL || (strstr(stuck, "rank 3 (") == NULL && strstr(stuck, "for rank 3") == NULL))
+    fail_msg("weft-flight does not name rank 3 as the stuck one:\n%s", buf);
+  end_dir();
+}
+
+static int api_body(harness_rank *r) {
+  for (int i = 0; i < 3; i++)
+    harness_expect_status(r, weft_all_reduce(sendb, recvb, 16, WEFT_FLOAT32, WEFT_MAX, r->comm, NULL), WEFT_SUCCESS,
+                          "all_reduce");
+  size_t need = 0;
+  char small[16];
+  weft_status_t st = weft_comm_flight_record(r->comm, small, sizeof(small), &need);
+  harness_expect_status(r, st, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_flight_record into 16 bytes");
+  if (need <= sizeof(small) || strlen(small) != sizeof(small) - 1)
+    harness_fail(r, "needed %zu, truncated text of %zu bytes", need, strlen(small));
+  char *buf = malloc(need);
+  size_t need2 = 0;
+  st = weft_comm_flight_record(r->comm, buf, need, &need2);
+  harness_expect_status(r, st, WEFT_SUCCESS, "weft_comm_flight_record into the size it asked for");
+  if (st == WEFT_SUCCESS && (strlen(buf) + 1 != need2 || !strstr(buf, "\"coll\": \"all_reduce\", \"count\": 16") ||
+                             !strstr(buf, "\"op\": \"max\"") || !strstr(buf, "\"seq\": 3") ||
+                             !strstr(buf, "\"state\": \"done\"") || !strstr(buf, "\"in_flight\": null")))
+    harness_fail(r, "the record lacks the calls made: %s", buf);
+  free(buf);
+  harness_expect_status(r, weft_comm_flight_record(NULL, NULL, 0, NULL), WEFT_ERR_INVALID_ARGUMENT, "comm NULL");
+  harness_expect_status(r, weft_comm_flight_record(r->comm, NULL, 5, NULL), WEFT_ERR_INVALID_ARGUMENT,
+                        "buf NULL, len 5");
+  return r->failures;
+}
+
+static void public_call_returns_the_record(void **state) {
+  (void)state;
+  harness_run_simple(2, "shm", api_body, NULL);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(public_call_returns_the_record),
+      cmocka_unit_test(rank_not_calling_is_named_by_the_reader),
+      cmocka_unit_test(rank_stopped_mid_call_is_named_by_the_reader),
+  };
+  harness_filter_from_env();
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
