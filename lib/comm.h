@@ -16,6 +16,7 @@ typedef struct {
   int32_t pid;
   int32_t rank;
   char hostname[64];
+  char transport[16];   /* WEFT_TRANSPORT ("auto" when unset): ranks must agree (connect.c) */
 } weft__peer_info;
 
 /* Slots of per-transport state on a communicator (transports/transport.h's limit). */

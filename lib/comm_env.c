@@ -81,14 +81,19 @@ static void derive_secret(uint8_t secret[16], const launcher_env *which, const c
 }
 
 static weft_status_t parse_secret(const char *hex, uint8_t secret[16]) {
-  if (strlen(hex) != 32)
-    return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "WEFT_SECRET must be 32 hex digits");
-  for (int i = 0; i < 16; i++) {
-    unsigned v;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-      return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "WEFT_SECRET must be 32 hex digits");
-    secret[i] = (uint8_t)v;
-  }
+  if (weft__parse_hex(hex, secret, 16) != 0)
+    return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "WEFT_SECRET has %zu characters; it must be "
+                       "exactly 32 hex digits (0-9, a-f), e.g. from `openssl rand -hex 16`", strlen(hex));
+  return WEFT_SUCCESS;
+}
+
+/* The port part of variable name (value text, port at port): 1..65535 (port 0 would make
+ * rank 0 listen on a random port no other rank can know). */
+static weft_status_t check_port(const char *name, const char *text, const char *port) {
+  uint16_t p;
+  if (port == NULL || weft__parse_port(port, &p) != 0)
+    return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "%s=%s: the port must be a number from 1 to 65535",
+                       name, text);
   return WEFT_SUCCESS;
 }
 
@@ -100,9 +105,12 @@ static weft_status_t root_addr(const launcher_env *which, weft__sockaddr *addr, 
   *found = 1;
   *derived = 0;
   if (root != NULL) {
+    const char *colon = strrchr(root, ':');
+    WEFT_TRY(check_port("WEFT_ROOT_ADDR", root, colon != NULL ? colon + 1 : NULL));
     WEFT_TRY(weft__sockaddr_parse(root, NULL, addr));
-    snprintf(port, len, "%s", strrchr(root, ':') + 1);
+    snprintf(port, len, "%s", colon + 1);
   } else if (getenv("MASTER_ADDR") != NULL && getenv("MASTER_PORT") != NULL) {
+    WEFT_TRY(check_port("MASTER_PORT", getenv("MASTER_PORT"), getenv("MASTER_PORT")));
     snprintf(port, len, "%s", getenv("MASTER_PORT"));
     WEFT_TRY(weft__sockaddr_parse(getenv("MASTER_ADDR"), port, addr));
   } else if (strcmp(which->launcher, "Slurm") == 0 && !weft__pmix_available()) {
@@ -138,7 +146,9 @@ static weft_status_t id_from_root_addr(const launcher_env *which, int rank, cons
   if (rank == 0) {
     weft__sockaddr bind_addr = *addr;
     if (derived) any_address(&bind_addr);
-    WEFT_TRY(weft__bootstrap_root_start(&bind_addr, l.secret, (int)weft__env_long("WEFT_TIMEOUT_MS", 120000)));
+    int timeout_ms;
+    WEFT_TRY(weft__env_timeout_ms(&timeout_ms));
+    WEFT_TRY(weft__bootstrap_root_start(&bind_addr, l.secret, timeout_ms));
   }
   weft__id_set_root(&l, addr);
   memset(id, 0, sizeof(*id));
@@ -156,8 +166,9 @@ static weft_status_t find_id(const launcher_env *which, int rank, int size, cons
   WEFT_TRY(root_addr(which, &addr, port, sizeof(port), &derived, &found));
   if (found) return id_from_root_addr(which, rank, &addr, port, derived, id);
   if (which->may_pmix && weft__pmix_available()) {
-    int timeout = config != NULL && config->timeout_ms > 0 ? config->timeout_ms
-                                                           : (int)weft__env_long("WEFT_TIMEOUT_MS", 120000);
+    int timeout;
+    WEFT_TRY(weft__env_timeout_ms(&timeout));
+    if (config != NULL && config->timeout_ms > 0) timeout = config->timeout_ms;
     return weft__pmix_share_id(rank, size, timeout, id);
   }
   return weft__error(NULL, WEFT_ERR_INVALID_USAGE,

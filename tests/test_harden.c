@@ -3,8 +3,16 @@
  * Placement probe (transports/shm/shm_placement.c): the first 2-rank all-reduce of 256 KiB
  * over shm runs the probe, which waits for its partner; a dead partner must fail it in
  * milliseconds naming the partner, weft_comm_abort from another thread must end it, and a
- * partner that does not come must be waited for asleep, not at 100% CPU. */
+ * partner that does not come must be waited for asleep, not at 100% CPU.
+ *
+ * The environment (lib/env.c, lib/comm_env.c, lib/connect.c): values a cast or a lax parser
+ * used to misread (WEFT_TIMEOUT_MS=4294967297 became 1 ms, ports above 65535, a WEFT_SECRET
+ * sscanf half-read, WEFT_SOCKET_BUFFER_BYTES=4096) are refused at once naming the variable
+ * and the valid range; ranks that disagree on WEFT_TRANSPORT fail at init, not at the
+ * timeout; an operation whose bytes only trickle (its peer stopped and continued again and
+ * again) ends at the timeout, counted for the whole operation. */
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -137,11 +145,172 @@ static void placement_probe_waits_for_an_absent_partner_without_spinning(void **
   harness_run(&o, absent_partner_body, NULL);
 }
 
+/* ---- the environment ---------------------------------------------------------------- */
+
+/* st must be WEFT_ERR_INVALID_USAGE or _ARGUMENT with a last error mentioning each word. */
+static void expect_refusal(weft_status_t st, const char *what, const char *w1, const char *w2) {
+  const char *msg = weft_get_last_error(NULL);
+  if (st != WEFT_ERR_INVALID_USAGE && st != WEFT_ERR_INVALID_ARGUMENT)
+    fail_msg("%s returned %s (\"%s\"), expected a refusal", what, harness_status_name(st), msg);
+  if (strstr(msg, w1) == NULL || (w2 != NULL && strstr(msg, w2) == NULL))
+    fail_msg("%s: the error \"%s\" does not mention \"%s\" and \"%s\"", what, msg, w1, w2 ? w2 : "");
+  printf("# %s: \"%s\"\n", what, msg);
+}
+
+static void a_timeout_beyond_int_is_refused_naming_the_variable(void **state) {
+  weft_unique_id_t id;
+  setenv("WEFT_TIMEOUT_MS", "4294967297", 1);
+  weft_status_t st = weft_get_unique_id(&id);
+  unsetenv("WEFT_TIMEOUT_MS");
+  expect_refusal(st, "weft_get_unique_id with WEFT_TIMEOUT_MS=4294967297", "WEFT_TIMEOUT_MS", "2147483647");
+  setenv("WEFT_TIMEOUT_MS", "0", 1);
+  assert_int_equal(weft_get_unique_id(&id) == WEFT_SUCCESS, 0);
+  unsetenv("WEFT_TIMEOUT_MS");
+}
+
+/* init_from_env as rank 1 of 2 under torchrun's variables, with the given extra ones. */
+static weft_status_t init_as_torchrun_rank(const char *rank, const char *port, const char *secret) {
+  setenv("RANK", rank, 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port, 1);
+  if (secret) setenv("WEFT_SECRET", secret, 1);
+  weft_comm_t comm = NULL;
+  double t0 = harness_now_ms();
+  weft_status_t st = weft_comm_init_from_env(&comm, NULL);
+  double ms = harness_now_ms() - t0;
+  if (comm != NULL) weft_comm_destroy(comm);
+  unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
+  unsetenv("WEFT_SECRET");
+  if (ms > 1000) fail_msg("init from the environment took %.0f ms to fail", ms);
+  return st;
+}
+
+static void ports_outside_1_to_65535_are_refused_naming_the_variable(void **state) {
+  expect_refusal(init_as_torchrun_rank("1", "70000", NULL), "MASTER_PORT=70000", "MASTER_PORT", "65535");
+  expect_refusal(init_as_torchrun_rank("1", "0", NULL), "MASTER_PORT=0", "MASTER_PORT", "65535");
+  expect_refusal(init_as_torchrun_rank("1", "12x", NULL), "MASTER_PORT=12x", "MASTER_PORT", "65535");
+}
+
+static void a_malformed_secret_is_refused(void **state) {
+  /* 32 characters that sscanf("%2x") read as 16 bytes */
+  expect_refusal(init_as_torchrun_rank("1", "29500", "+f+f+f+f+f+f+f+f+f+f+f+f+f+f+f+f"),
+                 "WEFT_SECRET=+f+f...", "WEFT_SECRET", "32 hex digits");
+  expect_refusal(init_as_torchrun_rank("1", "29500", " 1 2 3 4 5 6 7 8 9 a b c d e f 0"),
+                 "WEFT_SECRET with blanks", "WEFT_SECRET", "32 hex digits");
+}
+
+/* Each rank sets its own WEFT_TRANSPORT before init: rank 0 shm, rank 1 socket. */
+static int transport_mismatch_body(harness_rank *r) {
+  setenv("WEFT_TRANSPORT", r->rank == 0 ? "shm" : "socket", 1);
+  double t0 = harness_now_ms();
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  double ms = harness_now_ms() - t0;
+  const char *msg = weft_get_last_error(NULL);
+  if (st != WEFT_ERR_INVALID_USAGE || strstr(msg, "WEFT_TRANSPORT") == NULL)
+    harness_fail(r, "init with WEFT_TRANSPORT shm on rank 0 and socket on rank 1 returned %s: \"%s\"",
+                 harness_status_name(st), msg);
+  if (ms > 3000) harness_fail(r, "the mismatch was found only after %.0f ms (timeout %d ms)", ms,
+                              r->config.timeout_ms);
+  harness_note(r, "init failed after %.0f ms: \"%s\"", ms, msg);
+  if (st == WEFT_SUCCESS) weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void ranks_disagreeing_on_weft_transport_fail_at_init(void **state) {
+  harness_opts o = {.nranks = 2, .timeout_ms = 20000, .deadline_s = 60, .no_init = 1};
+  harness_run(&o, transport_mismatch_body, NULL);
+}
+
+static int tiny_socket_buffer_body(harness_rank *r) {
+  setenv("WEFT_SOCKET_BUFFER_BYTES", "4096", 1);
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  const char *msg = weft_get_last_error(NULL);
+  if (st == WEFT_SUCCESS || strstr(msg, "WEFT_SOCKET_BUFFER_BYTES") == NULL)
+    harness_fail(r, "init with WEFT_SOCKET_BUFFER_BYTES=4096 returned %s: \"%s\"", harness_status_name(st), msg);
+  harness_note(r, "init returned %s: \"%s\"", harness_status_name(st), msg);
+  if (st == WEFT_SUCCESS) weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void a_socket_buffer_too_small_to_move_data_is_refused(void **state) {
+  harness_opts o = {.nranks = 2, .transport = "socket", .timeout_ms = 5000, .deadline_s = 60, .no_init = 1};
+  harness_run(&o, tiny_socket_buffer_body, NULL);
+}
+
+/* Rank 0 stops rank 1 for 150 ms and lets it run 1 ms, again and again, during a 64 MiB
+ * all-reduce over sockets: bytes keep trickling, so only a bound on the whole operation
+ * (timeout 1 s) ends it. Measured before that bound: the call ran on for many seconds. */
+typedef struct {
+  pid_t victim;
+  atomic_int stop;
+} stutter_arg;
+
+static void *stutter(void *p) {
+  stutter_arg *a = p;
+  while (!atomic_load(&a->stop)) {
+    kill(a->victim, SIGSTOP);
+    sleep_ms(150);
+    kill(a->victim, SIGCONT);
+    sleep_ms(1);
+  }
+  kill(a->victim, SIGCONT);
+  return NULL;
+}
+
+#define TRICKLE_COUNT ((size_t)16 << 20)
+
+static int trickle_body(harness_rank *r) {
+  if (!small_all_reduce(r)) return r->failures;
+  float *b = calloc(TRICKLE_COUNT, sizeof(float));
+  if (r->rank == 1) {
+    atomic_store(&r->shared->values[0], (long long)getpid());
+    atomic_store(&r->shared->flags[1], 1);
+    weft_all_reduce(b, b, TRICKLE_COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    harness_wait_flag(r, FLAG_DONE, 1, 60000);
+  } else {
+    harness_wait_flag(r, 1, 1, 10000);
+    stutter_arg a = {.victim = (pid_t)atomic_load(&r->shared->values[0])};
+    pthread_t t;
+    pthread_create(&t, NULL, stutter, &a);
+    double t0 = harness_now_ms();
+    weft_status_t st = weft_all_reduce(b, b, TRICKLE_COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    double ms = harness_now_ms() - t0;
+    atomic_store(&a.stop, 1);
+    pthread_join(t, NULL);
+    if (st != WEFT_ERR_TIMEOUT)
+      harness_fail(r, "a 64 MiB all_reduce with its peer stuttering returned %s after %.0f ms: \"%s\"",
+                   harness_status_name(st), ms, weft_get_last_error(r->comm));
+    if (ms > r->config.timeout_ms + 1500)
+      harness_fail(r, "it ended only after %.0f ms (timeout %d ms)", ms, r->config.timeout_ms);
+    harness_note(r, "ended after %.0f ms with %s: \"%s\"", ms, harness_status_name(st),
+                 weft_get_last_error(r->comm));
+    atomic_store(&r->shared->flags[FLAG_DONE], 1);
+  }
+  free(b);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void an_operation_whose_bytes_trickle_ends_at_the_timeout(void **state) {
+  harness_opts o = {.nranks = 2, .transport = "socket", .timeout_ms = 1000, .deadline_s = 90};
+  harness_run(&o, trickle_body, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(placement_probe_with_a_dead_partner_fails_in_ms_naming_it),
       cmocka_unit_test(placement_probe_ends_at_an_abort_from_another_thread),
       cmocka_unit_test(placement_probe_waits_for_an_absent_partner_without_spinning),
+      cmocka_unit_test(a_timeout_beyond_int_is_refused_naming_the_variable),
+      cmocka_unit_test(ports_outside_1_to_65535_are_refused_naming_the_variable),
+      cmocka_unit_test(a_malformed_secret_is_refused),
+      cmocka_unit_test(ranks_disagreeing_on_weft_transport_fail_at_init),
+      cmocka_unit_test(a_socket_buffer_too_small_to_move_data_is_refused),
+      cmocka_unit_test(an_operation_whose_bytes_trickle_ends_at_the_timeout),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -67,6 +67,7 @@ typedef struct {
 typedef struct {
   int nranks, listen_fd, nsocks;
   size_t split;
+  size_t buffer_bytes;  /* WEFT_SOCKET_BUFFER_BYTES; 0: the kernel's autotuning */
   sock_peer **by_rank;  /* [nranks]; NULL for ranks not reached over sockets */
   /* Setup (socket_setup.c) */
   int checked;          /* the peers' cards were checked */
