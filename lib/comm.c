@@ -150,6 +150,7 @@ static struct weft_comm *new_comm(int nranks, int rank, int timeout_ms, const we
   memcpy(c->secret, id->secret, 16);
   c->bootstrap_fd = -1;
   c->bootstrap_failed_rank = -2;
+  c->root_host_rank = -1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->err_lock, NULL);
   atomic_init(&c->init_state, WEFT__INIT_RUNNING);

@@ -33,6 +33,8 @@ struct weft_comm {
 
   int bootstrap_fd;          /* connection to the root; -1 when closed */
   int bootstrap_failed_rank; /* set once the root reported a failure (-1: the root); -2: none */
+  int root_host_rank;        /* the rank whose process hosts the bootstrap root (its end
+                                closing means that rank died), -1: none, or it left cleanly */
   char bootstrap_failed_text[256];
 
   weft__peer_info *peers;    /* [nranks] */

@@ -322,8 +322,13 @@ static const char *root_reported_failure(struct weft_comm *comm) {
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
   }
-  if (failed < 0) return NULL; /* the root itself is gone: it names nobody */
-  snprintf(text, sizeof(text), "peer %d failed: %s", failed, why);
+  if (failed < 0 && (comm->root_host_rank < 0 || comm->root_host_rank == comm->rank))
+    return NULL; /* a root no rank hosts is gone: it names nobody */
+  if (failed < 0) /* the root died with the process of the rank that hosted it */
+    snprintf(text, sizeof(text), "peer %d failed: its process, which hosted the bootstrap root, exited "
+             "or failed (the root's connection closed)", comm->root_host_rank);
+  else
+    snprintf(text, sizeof(text), "peer %d failed: %s", failed, why);
   return text;
 }
 

@@ -10,7 +10,16 @@
  * sscanf half-read, WEFT_SOCKET_BUFFER_BYTES=4096) are refused at once naming the variable
  * and the valid range; ranks that disagree on WEFT_TRANSPORT fail at init, not at the
  * timeout; an operation whose bytes only trickle (its peer stopped and continued again and
- * again) ends at the timeout, counted for the whole operation. */
+ * again) ends at the timeout, counted for the whole operation.
+ *
+ * The bootstrap root (lib/bootstrap_root.c): 1,100 idle connections and clients that send
+ * 2 bytes and stop must neither lock real ranks out nor delay them; out of descriptors
+ * (RLIMIT_NOFILE) it must not spin and must still admit ranks; an authenticated hello
+ * claiming 10^8 ranks is refused, and one claiming 10^7 costs the root almost nothing.
+ *
+ * Blame: when rank 0, whose process hosts the root, dies, the survivors (which give up and
+ * leave at once, as real jobs do) must name rank 0, not each other. */
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <setjmp.h>
@@ -21,11 +30,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "lib/bootstrap.h"
+#include "lib/bootstrap_wire.h"
 #include "tests/harness.h"
 
 #define PROBE_COUNT (256 * 1024 / 4) /* float32 elements: the probe's threshold */
@@ -300,6 +315,200 @@ static void an_operation_whose_bytes_trickle_ends_at_the_timeout(void **state) {
   harness_run(&o, trickle_body, NULL);
 }
 
+/* ---- the bootstrap root -------------------------------------------------------------- */
+
+/* A TCP connection to the root of id; -1 on failure. */
+static int connect_to_root(const weft_unique_id_t *id) {
+  const weft__id_layout *l = (const weft__id_layout *)id->internal;
+  weft__sockaddr a;
+  weft__id_get_root(l, &a);
+  int fd = socket(a.ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (struct sockaddr *)&a.ss, a.len) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+static int init_body(harness_rank *r) {
+  double t0 = harness_now_ms();
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  double ms = harness_now_ms() - t0;
+  if (!harness_expect_status(r, st, WEFT_SUCCESS, "init while strangers crowd the root")) {
+    r->comm = NULL;
+    return r->failures;
+  }
+  if (ms > 3000) harness_fail(r, "init took %.0f ms", ms);
+  harness_note(r, "init took %.0f ms", ms);
+  small_all_reduce(r);
+  return r->failures;
+}
+
+/* 1,100 idle connections and 3 that send 2 bytes of a header and stop, then 2 real ranks. */
+static void idle_and_slow_connections_do_not_keep_ranks_from_the_root(void **state) {
+  enum { IDLE = 1100, SLOW = 3 };
+  weft_unique_id_t id;
+  assert_int_equal(weft_get_unique_id(&id), WEFT_SUCCESS);
+  int fds[IDLE + SLOW], n = 0;
+  for (int i = 0; i < IDLE + SLOW; i++) {
+    int fd = connect_to_root(&id);
+    if (fd < 0) break;
+    if (i >= IDLE) (void)!write(fd, "\x01\x00", 2);
+    fds[n++] = fd;
+  }
+  if (n < IDLE + SLOW) fail_msg("opened only %d connections to the root", n);
+  sleep_ms(200); /* let the root take them all in */
+  harness_opts o = {.nranks = 2, .transport = "socket", .timeout_ms = 20000, .deadline_s = 60, .no_init = 1, .id = &id};
+  harness_run(&o, init_body, NULL);
+  for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+/* The root lives in a child process limited to 48 descriptors, flooded with 100 idle
+ * connections: it must use little CPU meanwhile and still admit 2 ranks. */
+static void a_root_out_of_descriptors_does_not_spin_and_still_admits_ranks(void **state) {
+  int pipefd[2];
+  assert_int_equal(pipe(pipefd), 0);
+  int go[2];
+  assert_int_equal(pipe(go), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    struct rlimit rl = {48, 48};
+    setrlimit(RLIMIT_NOFILE, &rl);
+    weft_unique_id_t cid;
+    if (weft_get_unique_id(&cid) != WEFT_SUCCESS) _exit(2);
+    (void)!write(pipefd[1], &cid, sizeof cid);
+    char c;
+    (void)!read(go[0], &c, 1); /* the flood is in */
+    double c0 = cpu_s();
+    sleep_ms(1000);
+    double used = cpu_s() - c0;
+    (void)!write(pipefd[1], &used, sizeof used);
+    sleep_ms(60000); /* host the root until killed */
+    _exit(0);
+  }
+  weft_unique_id_t id;
+  assert_int_equal(read(pipefd[0], &id, sizeof id), (ssize_t)sizeof id);
+  int fds[100], n = 0;
+  for (int i = 0; i < 100; i++)
+    if ((fds[n] = connect_to_root(&id)) >= 0) n++;
+  sleep_ms(100);
+  (void)!write(go[1], "g", 1);
+  double used = -1;
+  (void)!read(pipefd[0], &used, sizeof used);
+  printf("# the root's process used %.0f ms of CPU in 1 s with %d connections and 48 descriptors\n",
+         used * 1000, n);
+  harness_opts o = {.nranks = 2, .transport = "socket", .timeout_ms = 20000, .deadline_s = 60, .no_init = 1, .id = &id};
+  harness_run(&o, init_body, NULL);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  for (int i = 0; i < n; i++) close(fds[i]);
+  close(pipefd[0]), close(pipefd[1]), close(go[0]), close(go[1]);
+  if (used < 0 || used > 0.2) fail_msg("the root's process used %.0f ms of CPU in 1 s", used * 1000);
+}
+
+/* Sends an authenticated hello claiming rank `rank` of `nranks`; returns the fd. */
+static int hello_claiming(const weft_unique_id_t *id, int rank, int nranks) {
+  const weft__id_layout *l = (const weft__id_layout *)id->internal;
+  int fd = connect_to_root(id);
+  assert_true(fd >= 0);
+  struct {
+    weft__bs_header h;
+    weft__bs_hello b;
+  } m;
+  memset(&m, 0, sizeof m);
+  m.h = (weft__bs_header){WEFT__BS_HELLO, sizeof(m.b)};
+  m.b.magic = WEFT__ID_MAGIC;
+  memcpy(m.b.secret, l->secret, 16);
+  m.b.rank = rank;
+  m.b.nranks = nranks;
+  m.b.timeout_ms = 5000;
+  assert_int_equal(write(fd, &m, sizeof m), (ssize_t)sizeof m);
+  return fd;
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long kib = -1;
+  while (f != NULL && fgets(line, sizeof line, f) != NULL)
+    if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  if (f != NULL) fclose(f);
+  return kib;
+}
+
+static void a_hello_claiming_huge_nranks_is_bounded_and_costs_the_root_little(void **state) {
+  weft_unique_id_t id;
+  assert_int_equal(weft_get_unique_id(&id), WEFT_SUCCESS);
+  int fd = hello_claiming(&id, 5, 100000000);
+  struct pollfd p = {fd, POLLIN, 0};
+  if (poll(&p, 1, 2000) != 1) fail_msg("no answer within 2 s to a hello claiming 10^8 ranks");
+  weft__bs_header h;
+  assert_int_equal(recv(fd, &h, sizeof h, MSG_WAITALL), (ssize_t)sizeof h);
+  if (h.type != WEFT__BS_REJECT) fail_msg("a hello claiming 10^8 ranks got message type %u, not a refusal", h.type);
+  close(fd);
+
+  assert_int_equal(weft_get_unique_id(&id), WEFT_SUCCESS);
+  long rss0 = rss_kib();
+  double c0 = cpu_s();
+  int a = hello_claiming(&id, 3, 10000000);
+  sleep_ms(300);
+  int b = hello_claiming(&id, 9999999, 10000000); /* two far-apart pages */
+  sleep_ms(500);
+  long grown = rss_kib() - rss0;
+  double used = cpu_s() - c0;
+  printf("# 10^7 ranks claimed: the root grew by %ld KiB and used %.0f ms of CPU in 0.8 s\n", grown, used * 1000);
+  close(a);
+  close(b);
+  if (grown > 32 * 1024) fail_msg("the root grew by %ld KiB for 2 ranks of a claimed 10^7", grown);
+  if (used > 0.25) fail_msg("the root used %.0f ms of CPU in 0.8 s", used * 1000);
+}
+
+/* ---- blame ---------------------------------------------------------------------------- */
+
+/* Rank 0 makes the id (the root lives in its process) and hands it over through shared. */
+static int init_with_root_in_rank0(harness_rank *r) {
+  if (r->rank == 0) {
+    if (!harness_expect_status(r, weft_get_unique_id(&r->id), WEFT_SUCCESS, "weft_get_unique_id")) return -1;
+    memcpy((void *)r->shared->values, &r->id, sizeof r->id);
+    atomic_store(&r->shared->flags[1], 1);
+  } else {
+    if (!harness_wait_flag(r, 1, 1, 10000)) return harness_fail(r, "rank 0 never made the id"), -1;
+    memcpy(&r->id, (void *)r->shared->values, sizeof r->id);
+  }
+  weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
+  if (!harness_expect_status(r, st, WEFT_SUCCESS, "init with the root in rank 0")) {
+    r->comm = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+/* Rank 0 exits before an all-reduce; each survivor, at its error, leaves at once. */
+static int root_rank_dies_body(harness_rank *r) {
+  if (init_with_root_in_rank0(r) != 0) return r->failures;
+  if (!small_all_reduce(r)) return r->failures;
+  if (r->rank == 0) _exit(0);
+  float v[4097] = {0};
+  weft_status_t st = weft_all_reduce(v, v, 4097, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+  const char *msg = weft_get_last_error(r->comm);
+  if (st == WEFT_SUCCESS) harness_fail(r, "all_reduce succeeded with rank 0 gone");
+  else if (!harness_names_rank(msg, 0)) harness_fail(r, "rank 0 died, but the error blames another: \"%s\"", msg);
+  else harness_note(r, "%s: \"%s\"", harness_status_name(st), msg);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void when_rank_0_dies_with_the_root_survivors_name_rank_0(void **state) {
+  const char *transports[] = {"socket", "shm"};
+  for (int k = 0; k < 6; k++) {
+    harness_opts o = {.nranks = k % 3 == 2 ? 4 : 3, .transport = transports[k % 2], .timeout_ms = 10000,
+                      .deadline_s = 60, .no_init = 1};
+    harness_run(&o, root_rank_dies_body, NULL);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(placement_probe_with_a_dead_partner_fails_in_ms_naming_it),
@@ -311,6 +520,10 @@ int main(void) {
       cmocka_unit_test(ranks_disagreeing_on_weft_transport_fail_at_init),
       cmocka_unit_test(a_socket_buffer_too_small_to_move_data_is_refused),
       cmocka_unit_test(an_operation_whose_bytes_trickle_ends_at_the_timeout),
+      cmocka_unit_test(idle_and_slow_connections_do_not_keep_ranks_from_the_root),
+      cmocka_unit_test(a_root_out_of_descriptors_does_not_spin_and_still_admits_ranks),
+      cmocka_unit_test(a_hello_claiming_huge_nranks_is_bounded_and_costs_the_root_little),
+      cmocka_unit_test(when_rank_0_dies_with_the_root_survivors_name_rank_0),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
