@@ -89,8 +89,11 @@ weft_status_t weft__bootstrap_join(struct weft_comm *comm, const weft__id_layout
   int fd = weft__sock_connect(&root, deadline);
   if (fd < 0)
     return weft__error(comm, errno == ETIMEDOUT ? WEFT_ERR_TIMEOUT : WEFT_ERR_SYSTEM,
-                       "rank %d: cannot reach the bootstrap root at %s within %d ms: %s",
-                       comm->rank, where, comm->timeout_ms, strerror(errno));
+                       "rank %d: cannot reach the bootstrap root at %s within %d ms: %s%s",
+                       comm->rank, where, comm->timeout_ms, strerror(errno),
+                       errno == ETIMEDOUT ? " (nothing accepted there: is the process that hosts the root "
+                                            "- rank 0, or whoever made the unique id - running, and are "
+                                            "MASTER_ADDR/MASTER_PORT or WEFT_ROOT_ADDR right?)" : "");
   comm->bootstrap_fd = fd;
   weft__bs_hello hello = {WEFT__ID_MAGIC, {0}, comm->rank, comm->nranks, comm->timeout_ms, (int32_t)getpid()};
   memcpy(hello.secret, id->secret, 16);
