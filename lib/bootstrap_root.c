@@ -3,8 +3,11 @@
  *
  * Lifetime: it exits when every rank has said goodbye, when a rank fails (after telling the
  * others), or when ranks do not all join by their deadline (after telling the joined ones
- * which ranks are missing). It never blocks on one rank for long: each message is read
- * within a short deadline once poll() says it has started to arrive. */
+ * which ranks are missing). It never blocks on one rank for long: each message of an
+ * admitted rank is read within a short deadline once poll() says it has started to arrive,
+ * and connections that have not proved the secret are never waited on at all (see
+ * HELLO_DEADLINE_MS below): anyone can connect, so they must cost the root next to nothing.
+ * Thread safety: the root's state belongs to its thread alone. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -167,7 +170,7 @@ static weft_status_t hello_problem(root_state *s, const weft__bs_hello *h, char 
   if (h->nranks < 1 || h->nranks > WEFT__BS_MAX_RANKS || h->rank < 0 || h->rank >= h->nranks) {
     snprintf(why, len, "rank %d of %d is out of range (at most %d ranks)", h->rank, h->nranks,
              WEFT__BS_MAX_RANKS);
-    return WEFT_ERR_INVALID_USAGE;
+    return WEFT_ERR_AUTH;
   }
   if (s->nranks != 0 && h->nranks != s->nranks) {
     snprintf(s->conflict, sizeof(s->conflict),
