@@ -57,7 +57,9 @@ weft_status_t weft__bootstrap_barrier(struct weft_comm *comm);
 
 /* Non-blocking: has the root reported a failed rank (or gone away itself)? WEFT_SUCCESS if
  * not; else WEFT_ERR_REMOTE with *failed_rank set (-1 for the root) and *why a static
- * text owned by comm. Once reported, stays reported. Caller holds comm->lock. */
+ * text owned by comm. Once reported, stays reported. When the root is gone,
+ * comm->root_host_rank (>= 0) is the rank that died with it, unless that rank had left
+ * cleanly before. Caller holds comm->lock. */
 weft_status_t weft__bootstrap_check_failure(struct weft_comm *comm, int *failed_rank,
                                             const char **why);
 

@@ -7,6 +7,7 @@
  * closes the bootstrap connection without a
  * goodbye, so the root tells the other ranks at once instead of leaving them to time out. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -26,7 +27,7 @@
 #define DEFAULT_CHUNK_BYTES (512u << 10)
 
 static weft_status_t check_config(const weft_config_t *cfg, int *timeout_ms, int *blocking) {
-  *timeout_ms = (int)weft__env_long("WEFT_TIMEOUT_MS", DEFAULT_TIMEOUT_MS);
+  WEFT_TRY(weft__env_timeout_ms(timeout_ms));
   *blocking = (int)weft__env_long("WEFT_COMM_BLOCKING", 1);
   if (cfg == NULL) return WEFT_SUCCESS;
   if (cfg->magic != WEFT_CONFIG_MAGIC || cfg->size < sizeof(size_t) + sizeof(unsigned) + 2 * sizeof(int))
@@ -55,6 +56,7 @@ static weft_status_t exchange_peer_info(struct weft_comm *c) {
   me.info.host_hash = weft__host_hash(me.info.hostname, sizeof(me.info.hostname));
   me.info.pid = (int32_t)getpid();
   me.info.rank = c->rank;
+  snprintf(me.info.transport, sizeof(me.info.transport), "%s", weft__env_str("WEFT_TRANSPORT", "auto"));
   weft__topo_discover_quick(&me.topo);
   me.topo.rank = c->rank;
   me.topo.host.hash = me.info.host_hash; /* the communicator's identity (WEFT_HOSTID) */
@@ -155,6 +157,7 @@ static struct weft_comm *new_comm(int nranks, int rank, int timeout_ms, const we
   memcpy(c->secret, id->secret, 16);
   c->bootstrap_fd = -1;
   c->bootstrap_failed_rank = -2;
+  c->root_host_rank = -1;
   pthread_mutex_init(&c->lock, NULL);
   pthread_mutex_init(&c->err_lock, NULL);
   atomic_init(&c->init_state, WEFT__INIT_RUNNING);

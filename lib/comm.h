@@ -18,6 +18,7 @@ typedef struct {
   int32_t pid;
   int32_t rank;
   char hostname[64];
+  char transport[16];   /* WEFT_TRANSPORT ("auto" when unset): ranks must agree (connect.c) */
 } weft__peer_info;
 
 /* Slots of per-transport state on a communicator (transports/transport.h's limit). */
@@ -34,6 +35,8 @@ struct weft_comm {
 
   int bootstrap_fd;          /* connection to the root; -1 when closed */
   int bootstrap_failed_rank; /* set once the root reported a failure (-1: the root); -2: none */
+  int root_host_rank;        /* the rank whose process hosts the bootstrap root (its end
+                                closing means that rank died), -1: none, or it left cleanly */
   char bootstrap_failed_text[256];
 
   weft__peer_info *peers;    /* [nranks] */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include "lib/bootstrap.h"
 #include "lib/env.h"
 #include "lib/launch.h"
@@ -81,14 +82,19 @@ static void derive_secret(uint8_t secret[16], const launcher_env *which, const c
 }
 
 static weft_status_t parse_secret(const char *hex, uint8_t secret[16]) {
-  if (strlen(hex) != 32)
-    return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "WEFT_SECRET must be 32 hex digits");
-  for (int i = 0; i < 16; i++) {
-    unsigned v;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-      return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "WEFT_SECRET must be 32 hex digits");
-    secret[i] = (uint8_t)v;
-  }
+  if (weft__parse_hex(hex, secret, 16) != 0)
+    return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "WEFT_SECRET has %zu characters; it must be "
+                       "exactly 32 hex digits (0-9, a-f), e.g. from `openssl rand -hex 16`", strlen(hex));
+  return WEFT_SUCCESS;
+}
+
+/* The port part of variable name (value text, port at port): 1..65535 (port 0 would make
+ * rank 0 listen on a random port no other rank can know). */
+static weft_status_t check_port(const char *name, const char *text, const char *port) {
+  uint16_t p;
+  if (port == NULL || weft__parse_port(port, &p) != 0)
+    return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "%s=%s: the port must be a number from 1 to 65535",
+                       name, text);
   return WEFT_SUCCESS;
 }
 
@@ -100,9 +106,12 @@ static weft_status_t root_addr(const launcher_env *which, weft__sockaddr *addr, 
   *found = 1;
   *derived = 0;
   if (root != NULL) {
+    const char *colon = strrchr(root, ':');
+    WEFT_TRY(check_port("WEFT_ROOT_ADDR", root, colon != NULL ? colon + 1 : NULL));
     WEFT_TRY(weft__sockaddr_parse(root, NULL, addr));
-    snprintf(port, len, "%s", strrchr(root, ':') + 1);
+    snprintf(port, len, "%s", colon + 1);
   } else if (getenv("MASTER_ADDR") != NULL && getenv("MASTER_PORT") != NULL) {
+    WEFT_TRY(check_port("MASTER_PORT", getenv("MASTER_PORT"), getenv("MASTER_PORT")));
     snprintf(port, len, "%s", getenv("MASTER_PORT"));
     WEFT_TRY(weft__sockaddr_parse(getenv("MASTER_ADDR"), port, addr));
   } else if (strcmp(which->launcher, "Slurm") == 0 && !weft__pmix_available()) {
@@ -125,20 +134,43 @@ static void any_address(weft__sockaddr *a) {
   weft__sockaddr_set_port(a, port);
 }
 
+/* Where the secret of a root at an agreed address comes from, most private first:
+ * WEFT_SECRET; else a random one rank 0 hands the others through the launcher's PMIx
+ * server (use_pmix); else one derived from the launcher's job id and the port, which
+ * anyone who can read those (squeue, ps, the port itself) can compute: then rank 0 warns. */
+static weft_status_t pick_secret(const launcher_env *which, int rank, const char *port, int use_pmix,
+                                 uint8_t secret[16]) {
+  const char *text = getenv("WEFT_SECRET");
+  if (text != NULL) return parse_secret(text, secret);
+  if (use_pmix) {
+    if (rank == 0 && getrandom(secret, 16, 0) != 16)
+      return weft__error(NULL, WEFT_ERR_SYSTEM, "getrandom failed: %s", strerror(errno));
+    return WEFT_SUCCESS; /* the others get it with the id (find_id) */
+  }
+  derive_secret(secret, which, port);
+  const char *job = which->job_var ? getenv(which->job_var) : NULL;
+  if (rank == 0)
+    WEFT_WARN("the bootstrap secret is derived from %s%s%sthe port %s, which other users can learn: "
+              "anyone who reaches the root can join or disturb this job; export WEFT_SECRET=$(openssl "
+              "rand -hex 16) to every rank (see README, Security)", job ? which->job_var : "",
+              job ? "=" : "", job ? " and " : "", port);
+  return WEFT_SUCCESS;
+}
+
 /* Builds the id from the agreed root address; rank 0 opens the root there. */
 static weft_status_t id_from_root_addr(const launcher_env *which, int rank, const weft__sockaddr *addr,
-                                       const char *port, int derived, weft_unique_id_t *id) {
+                                       const char *port, int derived, int use_pmix, weft_unique_id_t *id) {
   weft__id_layout l;
   memset(&l, 0, sizeof(l));
   l.magic = WEFT__ID_MAGIC;
   l.version = WEFT__ID_VERSION;
-  const char *secret = getenv("WEFT_SECRET");
-  if (secret != NULL) WEFT_TRY(parse_secret(secret, l.secret));
-  else derive_secret(l.secret, which, port);
+  WEFT_TRY(pick_secret(which, rank, port, use_pmix, l.secret));
   if (rank == 0) {
     weft__sockaddr bind_addr = *addr;
     if (derived) any_address(&bind_addr);
-    WEFT_TRY(weft__bootstrap_root_start(&bind_addr, l.secret, (int)weft__env_long("WEFT_TIMEOUT_MS", 120000)));
+    int timeout_ms;
+    WEFT_TRY(weft__env_timeout_ms(&timeout_ms));
+    WEFT_TRY(weft__bootstrap_root_start(&bind_addr, l.secret, timeout_ms));
   }
   weft__id_set_root(&l, addr);
   memset(id, 0, sizeof(*id));
@@ -154,12 +186,16 @@ static weft_status_t find_id(const launcher_env *which, int rank, int size, cons
   char port[16];
   int derived, found;
   WEFT_TRY(root_addr(which, &addr, port, sizeof(port), &derived, &found));
-  if (found) return id_from_root_addr(which, rank, &addr, port, derived, id);
-  if (which->may_pmix && weft__pmix_available()) {
-    int timeout = config != NULL && config->timeout_ms > 0 ? config->timeout_ms
-                                                           : (int)weft__env_long("WEFT_TIMEOUT_MS", 120000);
-    return weft__pmix_share_id(rank, size, timeout, id);
+  int pmix = which->may_pmix && weft__pmix_available(), timeout;
+  WEFT_TRY(weft__env_timeout_ms(&timeout));
+  if (config != NULL && config->timeout_ms > 0) timeout = config->timeout_ms;
+  if (found) {
+    /* With PMIx and no WEFT_SECRET, the root's random secret travels through PMIx. */
+    int use_pmix = pmix && getenv("WEFT_SECRET") == NULL;
+    WEFT_TRY(id_from_root_addr(which, rank, &addr, port, derived, use_pmix, id));
+    return use_pmix ? weft__pmix_share_id(rank, size, timeout, rank == 0, id) : WEFT_SUCCESS;
   }
+  if (pmix) return weft__pmix_share_id(rank, size, timeout, 0, id);
   return weft__error(NULL, WEFT_ERR_INVALID_USAGE,
                      "rank %d of %d (%s): no way to find the bootstrap root: set WEFT_ROOT_ADDR=host:port, "
                      "or MASTER_ADDR and MASTER_PORT%s", rank, size, which->launcher,

@@ -27,13 +27,23 @@
 
 _Static_assert((int)WEFT__COMM_TRANSPORTS == (int)WEFT__MAX_TRANSPORTS, "one state slot per transport");
 
-/* WEFT_TRANSPORT's transport; NULL for auto. An unknown name warns and means auto. */
-static const weft__transport *forced_transport(void) {
+/* WEFT_TRANSPORT's transport in *out; NULL for auto. Every rank must set the same (each
+ * peer's value came in the init all-gather, weft__peer_info.transport): two ranks forcing
+ * different transports would each wait for a connection the other never makes, until the
+ * timeout. Errors: WEFT_ERR_INVALID_USAGE for an unknown name or a disagreement, naming
+ * both ranks and values. */
+static weft_status_t forced_transport(struct weft_comm *c, const weft__transport **out) {
   const char *t = weft__env_str("WEFT_TRANSPORT", "auto");
-  if (strcmp(t, "auto") == 0) return NULL;
-  const weft__transport *tr = weft__transport_by_name(t);
-  if (tr == NULL) WEFT_WARN("WEFT_TRANSPORT=%s names no transport; using auto", t);
-  return tr;
+  *out = NULL;
+  if (strcmp(t, "auto") != 0 && (*out = weft__transport_by_name(t)) == NULL)
+    return weft__error(c, WEFT_ERR_INVALID_USAGE, "rank %d: WEFT_TRANSPORT=%s names no transport "
+                       "(auto, or one of the built-in transports such as shm or socket)", c->rank, t);
+  for (int p = 0; p < c->nranks; p++)
+    if (strncmp(c->peers[p].transport, c->peers[c->rank].transport, sizeof(c->peers[p].transport)) != 0)
+      return weft__error(c, WEFT_ERR_INVALID_USAGE, "rank %d: WEFT_TRANSPORT=%.16s here but %.16s on "
+                         "peer %d: set it the same on every rank", c->rank, c->peers[c->rank].transport,
+                         c->peers[p].transport, p);
+  return WEFT_SUCCESS;
 }
 
 static int ntransports(void) {
@@ -44,7 +54,9 @@ static int ntransports(void) {
 
 /* Picks conns[p].tr for every peer and lists each transport's peers: list[t * n ..]. */
 static weft_status_t choose_all(struct weft_comm *c, int *list, int *count) {
-  const weft__transport *forced = c->forced_transport = forced_transport();
+  const weft__transport *forced;
+  WEFT_TRY(forced_transport(c, &forced));
+  c->forced_transport = forced;
   for (int p = 0; p < c->nranks; p++) {
     c->conns[p].peer = p;
     c->conns[p].call = &c->call;

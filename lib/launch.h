@@ -13,12 +13,14 @@
 int weft__pmix_available(void);
 
 /* Exchanges the unique id through PMIx: rank 0 creates it (its process hosts the bootstrap
- * root), puts it under the key "weft.unique_id", and every rank fences and gets rank 0's.
+ * root) unless have_id says its *id is made already (a root opened at an agreed address,
+ * whose random secret only PMIx carries), puts it under the key "weft.unique_id", and
+ * every rank fences and gets rank 0's.
  * rank and nranks are the launcher's; PMIx's own rank and job size must agree with them.
  * Every wait is bounded by timeout_ms (PMIX_TIMEOUT). Errors: WEFT_ERR_SYSTEM (a PMIx call
  * failed; the message names it and PMIx's error string), WEFT_ERR_INVALID_USAGE (PMIx's
  * rank or size differ from the launcher's), WEFT_ERR_UNSUPPORTED (weft built without PMIx). */
-weft_status_t weft__pmix_share_id(int rank, int nranks, int timeout_ms, weft_unique_id_t *id);
+weft_status_t weft__pmix_share_id(int rank, int nranks, int timeout_ms, int have_id, weft_unique_id_t *id);
 
 /* Under srun without PMIx: the bootstrap root's address, agreed without any exchange. The
  * host is the first node of the step (SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST), where

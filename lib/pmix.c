@@ -22,7 +22,8 @@ int weft__pmix_available(void) {
 }
 
 #ifndef WEFT_HAVE_PMIX
-weft_status_t weft__pmix_share_id(int rank, int nranks, int timeout_ms, weft_unique_id_t *id) {
+weft_status_t weft__pmix_share_id(int rank, int nranks, int timeout_ms, int have_id, weft_unique_id_t *id) {
+  (void)have_id;
   return weft__error(NULL, WEFT_ERR_UNSUPPORTED, "weft was built without PMIx (Debian: libpmix-dev)");
 }
 #else
@@ -46,9 +47,9 @@ static pmix_status_t job_size(const pmix_proc_t *me, uint32_t *size) {
   return rc;
 }
 
-static weft_status_t put_id(weft_unique_id_t *id) {
+static weft_status_t put_id(int have_id, weft_unique_id_t *id) {
   char text[WEFT_UNIQUE_ID_STRING_BYTES];
-  WEFT_TRY(weft_get_unique_id(id));
+  if (!have_id) WEFT_TRY(weft_get_unique_id(id));
   WEFT_TRY(weft_unique_id_to_string(id, text));
   pmix_value_t v;
   PMIX_VALUE_LOAD(&v, text, PMIX_STRING);
@@ -90,7 +91,7 @@ static weft_status_t fence(const pmix_proc_t *me, int timeout_ms) {
   return rc == PMIX_SUCCESS ? WEFT_SUCCESS : pmix_failed("PMIx_Fence", rc);
 }
 
-static weft_status_t exchange(const pmix_proc_t *me, int rank, int nranks, int timeout_ms,
+static weft_status_t exchange(const pmix_proc_t *me, int rank, int nranks, int timeout_ms, int have_id,
                               weft_unique_id_t *id) {
   uint32_t size = 0;
   pmix_status_t rc = job_size(me, &size);
@@ -100,17 +101,17 @@ static weft_status_t exchange(const pmix_proc_t *me, int rank, int nranks, int t
                        "rank %d of %d by the launcher's environment, but PMIx says rank %u of %u: "
                        "a launcher inside another one? set WEFT_ROOT_ADDR or MASTER_ADDR/MASTER_PORT",
                        rank, nranks, me->rank, size);
-  if (rank == 0) WEFT_TRY(put_id(id));
+  if (rank == 0) WEFT_TRY(put_id(have_id, id));
   WEFT_TRY(fence(me, timeout_ms));
   if (rank != 0) WEFT_TRY(get_id(me, timeout_ms, id));
   return WEFT_SUCCESS;
 }
 
-weft_status_t weft__pmix_share_id(int rank, int nranks, int timeout_ms, weft_unique_id_t *id) {
+weft_status_t weft__pmix_share_id(int rank, int nranks, int timeout_ms, int have_id, weft_unique_id_t *id) {
   pmix_proc_t me;
   pmix_status_t rc = PMIx_Init(&me, NULL, 0);
   if (rc != PMIX_SUCCESS) return pmix_failed("PMIx_Init", rc);
-  weft_status_t st = exchange(&me, rank, nranks, timeout_ms, id);
+  weft_status_t st = exchange(&me, rank, nranks, timeout_ms, have_id, id);
   PMIx_Finalize(NULL, 0);
   if (st == WEFT_SUCCESS) WEFT_INFO("rank %d: unique id exchanged through PMIx (namespace %s)", rank, me.nspace);
   return st;

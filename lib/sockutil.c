@@ -134,6 +134,11 @@ weft_status_t weft__sockaddr_parse(const char *host, const char *port, weft__soc
       return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
                          "address '%s' is not host:port or [v6addr]:port", host);
   }
+  /* getaddrinfo takes "70000" and wraps it to 4464: refuse numeric ports out of range. */
+  uint16_t port_num;
+  if (p != NULL && p[0] >= '0' && p[0] <= '9' && strcmp(p, "0") != 0 && weft__parse_port(p, &port_num) != 0)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "address '%s' port '%s': a port is a number "
+                       "from 1 to 65535", h, p);
   struct addrinfo hints = {0}, *res = NULL;
   hints.ai_family = weft__sock_family_wanted();
   hints.ai_socktype = SOCK_STREAM;

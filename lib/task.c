@@ -231,6 +231,22 @@ static weft_status_t timed_out(weft__task *t) {
                      comm->timeout_ms, r->done, r->bytes, r->conn->peer);
 }
 
+/* The whole operation ran past the timeout although bytes still trickle in (a peer stopped
+ * and continued again and again, a link crawling): each move reset the idle deadline, so
+ * only this bound ends it. */
+static weft_status_t too_long(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  const weft__req *r = first_pending(comm);
+  if (r == NULL)
+    return weft__error(comm, WEFT_ERR_TIMEOUT, "rank %d: the operation did not finish within %d ms", comm->rank,
+                       comm->timeout_ms);
+  return weft__error(comm, WEFT_ERR_TIMEOUT,
+                     "rank %d: the operation did not finish within %d ms although bytes still move (%s peer %d: "
+                     "%zu of %zu bytes done); is peer %d's link or process crawling?", comm->rank,
+                     comm->timeout_ms, r->kind == WEFT__REQ_SEND ? "send to" : "recv from", r->conn->peer, r->done,
+                     r->bytes, r->conn->peer);
+}
+
 /* The health check of drive(): a failed peer we wait for ends the wait (after a last drain,
  * since it may have sent everything we need before it went). */
 static weft_status_t check_health(weft__task *t) {
@@ -245,12 +261,14 @@ static weft_status_t check_health(weft__task *t) {
   return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: peer %d failed: %s", comm->rank, failed, why);
 }
 
-/* Progresses t until it completes, fails, or times out. The clock costs ~75 ns on the VM
- * (a third of a small all-reduce), so a wait reads it only every CLOCK_EVERY idle looks;
- * a wait that ends sooner never reads it. */
+/* Progresses t until it completes, fails, or times out: nothing moved for the timeout, or
+ * the operation as a whole ran longer than the timeout (counted from its first idle look,
+ * at most CLOCK_EVERY looks after its start). The clock costs ~75 ns on the VM (a third of
+ * a small all-reduce), so a wait reads it only every CLOCK_EVERY idle looks; a wait that
+ * ends sooner never reads it. */
 weft_status_t weft__task_drive(weft__task *t) {
   struct weft_comm *comm = t->comm;
-  uint64_t last_move = 0, last_health = 0, now = 0;
+  uint64_t last_move = 0, last_health = 0, now = 0, started = 0;
   unsigned idle = 0;
   for (;;) {
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
@@ -270,7 +288,9 @@ weft_status_t weft__task_drive(weft__task *t) {
       weft__flight_poll(comm, &comm->flight); /* another thread asked for a snapshot */
       if (idle == CLOCK_EVERY) last_move = now;
       if (last_health == 0) last_health = now;
+      if (started == 0) started = now;
       if (now - last_move > (uint64_t)comm->timeout_ms * 1000000ull) return timed_out(t);
+      if (now - started > (uint64_t)comm->timeout_ms * 1000000ull) return too_long(t);
       if (idle >= SPIN_ITERS && now - last_health > HEALTH_EVERY_NS) {
         last_health = now;
         if ((st = check_health(t)) != WEFT_IN_PROGRESS) return st;
@@ -308,8 +328,13 @@ static const char *root_reported_failure(struct weft_comm *comm) {
     struct timespec ts = {0, 5000000};
     nanosleep(&ts, NULL);
   }
-  if (failed < 0) return NULL; /* the root itself is gone: it names nobody */
-  snprintf(text, sizeof(text), "peer %d failed: %s", failed, why);
+  if (failed < 0 && (comm->root_host_rank < 0 || comm->root_host_rank == comm->rank))
+    return NULL; /* a root no rank hosts is gone: it names nobody */
+  if (failed < 0) /* the root died with the process of the rank that hosted it */
+    snprintf(text, sizeof(text), "peer %d failed: its process, which hosted the bootstrap root, exited "
+             "or failed (the root's connection closed)", comm->root_host_rank);
+  else
+    snprintf(text, sizeof(text), "peer %d failed: %s", failed, why);
   return text;
 }
 

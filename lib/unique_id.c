@@ -66,7 +66,8 @@ weft_status_t weft_get_unique_id(weft_unique_id_t *id) {
   l.version = WEFT__ID_VERSION;
   if (getrandom(l.secret, sizeof(l.secret), 0) != (ssize_t)sizeof(l.secret))
     return weft__error(NULL, WEFT_ERR_SYSTEM, "getrandom failed: %s", strerror(errno));
-  int timeout_ms = (int)weft__env_long("WEFT_TIMEOUT_MS", 120000);
+  int timeout_ms;
+  WEFT_TRY(weft__env_timeout_ms(&timeout_ms));
   WEFT_TRY(weft__bootstrap_root_start(&addr, l.secret, timeout_ms));
   weft__id_set_root(&l, &addr);
   char where[80];

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include "lib/clock.h"
 #include "lib/status.h"
+#include "lib/siphash.h"
 #include "transports/ib/ib_comm.h"
 
 #define HANDLE_MAGIC 0x77666962u /* "wfib" */
@@ -40,7 +41,7 @@ static uint64_t fresh_nonce(void) {
 static void seal(const uint8_t *secret, wire *w, weft__ib_handle *h) {
   w->magic = HANDLE_MAGIC;
   w->version = HANDLE_VERSION;
-  w->mac = weft__ib_siphash(secret, w, offsetof(wire, mac));
+  w->mac = weft__siphash(secret, w, offsetof(wire, mac));
   memset(h, 0, sizeof(*h));
   memcpy(h->bytes, w, sizeof(*w));
 }
@@ -49,7 +50,7 @@ static void seal(const uint8_t *secret, wire *w, weft__ib_handle *h) {
 static weft_status_t open_handle(const weft__ib_opts *o, const weft__ib_handle *h, int kind, uint64_t reply_to,
                                  wire *w) {
   memcpy(w, h->bytes, sizeof(*w));
-  uint64_t mac = weft__ib_siphash(o->secret, w, offsetof(wire, mac));
+  uint64_t mac = weft__siphash(o->secret, w, offsetof(wire, mac));
   if ((mac ^ w->mac) != 0 || w->magic != HANDLE_MAGIC || w->version != HANDLE_VERSION)
     return weft__error(NULL, WEFT_ERR_AUTH, "ib: %s: the connection handle from peer %s does not prove the job's "
                        "secret (a handle of another job, or corrupted); refused", o->self, o->peer);

@@ -136,6 +136,4 @@ void weft__ib_cost(int port, double *alpha_us, double *beta_us_per_byte);
 /* Exposed for tests: the byte range [*off, *off + *len) QP q of nqps carries of a size-byte
  * message (128-byte-aligned chunks; trailing QPs may carry 0 bytes). */
 void weft__ib_chunk(size_t size, int nqps, int q, size_t *off, size_t *len);
-/* SipHash-2-4 of data with a 128-bit key (Aumasson and Bernstein, 2012). */
-uint64_t weft__ib_siphash(const uint8_t key[16], const void *data, size_t len);
 #endif

@@ -10,6 +10,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
+#include "lib/bootstrap.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -100,18 +102,63 @@ static int ring_neighbours(const struct weft_comm *comm, int *next, int *prev) {
  * 30-60 ns to every round trip and blurred one L3 into two). */
 static int phase_of(int pos, int n) { return n % 2 == 1 && pos == n - 1 ? 2 : pos % 2; }
 
-/* One role until done or the deadline. */
+/* Why the probe with peer cannot go on, or WEFT_SUCCESS: the communicator was aborted (by
+ * another thread), the root reported a failed rank, or the peer's process is gone. Costs a
+ * few syscalls (the root's socket, /proc): called at most every LIVENESS_NS. */
+static weft_status_t probe_blocked(struct weft_comm *comm, int peer) {
+  if (atomic_load(&comm->aborted))
+    return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: shm placement probe with peer %d: the "
+                       "communicator was aborted", comm->rank, peer);
+  int failed;
+  const char *why;
+  if (weft__bootstrap_check_failure(comm, &failed, &why) != WEFT_SUCCESS && failed >= 0)
+    return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: shm placement probe with peer %d: %s",
+                       comm->rank, peer, why);
+  weft__conn *c = weft__comm_conn(comm, peer);
+  if ((c->caps & WEFT__TRANSPORT_CAP_LIVENESS) && c->tr->peer_failed(comm, peer, &why))
+    return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: shm placement probe: peer %d %s",
+                       comm->rank, peer, why);
+  return WEFT_SUCCESS;
+}
+
+/* Waiting for a partner that has not come: liveness looked at every LIVENESS_NS, and after
+ * SPIN_NS without a move the wait sleeps NAP_NS at a time instead of spinning (the partner
+ * may be in a long computation; the first round trip is untimed, so a late wake-up costs
+ * nothing in the measurement). */
+#define PROBE_LIVENESS_NS 2000000ull
+#define PROBE_SPIN_NS 2000000ull
+#define PROBE_NAP_NS 100000L
+
+/* One role until done, the deadline, an abort or the partner's failure. The hot loop reads
+ * no clock (a read would distort the timed round trips): only every 1024 idle polls. */
 static weft_status_t run_side(struct weft_comm *comm, probe_side *p, int initiator, int peer) {
-  uint64_t deadline = weft__deadline_after_ms(comm->timeout_ms);
+  uint64_t now = weft__now_ns(), deadline = now + (uint64_t)comm->timeout_ms * 1000000ull;
+  uint64_t idle_since = now, checked_at = now;
+  int moved_since_look = 0;
   if (initiator) atomic_store_explicit(p->line, word(p->gen, 1), memory_order_release);
   for (unsigned polls = 1; !p->done; polls++) {
-    if (initiator ? initiate(p) : respond(p)) continue;
+    if (initiator ? initiate(p) : respond(p)) {
+      moved_since_look = 1;
+      continue;
+    }
     if (polls % 1024 != 0) continue;
-    sched_yield(); /* a partner still in its previous call: let it run if it shares our core */
-    if (weft__now_ns() > deadline)
+    now = weft__now_ns();
+    if (moved_since_look) idle_since = now;
+    moved_since_look = 0;
+    if (now > deadline)
       return weft__error(comm, WEFT_ERR_TIMEOUT,
                          "rank %d: shm placement probe: no answer from peer %d within %d ms",
                          comm->rank, peer, comm->timeout_ms);
+    if (now - checked_at >= PROBE_LIVENESS_NS) {
+      checked_at = now;
+      WEFT_TRY(probe_blocked(comm, peer));
+    }
+    if (now - idle_since < PROBE_SPIN_NS) {
+      sched_yield(); /* a partner still in its previous call: let it run if it shares our core */
+    } else {
+      struct timespec ts = {0, PROBE_NAP_NS};
+      nanosleep(&ts, NULL);
+    }
   }
   return WEFT_SUCCESS;
 }

@@ -55,6 +55,9 @@ int weft__shm_nt_mode(void);
  * says so, runs the probe with the ring successor and predecessor over shm and sets
  * nt_out of the successor's connection; otherwise returns at once. Blocks until the
  * partners join, at most the communicator's timeout: WEFT_ERR_TIMEOUT naming the rank and
- * peer. Caller holds comm->lock. Not thread-safe per communicator. */
+ * peer; within a few ms of a partner's death (its process gone, or the root's notice)
+ * WEFT_ERR_REMOTE naming it, and of weft_comm_abort from another thread WEFT_ERR_ABORTED.
+ * Waits longer than 2 ms sleep rather than spin. Caller holds comm->lock. Not thread-safe
+ * per communicator. */
 weft_status_t weft__shm_placement_check(struct weft__task *t);
 #endif

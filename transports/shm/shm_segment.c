@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include "lib/clock.h"
+#include "lib/siphash.h"
 #include "transports/shm/shm_segment.h"
 
 #ifndef F_SEAL_SEAL
@@ -72,14 +73,17 @@ void weft__shm_segment_release(weft__shm_segment *seg) {
   seg->base = NULL;
 }
 
-/* "\0weft-<32 hex>-<rank>": abstract (no file), private to the network namespace. */
+/* "\0weft-<16 hex>-<rank>": abstract (no file), private to the network namespace. The hex
+ * is a keyed hash of the secret, never the secret: /proc/net/unix shows every such name to
+ * every user of the host. It only has to keep communicators apart; whoever connects must
+ * still prove the secret in its hello (shm_setup.c). */
 static socklen_t sock_name(struct sockaddr_un *sa, const uint8_t secret[16], int rank) {
+  static const char label[] = "weft shm setup socket name";
+  uint64_t tag = weft__siphash(secret, label, sizeof label - 1);
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
   char *p = sa->sun_path + 1;
-  p += sprintf(p, "weft-");
-  for (int i = 0; i < 16; i++) p += sprintf(p, "%02x", secret[i]);
-  p += sprintf(p, "-%d", rank);
+  p += sprintf(p, "weft-%016llx-%d", (unsigned long long)tag, rank);
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - sa->sun_path));
 }
 

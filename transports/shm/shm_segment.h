@@ -30,8 +30,9 @@ void weft__shm_segment_close_fd(weft__shm_segment *seg);
 /* Closes the fd and unmaps; safe on a zeroed or already released segment. */
 void weft__shm_segment_release(weft__shm_segment *seg);
 
-/* Listens on the abstract socket "\0weft-<secret hex>-<rank>" (SOCK_SEQPACKET,
- * non-blocking, close-on-exec). Returns the fd or -1. */
+/* Listens on the abstract socket "\0weft-<16 hex of a keyed hash of secret>-<rank>"
+ * (SOCK_SEQPACKET, non-blocking, close-on-exec); the name never shows the secret, and
+ * whoever connects must still prove it (shm_setup.c). Returns the fd or -1. */
 int weft__shm_sock_listen(const uint8_t secret[16], int rank, int backlog);
 /* Connects to rank's listening socket; retries while it is missing or full, until
  * deadline_ns (then ETIMEDOUT). Returns a non-blocking fd or -1. */

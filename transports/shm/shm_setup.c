@@ -3,17 +3,22 @@
  *
  * Each rank owns one memfd segment holding its inbound FIFOs, one per shm peer (layout in
  * shm_fifo.h).
- *   listen   create the segment and listen on an abstract socket named by the comm's
- *            secret and our rank; the card says (ok, nslots, slot_bytes), so once the core
- *            has all-gathered the cards every listener exists and every rank knows whether
- *            the settings agree.
+ *   listen   create the segment and listen on an abstract socket named by a keyed hash of
+ *            the comm's secret and our rank (never the secret: the name is world-readable
+ *            in /proc/net/unix); the card says (ok, nslots, slot_bytes, a random nonce), so
+ *            once the core has all-gathered the cards every listener exists and every rank
+ *            knows whether the settings agree.
  *   connect  each call does what it can, and says what it still waits for:
  *            a. connect to every peer and send a hello (rank, settings, CMA probe word); a
  *               connect to a listening Unix socket completes from the backlog;
- *            b. accept peers, and once a hello is there check it (and the peer's pid, via
- *               SO_PEERCRED), answer with our segment's fd (SCM_RIGHTS) and the offset of
- *               the FIFO that peer writes into;
- *            c. read each answer on our outgoing connections and map the peer's segment;
+ *            b. accept peers, and once a hello is there check it: its MAC (lib/siphash.h)
+ *               under the secret and our nonce, else the connection is dropped with a
+ *               warning, as is the oldest silent one when more than WEFT__SHM_STRAYS
+ *               wait (a process that read the name cannot hold setup up); then the
+ *               peer's pid (SO_PEERCRED); answer with our segment's fd (SCM_RIGHTS), the
+ *               offset of the FIFO that peer writes into, and a MAC under its nonce;
+ *            c. read each answer on our outgoing connections, check its MAC, and map the
+ *               peer's segment;
  *            d. when all is done, close every socket and fd: only the mappings remain, and
  *               the kernel frees a segment when its last mapping goes, whether ranks exit
  *               cleanly or die. /dev/shm is unused.
@@ -34,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -42,6 +48,7 @@
 #include "lib/env.h"
 #include "lib/log.h"
 #include "lib/proto.h"
+#include "lib/siphash.h"
 #include "lib/status.h"
 #include "topo/topo.h"
 #include "transports/shm/shm_ll.h"
@@ -77,7 +84,22 @@ typedef struct {
   uint64_t cma_bytes;               /* answer only: the hello's sender's single-copy threshold */
   uint64_t ll_max;                  /* answer only: messages of <= ll_max bytes go LL ... */
   uint64_t ll_on;                   /* ... when this is 1 (the answering rank's WEFT_PROTO) */
+  uint64_t mac;                     /* weft__mac of the message (this field 0) and the
+                                       receiver's nonce: the sender knows the secret */
 } shm_msg;
+
+/* Seals m for the rank whose card carried nonce. */
+static void seal(struct weft_comm *comm, shm_msg *m, const uint8_t nonce[16]) {
+  m->mac = 0;
+  m->mac = weft__mac(comm->secret, m, sizeof *m, nonce);
+}
+
+/* Whether m was sealed for us (our nonce) by a holder of the secret. */
+static int sealed_for_us(struct weft_comm *comm, const shm_state *st, const shm_msg *m) {
+  shm_msg c = *m;
+  c.mac = 0;
+  return weft__mac_equal(m->mac, weft__mac(comm->secret, &c, sizeof c, st->nonce));
+}
 
 /* Same host in the system view (which WEFT_HOSTID and WEFT_TOPO_FILE shape): ranks that
  * can map each other's memfds. Preferred there over any network. */
@@ -120,23 +142,27 @@ static shm_state *state_new(const int *peers, int npeers) {
   st->conns = calloc(n, sizeof *st->conns);
   st->out_fds = calloc(n, sizeof *st->out_fds);
   st->in_fds = calloc(n, sizeof *st->in_fds);
-  st->accepted = calloc(n, sizeof *st->accepted);
-  if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds || !st->accepted) return st;
+  st->accepted = calloc(n + WEFT__SHM_STRAYS, sizeof *st->accepted);
+  st->nonces = calloc(n, sizeof *st->nonces);
+  if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds || !st->accepted ||
+      !st->nonces)
+    return st;
   for (int i = 0; i < npeers; i++) {
     st->peers[i] = peers[i];
     st->remote[i] = (weft__shm_segment)WEFT__SHM_SEGMENT_INIT;
-    st->out_fds[i] = st->in_fds[i] = st->accepted[i] = -1;
+    st->out_fds[i] = st->in_fds[i] = -1;
   }
   return st;
 }
 
 static void close_setup_fds(shm_state *st) {
   close_fd(&st->listen_fd);
-  for (int i = 0; st->out_fds && st->in_fds && st->accepted && i < st->npeers; i++) {
+  for (int i = 0; st->out_fds && st->in_fds && i < st->npeers; i++) {
     close_fd(&st->out_fds[i]);
     close_fd(&st->in_fds[i]);
-    close_fd(&st->accepted[i]);
   }
+  for (int k = 0; st->accepted && k < st->naccepted; k++) close_fd(&st->accepted[k]);
+  st->naccepted = 0;
   weft__shm_segment_close_fd(&st->own);
 }
 
@@ -172,8 +198,10 @@ static void populate_small_paths(const weft__shm_fifo *f) {
 
 /* The local half of setup: settings, segment and listening socket. */
 static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
-  if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds || !st->accepted)
+  if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds || !st->accepted || !st->nonces)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shm setup: out of memory", comm->rank);
+  if (getrandom(st->nonce, sizeof st->nonce, 0) != (ssize_t)sizeof st->nonce)
+    return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: shm setup: getrandom: %s", comm->rank, strerror(errno));
   WEFT_TRY(read_settings(comm, &st->nslots, &st->slot_bytes, &st->cma_bytes));
   WEFT_TRY(weft__proto_config(comm, &st->ll_on, &st->ll_max));
   long us = weft__env_long("WEFT_SHM_SLEEP_MAX_US", (long)(SHM_SLEEP_MAX_NS / 1000));
@@ -215,6 +243,7 @@ weft_status_t weft__shm_listen(struct weft_comm *comm, const int *peers, int npe
   comm->transport_state[weft__transport_index(&weft__transport_shm)] = st;
   weft_status_t s = prepare_local(comm, st);
   *me = (shm_card){.ok = s == WEFT_SUCCESS, .nslots = st->nslots, .slot_bytes = st->slot_bytes};
+  memcpy(me->nonce, st->nonce, sizeof me->nonce);
   return s;
 }
 
@@ -231,6 +260,7 @@ static weft_status_t check_cards(struct weft_comm *comm, shm_state *st, const vo
                          "WEFT_SHM_SLOT_BYTES=%llu but this rank %zu and %zu; set them the same "
                          "on every rank", comm->rank, st->peers[i], (unsigned long long)p->nslots,
                          (unsigned long long)p->slot_bytes, st->nslots, st->slot_bytes);
+    memcpy(st->nonces[i], p->nonce, sizeof st->nonces[i]);
   }
   return WEFT_SUCCESS;
 }
@@ -275,6 +305,7 @@ static weft_status_t connect_peers(struct weft_comm *comm, shm_state *st) {
     shm_msg hello = {.magic = SHM_MAGIC, .rank = comm->rank, .to = peer,
                      .nslots = st->nslots, .slot_bytes = st->slot_bytes,
                      .probe_addr = (uint64_t)(uintptr_t)&st->probe, .probe_value = st->probe};
+    seal(comm, &hello, st->nonces[i]);
     if (weft__shm_sock_send(fd, &hello, sizeof hello, -1, weft__now_ns() + SHM_SEND_NS) != 0)
       return sock_failed(comm, what);
   }
@@ -333,6 +364,7 @@ static weft_status_t answer(struct weft_comm *comm, shm_state *st, int fd, const
                .fifo_offset = fifo_offset(st, i), .seg_bytes = st->own.bytes,
                .cma_bytes = sc->cma_recv ? st->cma_bytes : 0,
                .ll_max = st->ll_max, .ll_on = (uint64_t)st->ll_on};
+  seal(comm, &a, st->nonces[i]);
   sc->ll_recv_on = st->ll_on;
   sc->ll_recv_max = st->ll_max;
   sc->ll_recv_seq = 1;
@@ -344,23 +376,45 @@ static weft_status_t answer(struct weft_comm *comm, shm_state *st, int fd, const
   return WEFT_SUCCESS;
 }
 
-/* b: accept what is waiting, and answer every hello that has come. */
+/* b: one accepted connection's hello: 1 when a genuine one came (in *m), 0 when nothing came
+ * yet, -1 when the connection is to be dropped: closed, or a hello that does not prove the
+ * secret (a process that found our socket's name; it must not fail or hold up setup). */
+static int recv_hello(struct weft_comm *comm, const shm_state *st, int fd, shm_msg *m) {
+  if (weft__shm_sock_recv(fd, m, sizeof *m, NULL, 0) != 0) return errno == ETIMEDOUT ? 0 : -1;
+  if (m->magic == SHM_MAGIC && m->to == comm->rank && sealed_for_us(comm, st, m)) return 1;
+  WEFT_WARN("rank %d: shm setup: dropped a connection whose hello does not prove this "
+            "communicator's secret (another job, or a process that read the socket's name?)", comm->rank);
+  return -1;
+}
+
+static void forget_accepted(shm_state *st, int k) {
+  memmove(&st->accepted[k], &st->accepted[k + 1], (size_t)(st->naccepted - k - 1) * sizeof *st->accepted);
+  st->naccepted--;
+}
+
+/* b: accept what is waiting, and answer every genuine hello that has come. */
 static weft_status_t accept_peers(struct weft_comm *comm, shm_state *st) {
   int fd;
-  while (st->naccepted < st->npeers && (fd = weft__shm_sock_accept(st->listen_fd, 0)) >= 0)
+  if (st->listen_fd < 0) return WEFT_SUCCESS; /* no shm peers */
+  while ((fd = weft__shm_sock_accept(st->listen_fd, 0)) >= 0) {
+    if (st->naccepted == st->npeers + WEFT__SHM_STRAYS) { /* the oldest silent one goes */
+      close(st->accepted[0]);
+      forget_accepted(st, 0);
+    }
     st->accepted[st->naccepted++] = fd;
-  if (st->naccepted < st->npeers && errno != ETIMEDOUT) return sock_failed(comm, "accepting a peer");
-  for (int k = 0; k < st->naccepted; k++) {
-    if (st->accepted[k] < 0) continue;
+  }
+  if (errno != ETIMEDOUT) return sock_failed(comm, "accepting a peer");
+  for (int k = 0; k < st->naccepted;) {
     shm_msg m;
-    weft_status_t s;
-    if (!try_recv(comm, st->accepted[k], &m, NULL, "reading a peer's hello", &s)) {
-      if (s != WEFT_SUCCESS) return s;
+    int got = recv_hello(comm, st, st->accepted[k], &m);
+    if (got == 0) {
+      k++;
       continue;
     }
     fd = st->accepted[k];
-    st->accepted[k] = -1;
-    WEFT_TRY(answer(comm, st, fd, &m));
+    forget_accepted(st, k);
+    if (got < 0) close(fd);
+    else WEFT_TRY(answer(comm, st, fd, &m));
   }
   return WEFT_SUCCESS;
 }
@@ -372,6 +426,11 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, cons
   if (s != WEFT_SUCCESS) {
     close_fd(&seg_fd);
     return s;
+  }
+  if (!sealed_for_us(comm, st, m)) {
+    close_fd(&seg_fd);
+    return weft__error(comm, WEFT_ERR_AUTH, "rank %d: shm setup: the answer on our connection to peer %d "
+                       "does not prove the communicator's secret", comm->rank, peer);
   }
   if (m->rank != peer || seg_fd < 0 || m->fifo_offset + st->fifo_bytes > m->seg_bytes) {
     close_fd(&seg_fd);
@@ -480,6 +539,7 @@ void weft__shm_close(struct weft_comm *comm) {
   free(st->out_fds);
   free(st->in_fds);
   free(st->accepted);
+  free(st->nonces);
   free(st->scratch);
   free(st);
 }

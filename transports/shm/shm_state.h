@@ -19,8 +19,11 @@ typedef struct {
   /* Setup (shm_setup.c), all closed once connected */
   int listen_fd;
   int *out_fds, *in_fds;      /* [npeers] setup sockets: we connected / we accepted */
-  int *accepted;              /* [npeers] accepted sockets whose hello has not come yet */
+  int *accepted;              /* [npeers + WEFT__SHM_STRAYS] accepted sockets whose hello has
+                                 not come yet, oldest first */
   int naccepted, checked, nmapped, nanswered;
+  uint8_t nonce[16];          /* random, in our card: hellos to us must MAC it (lib/siphash.h) */
+  uint8_t (*nonces)[16];      /* [npeers] the peers' nonces, from their cards */
   size_t cma_bytes;           /* WEFT_SHM_CMA_BYTES: single copy from this size; 0: off */
   uint64_t probe;             /* a random word peers read to test CMA on us */
   char *scratch;              /* SHM_CMA_REDUCE_PIECE bytes, allocated on first use */
@@ -38,7 +41,12 @@ typedef struct {
   int32_t ok;           /* 0: this rank could not prepare its shared memory */
   int32_t pad;
   uint64_t nslots, slot_bytes;
+  uint8_t nonce[16];    /* what a setup message to this rank must MAC with the secret */
 } weft__shm_card;
+
+/* Room for connections that are not our peers' (another process found the socket's name
+ * in /proc/net/unix) beside the peers' own: the oldest is closed when more come. */
+enum { WEFT__SHM_STRAYS = 16 };
 
 extern const weft__transport weft__transport_shm;
 

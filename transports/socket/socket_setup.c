@@ -5,19 +5,23 @@
  * beside its NUMA node, topo/comm_topo.c); its card carries that address and its framing
  * settings, so once the core has all-gathered the cards every rank has every other's
  * address. connect, for a pair a < b: a opens NSOCKS connections to b (WEFT_SOCKET_NSOCKS,
- * default 2) and sends on each a hello {magic, the comm's secret, a, socket index,
- * NSOCKS}; b accepts, and once a hello has come checks the secret, files the socket under
- * (a, index) and answers an ack; a reads its acks. Each call does what it can: a connect
+ * default 2) and sends on each a hello {magic, a, socket index, NSOCKS, b, MAC}; b
+ * accepts, and once a hello has come checks its MAC (lib/siphash.h: under the comm's
+ * secret and the random nonce of b's card, so the secret never crosses the wire and a
+ * hello recorded for another communicator does not verify), files the socket under
+ * (a, index) and answers an ack MAC'd with a's nonce; a reads and checks its acks. Each call does what it can: a connect
  * completes in the peer's listen backlog (one round trip), a hello or an ack is read only
  * once poll says it is there, so no rank waits on one that is itself waiting, and the whole
  * mesh forms in about one round trip. A stray connection that never says hello stays
- * pending without holding setup up; one with a wrong secret is dropped with a warning. */
+ * pending without holding setup up (the oldest is closed when more than PENDING_EXTRA
+ * strays wait); one whose hello does not verify is dropped with a warning. */
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +29,7 @@
 #include "lib/comm.h"
 #include "lib/env.h"
 #include "lib/log.h"
+#include "lib/siphash.h"
 #include "lib/sockutil.h"
 #include "lib/status.h"
 #include "topo/topo.h"
@@ -58,6 +63,7 @@ static void peer_free(sock_peer *sp) {
 static weft_status_t make_card(struct weft_comm *comm, sock_state *st, int npeers,
                                sock_card *card) {
   card->ok = 1;
+  memcpy(card->nonce, st->nonce, sizeof card->nonce);
   card->nsocks = st->nsocks;
   card->split = st->split;
   if (npeers == 0) return WEFT_SUCCESS;
@@ -88,7 +94,9 @@ static weft_status_t make_card(struct weft_comm *comm, sock_state *st, int npeer
 
 static weft_status_t state_new(struct weft_comm *comm, const int *peers, int npeers, sock_state **out) {
   sock_state *st = calloc(1, sizeof *st);
-  if (st == NULL || (st->by_rank = calloc((size_t)comm->nranks, sizeof(sock_peer *))) == NULL) {
+  if (st == NULL || (st->by_rank = calloc((size_t)comm->nranks, sizeof(sock_peer *))) == NULL ||
+      (st->peer_nonce = calloc((size_t)comm->nranks, sizeof *st->peer_nonce)) == NULL) {
+    if (st != NULL) free(st->by_rank);
     free(st);
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: socket setup: out of memory", comm->rank);
   }
@@ -96,6 +104,8 @@ static weft_status_t state_new(struct weft_comm *comm, const int *peers, int npe
   *out = st;
   st->nranks = comm->nranks;
   st->listen_fd = -1;
+  if (getrandom(st->nonce, sizeof st->nonce, 0) != (ssize_t)sizeof st->nonce)
+    return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: socket setup: getrandom: %s", comm->rank, strerror(errno));
   /* 2 measured best on loopback (2 cores): 16 MiB all-reduce busbw 2.3-3.2 GB/s with 2
    * sockets, 2.2-2.9 with 1, 1.5-2.4 with 4. Between hosts, striping also spreads flows. */
   long n = weft__env_long("WEFT_SOCKET_NSOCKS", 2);
@@ -105,6 +115,14 @@ static weft_status_t state_new(struct weft_comm *comm, const int *peers, int npe
   }
   st->nsocks = (int)n;
   st->split = weft__env_size("WEFT_SOCKET_SPLIT_BYTES", 256 * 1024);
+  /* Below 64 KiB a buffer stalls every transfer on ACK round trips (4096 made a 256 KiB
+   * all-reduce take 9.7 s on loopback): refused rather than obeyed. */
+  weft_status_t s = weft__env_size_in("WEFT_SOCKET_BUFFER_BYTES", 0, 64 * 1024, 1u << 30, 1, &st->buffer_bytes);
+  if (s != WEFT_SUCCESS) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", weft__thread_last_error());
+    return weft__error(comm, s, "rank %d: socket setup: %s", comm->rank, why);
+  }
   for (int i = 0; i < npeers; i++) {
     int p = peers[i];
     if (p < 0 || p >= comm->nranks || p == comm->rank || st->by_rank[p] != NULL) continue;
@@ -151,7 +169,8 @@ static int readable(int fd) {
 
 /* Opens socket idx to higher peer sp and sends its hello; the ack is read later. 0 with
  * nothing done when its connect did not complete in one step (the next call retries). */
-static weft_status_t connect_one(struct weft_comm *comm, sock_peer *sp, int idx, const weft__sockaddr *addr) {
+static weft_status_t connect_one(struct weft_comm *comm, sock_peer *sp, int idx, const sock_card *card) {
+  const weft__sockaddr *addr = &card->addr;
   char buf[96];
   int fd = weft__sock_connect(addr, weft__now_ns() + STEP_NS);
   if (fd < 0 && errno == ETIMEDOUT) return WEFT_SUCCESS;
@@ -159,20 +178,27 @@ static weft_status_t connect_one(struct weft_comm *comm, sock_peer *sp, int idx,
     return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: socket setup: connect to peer %d at %s failed: %s",
                        comm->rank, sp->peer, weft__sockaddr_str(addr, buf, sizeof buf), strerror(errno));
   sp->fd[idx] = fd;
-  sock_hello h = {.magic = HELLO_MAGIC, .rank = comm->rank, .index = idx, .nsocks = sp->nsocks};
-  memcpy(h.secret, comm->secret, 16);
+  sock_hello h = {.magic = HELLO_MAGIC, .rank = comm->rank, .index = idx, .nsocks = sp->nsocks, .to = sp->peer};
+  h.mac = weft__mac(comm->secret, &h, sizeof h, card->nonce);
   if (weft__sock_send_all(fd, &h, sizeof h, weft__now_ns() + STEP_NS) != 0)
     return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: socket setup: hello to peer %d "
                        "failed: %s", comm->rank, sp->peer, strerror(errno));
   return WEFT_SUCCESS;
 }
 
+/* Whether hello h was made for this rank (our nonce) by a holder of the secret. */
+static int hello_ok(struct weft_comm *comm, const sock_state *st, const sock_hello *h) {
+  sock_hello c = *h;
+  c.mac = 0;
+  return h->magic == HELLO_MAGIC && h->to == comm->rank &&
+         weft__mac_equal(h->mac, weft__mac(comm->secret, &c, sizeof c, st->nonce));
+}
+
 /* Checks a pending socket's hello (it has bytes to read) and files it under its peer; a
  * connection that is not one of ours is closed with a warning, a real mismatch is an error. */
 static weft_status_t file_accepted(struct weft_comm *comm, sock_state *st, int fd) {
   sock_hello h;
-  if (weft__sock_recv_all(fd, &h, sizeof h, weft__now_ns() + STEP_NS) != 0 || h.magic != HELLO_MAGIC ||
-      memcmp(h.secret, comm->secret, 16) != 0) {
+  if (weft__sock_recv_all(fd, &h, sizeof h, weft__now_ns() + STEP_NS) != 0 || !hello_ok(comm, st, &h)) {
     WEFT_WARN("rank %d: socket setup: dropped a connection without this communicator's "
               "hello (another job or a stray client?)", comm->rank);
     close(fd);
@@ -194,7 +220,8 @@ static weft_status_t file_accepted(struct weft_comm *comm, sock_state *st, int f
   }
   sp->fd[h.index] = fd;
   st->filed++;
-  sock_ack a = {.magic = ACK_MAGIC, .rank = comm->rank, .status = 0};
+  sock_ack a = {.magic = ACK_MAGIC, .rank = comm->rank, .status = 0, .index = h.index, .to = p};
+  a.mac = weft__mac(comm->secret, &a, sizeof a, st->peer_nonce[p]);
   if (weft__sock_send_all(fd, &a, sizeof a, weft__now_ns() + STEP_NS) != 0)
     return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: socket setup: ack to peer %d failed: "
                        "%s", comm->rank, p, strerror(errno));
@@ -204,28 +231,40 @@ static weft_status_t file_accepted(struct weft_comm *comm, sock_state *st, int f
 /* Accepts what waits in the backlog, and files every pending socket whose hello came. */
 static weft_status_t accept_some(struct weft_comm *comm, sock_state *st) {
   int fd;
-  while (st->npending < st->incoming + PENDING_EXTRA && (fd = weft__sock_accept(st->listen_fd, 0)) >= 0)
+  while ((fd = weft__sock_accept(st->listen_fd, 0)) >= 0) {
+    if (st->npending == st->incoming + PENDING_EXTRA) { /* the oldest silent one goes */
+      close(st->pending[0]);
+      memmove(&st->pending[0], &st->pending[1], (size_t)(--st->npending) * sizeof *st->pending);
+    }
     st->pending[st->npending++] = fd;
-  if (st->npending < st->incoming + PENDING_EXTRA && errno != ETIMEDOUT)
+  }
+  if (errno != ETIMEDOUT)
     return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: socket setup: accept failed: %s", comm->rank,
                        strerror(errno));
-  for (int k = 0; k < st->npending; k++) {
-    if (!readable(st->pending[k])) continue;
+  for (int k = 0; k < st->npending;) {
+    if (!readable(st->pending[k])) {
+      k++;
+      continue;
+    }
     fd = st->pending[k];
-    st->pending[k--] = st->pending[--st->npending];
+    memmove(&st->pending[k], &st->pending[k + 1], (size_t)(st->npending - k - 1) * sizeof *st->pending);
+    st->npending--;
     WEFT_TRY(file_accepted(comm, st, fd));
   }
   return WEFT_SUCCESS;
 }
 
-static weft_status_t read_ack(struct weft_comm *comm, sock_peer *sp, int idx) {
+static weft_status_t read_ack(struct weft_comm *comm, const sock_state *st, sock_peer *sp, int idx) {
   sock_ack a;
   if (weft__sock_recv_all(sp->fd[idx], &a, sizeof a, weft__now_ns() + STEP_NS) != 0)
     return weft__error(comm, errno == ETIMEDOUT ? WEFT_ERR_TIMEOUT : WEFT_ERR_REMOTE,
                        "rank %d: socket setup: no ack from peer %d: %s", comm->rank,
                        sp->peer, errno == ECONNRESET ? "peer closed the connection "
                        "(exited, failed or rejected our secret?)" : strerror(errno));
-  if (a.magic != ACK_MAGIC || a.rank != sp->peer || a.status != 0)
+  sock_ack c = a;
+  c.mac = 0;
+  if (a.magic != ACK_MAGIC || a.rank != sp->peer || a.status != 0 || a.to != comm->rank || a.index != idx ||
+      !weft__mac_equal(a.mac, weft__mac(comm->secret, &c, sizeof c, st->nonce)))
     return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: socket setup: peer %d answered with "
                        "a bad ack", comm->rank, sp->peer);
   sp->acked[idx] = 1;
@@ -239,8 +278,8 @@ static weft_status_t connect_up(struct weft_comm *comm, sock_state *st, const vo
   for (int p = comm->rank + 1; p < st->nranks; p++) {
     sock_peer *sp = st->by_rank[p];
     for (int i = 0; sp != NULL && i < sp->nsocks; i++) {
-      if (sp->fd[i] < 0) WEFT_TRY(connect_one(comm, sp, i, &((const sock_card *)cards[p])->addr));
-      if (sp->fd[i] >= 0 && !sp->acked[i] && readable(sp->fd[i])) WEFT_TRY(read_ack(comm, sp, i));
+      if (sp->fd[i] < 0) WEFT_TRY(connect_one(comm, sp, i, cards[p]));
+      if (sp->fd[i] >= 0 && !sp->acked[i] && readable(sp->fd[i])) WEFT_TRY(read_ack(comm, st, sp, i));
       *open += !sp->acked[i];
     }
   }
@@ -248,13 +287,13 @@ static weft_status_t connect_up(struct weft_comm *comm, sock_state *st, const vo
 }
 
 /* Data sockets never block; small messages must not wait for Nagle. */
-static weft_status_t tune_fd(struct weft_comm *comm, sock_peer *sp, int fd) {
+static weft_status_t tune_fd(struct weft_comm *comm, const sock_state *st, sock_peer *sp, int fd) {
   if (weft__sock_set_nonblock(fd, 1) != 0 || weft__sock_set_nodelay(fd) != 0)
     return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: socket setup: socket options for "
                        "peer %d: %s", comm->rank, sp->peer, strerror(errno));
   /* Fixed buffers turn off the kernel's autotuning; on loopback 4 MiB measured no better
    * (within noise), so they stay opt-in for long fat links. */
-  int sz = (int)weft__env_size("WEFT_SOCKET_BUFFER_BYTES", 0);
+  int sz = (int)st->buffer_bytes;
   if (sz > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
@@ -286,7 +325,10 @@ static void close_setup(sock_state *st) {
 weft_status_t weft__socket_connect(struct weft_comm *comm, const void *const *cards, char *waiting, size_t len) {
   sock_state *st = weft__socket_state_of(comm);
   for (int p = 0; !st->checked && p < comm->nranks; p++)
-    if (st->by_rank[p] != NULL) WEFT_TRY(check_card(comm, st, p, cards[p]));
+    if (st->by_rank[p] != NULL) {
+      WEFT_TRY(check_card(comm, st, p, cards[p]));
+      memcpy(st->peer_nonce[p], ((const sock_card *)cards[p])->nonce, sizeof st->peer_nonce[p]);
+    }
   st->checked = 1;
   int open;
   WEFT_TRY(connect_up(comm, st, cards, &open));
@@ -298,7 +340,7 @@ weft_status_t weft__socket_connect(struct weft_comm *comm, const void *const *ca
   close_setup(st);
   for (int p = 0; p < st->nranks; p++) {
     sock_peer *sp = st->by_rank[p];
-    for (int i = 0; sp != NULL && i < sp->nsocks; i++) WEFT_TRY(tune_fd(comm, sp, sp->fd[i]));
+    for (int i = 0; sp != NULL && i < sp->nsocks; i++) WEFT_TRY(tune_fd(comm, st, sp, sp->fd[i]));
     if (sp != NULL) comm->conns[p].priv = sp;
   }
   return WEFT_SUCCESS;
@@ -314,6 +356,7 @@ void weft__socket_close(struct weft_comm *comm) {
     peer_free(st->by_rank[p]);
   }
   free(st->by_rank);
+  free(st->peer_nonce);
   free(st->pending);
   free(st);
   comm->transport_state[slot] = NULL;

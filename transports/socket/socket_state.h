@@ -19,17 +19,22 @@ typedef struct {
   int32_t nsocks;
   uint64_t split;    /* WEFT_SOCKET_SPLIT_BYTES: both sides must cut messages alike */
   weft__sockaddr addr;
+  uint8_t nonce[16]; /* random: a hello or ack to this rank must MAC it with the secret */
 } sock_card;
 
+/* The secret itself never crosses the wire: each message carries weft__mac (lib/siphash.h)
+ * of itself (mac 0) and the receiver's nonce. */
 typedef struct {
   uint64_t magic;
-  uint8_t secret[16];
-  int32_t rank, index, nsocks, pad;
+  int32_t rank, index, nsocks, to;
+  uint64_t mac;
 } sock_hello;
 
 typedef struct {
   uint64_t magic;
   int32_t rank, status;
+  int32_t index, to;
+  uint64_t mac;
 } sock_ack;
 
 typedef struct {
@@ -69,12 +74,16 @@ typedef struct {
 typedef struct {
   int nranks, listen_fd, nsocks;
   size_t split;
+  size_t buffer_bytes;  /* WEFT_SOCKET_BUFFER_BYTES; 0: the kernel's autotuning */
   sock_peer **by_rank;  /* [nranks]; NULL for ranks not reached over sockets */
   /* Setup (socket_setup.c) */
   int checked;          /* the peers' cards were checked */
   int incoming, filed;  /* sockets lower peers open to us, and those filed so far */
-  int *pending;         /* [incoming + PENDING_EXTRA] accepted sockets whose hello has not come */
+  int *pending;         /* [incoming + PENDING_EXTRA] accepted sockets whose hello has not come,
+                           oldest first */
   int npending;
+  uint8_t nonce[16];    /* ours, in our card */
+  uint8_t (*peer_nonce)[16]; /* [nranks] each socket peer's, from its card */
 } sock_state;
 
 enum { PENDING_EXTRA = 16 }; /* room for stray connections among the pending */

@@ -1,8 +1,9 @@
-/* ib_siphash.c: SipHash-2-4 (J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input
- * PRF", 2012), the MAC that makes a connection handle prove the job's secret. Written from
- * the paper's description; tests/test_ib_engine.c checks the paper's test vector. */
+/* siphash.c: SipHash-2-4 (J.-P. Aumasson, D. J. Bernstein, "SipHash: a fast short-input
+ * PRF", 2012), the one MAC with which every connection proves the job's secret (ib handles,
+ * shm and socket setup messages, the shm socket's name). Written from the paper's
+ * description; transports/ib/tests/test_ib_engine.c checks the paper's test vector. */
 #include <string.h>
-#include "transports/ib/ib_net.h"
+#include "lib/siphash.h"
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 
@@ -21,7 +22,7 @@ static void rounds(uint64_t v[4], int n) {
   }
 }
 
-uint64_t weft__ib_siphash(const uint8_t key[16], const void *data, size_t len) {
+uint64_t weft__siphash(const uint8_t key[16], const void *data, size_t len) {
   const uint8_t *p = data;
   uint64_t k0 = le64(key), k1 = le64(key + 8);
   uint64_t v[4] = {k0 ^ 0x736f6d6570736575ull, k1 ^ 0x646f72616e646f6dull, k0 ^ 0x6c7967656e657261ull,
@@ -42,4 +43,12 @@ uint64_t weft__ib_siphash(const uint8_t key[16], const void *data, size_t len) {
   v[2] ^= 0xff;
   rounds(v, 4);
   return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+uint64_t weft__mac(const uint8_t secret[16], const void *msg, size_t len, const uint8_t nonce[16]) {
+  uint8_t buf[256 + 16];
+  if (len > 256) len = 256; /* setup messages are far smaller; the bound keeps this on the stack */
+  memcpy(buf, msg, len);
+  memcpy(buf + len, nonce, 16);
+  return weft__siphash(secret, buf, len + 16);
 }
