@@ -7,9 +7,12 @@
  * op, root, sequence number), and the receiver compares it with its own before it takes
  * any byte: a mismatch is an error naming both ranks and both calls (weft__fp_mismatch).
  * Transports carry it in what they already write per message: the socket header, the shm
- * slot header, and for shm's LL lines a 32-bit check in the flag (weft__fp_check32) with
- * the full fingerprint beside the buffer, read only on a mismatch. No extra message, no
- * system call, no allocation: on the 8-byte path it is a 16-byte copy per post and one
+ * slot header, for shm's LL lines a 32-bit check in the flag (weft__fp_check32) with the
+ * full fingerprint beside the buffer, read only on a mismatch, and for ib a 32-byte header
+ * in front of each message's first slice (its first 4064 bytes at most) in registered
+ * staging (transports/ib/ib_transport.h; that slice is staged even from a registered
+ * window, and a longer message has one more engine message). No extra message on the
+ * 8-byte path, no system call, no allocation: there it is a 16-byte copy per post and one
  * compare per message.
  *
  * Sequence numbers: collectives count per communicator (every rank takes part in every

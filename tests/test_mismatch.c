@@ -1,7 +1,9 @@
 /* test_mismatch.c: ranks that make different calls get errors, never success with wrong
  * data, and never hang (issue 15, defect 6).
  *
- * Each case runs on 3 rank processes over shm and over sockets with a short timeout. The
+ * Each case runs on 3 rank processes over shm, over sockets and over ib (WEFT_TRANSPORT=ib
+ * on the verbs emulator, tests/verbs_emu/; named "# SKIP" when it is not built) with a
+ * short timeout. The
  * ranks call mismatched operations (sum against max; float32 against int32; a zero-count
  * call on rank 0 only, which shifts the pairing of the next; all-reduce against
  * all-gather; all-to-all against all-gather; broadcast from different roots; a send
@@ -9,7 +11,11 @@
  * mismatch, naming both ranks and both calls ("does not match rank R's ..." with the
  * fields that differ); the others fail too, by the same check or because the detecting
  * rank stopped (a timeout naming the peer). Without the fingerprint check the first cases
- * return WEFT_SUCCESS on every rank. A control case (sends between ranks 0 and 1 only,
+ * return WEFT_SUCCESS on every rank (over ib too, before it carried the fingerprint). Over
+ * ib a send waits for the receiver's clear-to-send (a rendezvous, not eager), so in a send
+ * against an all-reduce whose first step sends to the sending rank, no message is ever
+ * taken: there every rank must fail naming a peer (a timeout), and none can see the
+ * mismatch. A control case (sends between ranks 0 and 1 only,
  * then an all-reduce of all three) must still succeed: send/recv numbering per pair must
  * not shift the collectives' numbers. The same cases run again under WEFT_CHECK=1, where
  * every rank must report the mismatch itself. */
@@ -23,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -41,7 +48,8 @@ typedef struct {
   const char *words[3];
   /* A send completes once its bytes are handed over (eagerly), before the receiver looks at
    * them: rank 0's send may succeed (it returns no data), and under WEFT_CHECK=1 the rank
-   * that waits for rank 0 in a collective only times out naming it. */
+   * that waits for rank 0 in a collective only times out naming it. Over ib (rendezvous:
+   * the send waits for the receive) no rank may see the mismatch; all must fail. */
   int rank0_sends;
   /* Ranks that only send in the call (broadcast roots) or receive only from ranks of the
    * same call may succeed with results that are right for their own call; the messages no
@@ -169,7 +177,8 @@ static int body(harness_rank *r) {
     if (!harness_wait_flag(r, FLAG_DONE + k, 1, 4 * TIMEOUT_MS)) harness_fail(r, "rank %d never returned", k);
     any |= atomic_load(&r->shared->flags[FLAG_SAW + k]);
   }
-  if (!any && r->rank == 0) harness_fail(r, "%s: no rank reported the mismatch", p->c->name);
+  int rendezvous = p->c->rank0_sends && strcmp(p->transport, "ib") == 0;
+  if (!any && r->rank == 0 && !rendezvous) harness_fail(r, "%s: no rank reported the mismatch", p->c->name);
   weft_comm_abort(r->comm);
   r->comm = NULL;
   return r->failures;
@@ -252,6 +261,29 @@ static void run_control(void **state) {
   unsetenv("WEFT_CHECK");
 }
 
+/* The ib cases: the verbs emulator in a fresh state directory, when built. 1 if it is. */
+static char g_emu_dir[64];
+
+static int emu_setup(void) {
+  const char *top = getenv("WEFT_TOP_BUILDDIR");
+  char lib[600];
+  snprintf(lib, sizeof lib, "%s/tests/verbs_emu/.libs/libweft_verbs_emu.so", top ? top : ".");
+  snprintf(g_emu_dir, sizeof g_emu_dir, "/dev/shm/weft-mismatch-emu-XXXXXX");
+  if (access(lib, R_OK) != 0 || mkdtemp(g_emu_dir) == NULL) return g_emu_dir[0] = '\0', 0;
+  setenv("WEFT_IB_LIBRARY", lib, 1);
+  setenv("WEFT_VERBS_EMU_DIR", g_emu_dir, 1);
+  setenv("WEFT_IB_TIMEOUT", "14", 1); /* 67 ms per transport retry */
+  return 1;
+}
+
+static void emu_teardown(void) {
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_emu_dir);
+  if (g_emu_dir[0] != '\0' && system(cmd) != 0) fprintf(stderr, "# could not remove %s\n", g_emu_dir);
+}
+
+static void skipped(void **state) { (void)state; }
+
 #define CASE(i, name, tr, full, mode) \
   {name "_fails_on_every_rank_over_" #tr mode, run, NULL, NULL, &(params){&cases[i], #tr, full}}
 #define ALL_CASES(tr, full, mode) \
@@ -262,11 +294,26 @@ static void run_control(void **state) {
   CASE(5, "broadcast_from_different_roots", tr, full, mode), \
   CASE(6, "send_against_all_reduce", tr, full, mode), \
   CASE(7, "sum_against_max_on_registered_windows", tr, full, mode)
+/* An ib case, or its name marked "# SKIP" without the emulator. */
+#define IB_SKIP " # SKIP the verbs emulator is not built"
+#define CASE_IB(i, name, full, mode) \
+  {have_emu ? name "_fails_on_every_rank_over_ib" mode : name "_fails_on_every_rank_over_ib" mode IB_SKIP, \
+   have_emu ? run : skipped, NULL, NULL, &(params){&cases[i], "ib", full}}
+#define ALL_CASES_IB(full, mode) \
+  CASE_IB(0, "sum_against_max", full, mode), CASE_IB(1, "float32_against_int32", full, mode), \
+  CASE_IB(2, "zero_count_call_on_one_rank", full, mode), \
+  CASE_IB(3, "all_reduce_against_all_gather", full, mode), \
+  CASE_IB(4, "all_to_all_against_all_gather", full, mode), \
+  CASE_IB(5, "broadcast_from_different_roots", full, mode), \
+  CASE_IB(6, "send_against_all_reduce", full, mode), \
+  CASE_IB(7, "sum_against_max_on_registered_windows", full, mode)
 
 int main(void) {
+  int have_emu = emu_setup();
   const struct CMUnitTest tests[] = {
       ALL_CASES(shm, 0, ""),
       ALL_CASES(socket, 0, ""),
+      ALL_CASES_IB(0, ""),
       ALL_CASES(shm, 1, "_under_WEFT_CHECK"),
       ALL_CASES(socket, 1, "_under_WEFT_CHECK"),
       {"all_to_allv_counts_that_disagree_are_named_under_WEFT_CHECK_over_shm", run_a2av, NULL, NULL, &(params){NULL, "shm", 1}},
@@ -274,7 +321,12 @@ int main(void) {
       {"sends_on_one_pair_leave_collectives_matched_over_shm", run_control, NULL, NULL, &(params){NULL, "shm", 0}},
       {"sends_on_one_pair_leave_collectives_matched_over_socket", run_control, NULL, NULL, &(params){NULL, "socket", 0}},
       {"sends_on_one_pair_leave_collectives_matched_under_full_check", run_control, NULL, NULL, &(params){NULL, "shm", 1}},
+      {have_emu ? "sends_on_one_pair_leave_collectives_matched_over_ib"
+                : "sends_on_one_pair_leave_collectives_matched_over_ib" IB_SKIP,
+       have_emu ? run_control : skipped, NULL, NULL, &(params){NULL, "ib", 0}},
   };
   harness_filter_from_env();
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  emu_teardown();
+  return rc;
 }

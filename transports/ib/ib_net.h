@@ -46,10 +46,11 @@
  *                            whose address is in the card; none of them blocks.
  *   send / recv + test       messages cut into slices of registered staging (one engine
  *                            message each, 4 in flight): weft__ib_isend / irecv / test, a NULL
- *                            request meaning "not yet"; receives land through the memory
- *                            space (RECV_REDUCE).
- *   register / deregister    a registered window's pages (weft__ib_mr_get): its slices skip
- *                            the staging copy; other user buffers are never registered. No
+ *                            request meaning "not yet"; slice 0 (4064 bytes at most) starts
+ *                            with the call's fingerprint, checked before anything lands;
+ *                            receives land through the memory space (RECV_REDUCE).
+ *   register / deregister    a registered window's pages (weft__ib_mr_get): its slices
+ *                            after the first skip the staging copy; other user buffers are never registered. No
  *                            PEER_MEMORY (one-sided load / store is not what RDMA gives).
  *   cost row                 measured on the emulator (ib_transport.c); weft__ib_cost (from
  *                            the port's speed) is what an HCA would need, once measured.

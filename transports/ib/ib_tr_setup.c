@@ -190,7 +190,7 @@ static weft_status_t send_msg(struct weft_comm *comm, ibt_peer *pp, int kind, co
 
 /* Registered staging, once both comms exist (the slots of ib_transport.h). */
 static weft_status_t make_stages(struct weft_comm *comm, const ibt_state *st, ibt_peer *pp) {
-  size_t bytes = IBT_SLOTS * st->slice;
+  size_t bytes = (IBT_SLOTS * (IBT_SLOT_ROOM + st->slice) + 4095) & ~(size_t)4095; /* whole pages */
   pp->sstage = aligned_alloc(4096, bytes);
   pp->rstage = aligned_alloc(4096, bytes);
   if (pp->sstage == NULL || pp->rstage == NULL)

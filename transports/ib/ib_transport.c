@@ -2,16 +2,20 @@
  * engine (ib_net.h); its setup is in ib_tr_setup.c, the slicing in ib_transport.h.
  *
  * Send: slice k of the head request is copied from the user's buffer, through its memory
- * space, into the registered staging slot k % IBT_SLOTS, then handed to weft__ib_isend,
- * which returns no request until the receiver's clear-to-send for it has come (the receiver
- * drives, as in NCCL's net_ib); a slot is refilled once its slice's send completed.
+ * space, into the registered staging slot k % IBT_SLOTS (slice 0 behind its call header,
+ * ib_transport.h), then handed to weft__ib_isend, which returns no request until the
+ * receiver's clear-to-send for it has come (the receiver drives, as in NCCL's net_ib); a
+ * slot is refilled once its slice's send completed.
  * Receive: the head request posts weft__ib_irecv for up to IBT_SLOTS slices into its
- * staging slots (each posts a clear-to-send into the sender's FIFO); a completed slice is
- * handed to the core with weft__req_land, which copies or reduces it into the destination
- * through the space (so receives reduce on arrival: RECV_REDUCE), and its slot is
- * reposted. Bytes moved per message: B once over the wire, plus one copy on each side.
+ * staging slots (each posts a clear-to-send into the sender's FIFO); slice 0's call header
+ * is compared with the request's call before anything lands (a mismatch: weft__fp_mismatch,
+ * "rank 1: call mismatch: all_reduce #7 (...) does not match rank 0's all_reduce #7 (...)");
+ * a completed slice is handed to the core with weft__req_land, which copies or reduces it
+ * into the destination through the space (so receives reduce on arrival: RECV_REDUCE), and
+ * its slot is reposted. Bytes moved per message: B + 32 (slice 0's call header) once over the wire,
+ * plus one copy on each side.
  * Registration happens once per connection (the staging) and for registered windows
- * (reg): a slice inside a window skips the copy on its side (ib_transport.h). Other user
+ * (reg): a slice after the first inside a window skips the copy on its side (ib_transport.h). Other user
  * buffers are never registered, so nothing is pinned behind the caller's back and no
  * registration cache can go stale.
  *
@@ -37,10 +41,18 @@ static weft_status_t ibt_dead(struct weft_comm *comm, ibt_peer *pp) {
                      comm->rank, pp->peer);
 }
 
-/* [*off, *off + *len) of slice k of a bytes-byte message. */
+/* [*off, *off + *len) of slice k of a bytes-byte message: slice 0 is the first
+ * IBT_FIRST_BYTES at most (behind the call header), the others st->slice at most. */
 static void slice_of(const ibt_state *st, size_t bytes, size_t k, size_t *off, size_t *len) {
-  *off = k * st->slice;
-  *len = bytes - *off < st->slice ? bytes - *off : st->slice;
+  size_t cap = k == 0 ? IBT_FIRST_BYTES : st->slice;
+  *off = k == 0 ? 0 : IBT_FIRST_BYTES + (k - 1) * st->slice;
+  *len = bytes - *off < cap ? bytes - *off : cap;
+}
+
+/* The start of a slice's bytes in staging slot `slot` of stage (sstage or rstage); the
+ * slot's call header, for slice 0, is the sizeof(ibt_hdr) bytes in front. */
+static char *slot_data(const ibt_state *st, char *stage, int slot) {
+  return stage + (size_t)slot * (IBT_SLOT_ROOM + st->slice) + IBT_SLOT_ROOM;
 }
 
 /* Finds r's transfer, starting one for a new message. A message dropped while slices of it
@@ -56,7 +68,7 @@ static weft_status_t xfer_for(struct weft_comm *comm, const ibt_state *st, ibt_p
   }
   memset(x, 0, sizeof *x);
   x->req = r;
-  x->nslices = r->bytes == 0 ? 1 : (r->bytes + st->slice - 1) / st->slice;
+  x->nslices = 1 + (r->bytes <= IBT_FIRST_BYTES ? 0 : (r->bytes - IBT_FIRST_BYTES + st->slice - 1) / st->slice);
   r->done = 0;
   return WEFT_SUCCESS;
 }
@@ -98,12 +110,13 @@ static weft_status_t ibt_send_test(struct weft_comm *comm, weft__conn *c, weft__
   WEFT_TRY(xfer_for(comm, st, pp, x, r, "send to"));
   WEFT_TRY(send_reap(comm, st, pp, x, r, progressed));
   while (x->next_post < x->nslices && x->next_post - x->next_done < IBT_SLOTS) {
-    int slot = (int)(x->next_post % IBT_SLOTS);
-    char *buf = pp->sstage + (size_t)slot * st->slice;
+    int slot = (int)(x->next_post % IBT_SLOTS), first = x->next_post == 0;
+    char *buf = slot_data(st, pp->sstage, slot);
     weft__ib_mr *mr = pp->smr;
     size_t off, len;
     slice_of(st, r->bytes, x->next_post, &off, &len);
-    char *view = st->wins != NULL && len > 0 ? r->mem->host_view(r->mem, (const char *)r->src + off, len) : NULL;
+    char *view = !first && st->wins != NULL && len > 0
+                     ? r->mem->host_view(r->mem, (const char *)r->src + off, len) : NULL;
     weft__ib_mr *wmr = view != NULL ? weft__ibt_window_mr(st, view, len) : NULL;
     if (wmr != NULL) { /* inside a registered window: straight from the user's buffer */
       buf = view;
@@ -111,10 +124,17 @@ static weft_status_t ibt_send_test(struct weft_comm *comm, weft__conn *c, weft__
     } else if (!x->staged[slot]) { /* the slot's previous slice is done: refill it */
       weft__mem_copy(r->mem, buf, (const char *)r->src + off, len, 0);
       if (!(r->mem->flags & WEFT__MEM_SYNC)) r->mem->wait(r->mem);
+      if (first) {
+        ibt_hdr h = {.fp = r->call->fp, .bytes = r->bytes, .magic = IBT_HDR_MAGIC};
+        memcpy(buf - sizeof h, &h, sizeof h);
+      }
       x->staged[slot] = 1;
     }
+    size_t wire = first ? sizeof(ibt_hdr) + len : len;
+    if (first) buf -= sizeof(ibt_hdr);
     weft__error_quiet(1);
-    weft_status_t s = weft__ib_isend(pp->sc, buf, len, (uint32_t)r->bytes, mr, &x->rq[slot]);
+    weft_status_t s = weft__ib_isend(pp->sc, buf, wire, first ? IBT_TAG_FIRST : (uint32_t)r->bytes, mr,
+                                     &x->rq[slot]);
     weft__error_quiet(0);
     if (s != WEFT_SUCCESS) return weft__ibt_fail(comm, pp, "send to", s);
     if (x->rq[slot] == NULL) break; /* no clear-to-send yet */
@@ -135,19 +155,26 @@ static weft_status_t ibt_send_test(struct weft_comm *comm, weft__conn *c, weft__
 static weft_status_t recv_post(struct weft_comm *comm, ibt_state *st, ibt_peer *pp, ibt_xfer *x, weft__req *r,
                                int *progressed) {
   while (x->next_post < x->nslices && x->next_post - x->next_done < IBT_SLOTS) {
-    int slot = (int)(x->next_post % IBT_SLOTS);
+    int slot = (int)(x->next_post % IBT_SLOTS), first = x->next_post == 0;
     size_t off, len;
     slice_of(st, r->bytes, x->next_post, &off, &len);
-    char *buf = pp->rstage + (size_t)slot * st->slice;
+    char *buf = slot_data(st, pp->rstage, slot);
     weft__ib_mr *mr = pp->rmr;
-    /* A copy into a registered window is written there by the peer's RDMA directly. */
-    char *view = st->wins != NULL && r->acc == NULL && len > 0 ? r->mem->host_view(r->mem, (char *)r->dst + off, len)
-                                                               : NULL;
+    /* A copy into a registered window is written there by the peer's RDMA directly, once
+     * slice 0's header said the peer is in the same call. */
+    char *view = !first && st->wins != NULL && r->acc == NULL && len > 0
+                     ? r->mem->host_view(r->mem, (char *)r->dst + off, len) : NULL;
     weft__ib_mr *wmr = view != NULL ? weft__ibt_window_mr(st, view, len) : NULL;
+    if (wmr != NULL && !x->checked) break; /* posted after the check (ibt_recv_test) */
     x->direct[slot] = wmr != NULL;
     if (wmr != NULL) buf = view, mr = wmr;
+    /* Slice 0: its header, and room for a whole first slice, so that a peer sending another
+     * size is caught by the header check here, not refused by the engine at the sender. */
+    size_t room = first ? sizeof(ibt_hdr) + IBT_FIRST_BYTES : len;
+    if (first) buf -= sizeof(ibt_hdr);
     weft__error_quiet(1);
-    weft_status_t s = weft__ib_irecv(pp->rc, buf, len, (uint32_t)r->bytes, mr, &x->rq[slot]);
+    weft_status_t s = weft__ib_irecv(pp->rc, buf, room, first ? IBT_TAG_FIRST : (uint32_t)r->bytes, mr,
+                                     &x->rq[slot]);
     weft__error_quiet(0);
     if (s != WEFT_SUCCESS) return weft__ibt_fail(comm, pp, "receive from", s);
     if (x->rq[slot] == NULL) break; /* the engine's request slots are all busy */
@@ -155,6 +182,27 @@ static weft_status_t recv_post(struct weft_comm *comm, ibt_state *st, ibt_peer *
     x->next_post++;
     *progressed = 1;
   }
+  return WEFT_SUCCESS;
+}
+
+/* Checks slice 0's header (the got bytes at `at`, in staging) against r's call and size before
+ * any of the message lands. Errors (the peer marked dead): WEFT_ERR_INVALID_USAGE, a call
+ * mismatch (weft__fp_mismatch: this rank, the peer, both calls), a size mismatch, or a
+ * slice without a header (the two ends out of step), each naming this rank and the peer. */
+static weft_status_t check_header(struct weft_comm *comm, ibt_peer *pp, const weft__req *r, const char *at,
+                                  size_t got) {
+  ibt_hdr h;
+  if (got >= sizeof h) memcpy(&h, at, sizeof h);
+  if (got < sizeof h || h.magic != IBT_HDR_MAGIC)
+    return pp->dead = weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: ib receive from peer %d: the first "
+                                  "slice of a %zu-byte message (%zu bytes) has no call header: the two ranks "
+                                  "are out of step", comm->rank, pp->peer, r->bytes, got);
+  if (!weft__fp_equal(&h.fp, &r->call->fp))
+    return pp->dead = weft__fp_mismatch(comm, pp->peer, &r->call->fp, &h.fp);
+  if (h.bytes != r->bytes)
+    return pp->dead = weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: ib receive from peer %d: message size "
+                                  "mismatch: the peer sends %llu bytes, this rank expects %zu", comm->rank,
+                                  pp->peer, (unsigned long long)h.bytes, r->bytes);
   return WEFT_SUCCESS;
 }
 
@@ -175,13 +223,18 @@ static weft_status_t ibt_recv_test(struct weft_comm *comm, weft__conn *c, weft__
     if (!done) break;
     x->rq[slot] = NULL;
     slice_of(st, r->bytes, x->next_done, &off, &len);
+    if (x->next_done == 0) {
+      WEFT_TRY(check_header(comm, pp, r, slot_data(st, pp->rstage, slot) - sizeof(ibt_hdr), got));
+      got -= sizeof(ibt_hdr);
+      x->checked = 1;
+    }
     if (got != len) {
       pp->dead = weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: ib receive from peer %d: message size "
                              "mismatch: slice %zu of a %zu-byte message brought %zu bytes, expected %zu",
                              comm->rank, pp->peer, x->next_done, r->bytes, got, len);
       return pp->dead;
     }
-    if (!x->direct[slot]) weft__req_land(r, off, pp->rstage + (size_t)slot * st->slice, len);
+    if (!x->direct[slot]) weft__req_land(r, off, slot_data(st, pp->rstage, slot), len);
     r->done += len;
     x->next_done++;
     *progressed = 1;

@@ -2,19 +2,33 @@
  * engine of ib_net.h), shared by its setup (ib_tr_setup.c) and its data path
  * (ib_transport.c). Internal to transports/ib/.
  *
- * A message of B bytes moves as slices of at most the slice size (WEFT_IB_SLICE_BYTES,
- * default 512 KiB, a multiple of 4096): each slice is one engine message, from the
- * sender's registered staging slot to the receiver's registered staging slot, SLOTS of
- * them in flight per direction (a pipeline: the receiver lands slice k while slices k+1..
- * travel). Both ends cut a message alike (the card carries the slice size; a mismatch fails
- * setup), and each slice's engine tag is B mod 2^32, so a size mismatch between the two
- * ranks fails at the sender's first slice instead of being misread. A 0-byte message is one
- * empty slice (the engine's immediates still consume a receive).
+ * A message of B bytes moves as slices: slice 0 holds its first IBT_FIRST_BYTES (4064) at
+ * most, the others at most the slice size (WEFT_IB_SLICE_BYTES, default 512 KiB, a
+ * multiple of 4096); each slice is one engine message, from the sender's registered staging
+ * slot to the receiver's registered staging slot, SLOTS of them in flight per direction (a
+ * pipeline: the receiver lands slice k while slices k+1.. travel). Both ends cut a message
+ * alike (the card carries the slice size; a mismatch fails setup). A 0-byte message is one
+ * empty slice 0 (the engine's immediates still consume a receive).
+ *
+ * The call check (lib/fingerprint.h): slice 0 of every message, 0-byte ones included, is
+ * an ibt_hdr (32 bytes: the sending call's fingerprint and the message size) followed by
+ * the slice's bytes, written just in front of them in the staging slot, so a message of up
+ * to 4064 bytes (the latency path) is still one RDMA write, 32 bytes longer, and a longer
+ * one has one more engine message, of 4 KiB. The receiver posts slice 0 with room for the
+ * whole of it whatever size it expects (so a sender of another size is not refused by the
+ * engine before its header is read), and compares the header with its own call before it
+ * lands any byte: another call is weft__fp_mismatch naming both ranks and both calls,
+ * another size a size mismatch. Slice 0 carries the engine tag IBT_TAG_FIRST; slices 1..
+ * carry B mod 2^32, so a sender of another size also fails at its second slice instead of
+ * having its bytes misread.
  *
  * Registered windows (reg / dereg: weft_comm_window_register) skip the staging: a slice
- * whose bytes lie inside one (its memory space's host view) is sent straight from, or, for
- * a receive that copies, written straight into, the user's buffer with the window's
- * registration. */
+ * after the first whose bytes lie inside one (its memory space's host view) is sent
+ * straight from, or, for a receive that copies, written straight into, the user's buffer
+ * with the window's registration. Slice 0 always goes through staging (its header must sit
+ * in front of its bytes, and they must not land before the header was checked: a copy of 4
+ * KiB at most per message), and a receive posts its direct slices only once slice 0 was
+ * checked (one clear-to-send later than before). */
 #ifndef WEFT_IB_TRANSPORT_H
 #define WEFT_IB_TRANSPORT_H
 #include <stddef.h>
@@ -28,6 +42,22 @@
 enum { IBT_SLOTS = 4 };
 #define IBT_SLICE_DEFAULT ((size_t)512 * 1024)
 #define IBT_MSG_MAGIC 0x5447494254464557ull /* "WEFTBIGT" little-endian */
+#define IBT_HDR_MAGIC 0x50464249u          /* "IBFP" little-endian: an ibt_hdr */
+#define IBT_TAG_FIRST 0xffffffffu          /* the engine tag of every message's slice 0 */
+#define IBT_FIRST_BYTES ((size_t)4096 - 32) /* message bytes in slice 0, behind its header */
+
+/* What slice 0 of every message starts with (host byte order, as the engine's handles). */
+typedef struct {
+  weft__fp fp;       /* the sending call's fingerprint (r->call->fp) */
+  uint64_t bytes;    /* the message's size in bytes */
+  uint32_t magic;    /* IBT_HDR_MAGIC: anything else means the two ends are out of step */
+  uint32_t pad;
+} ibt_hdr;
+_Static_assert(sizeof(ibt_hdr) == 32, "32 bytes on the wire");
+
+/* A staging slot: IBT_SLOT_ROOM bytes of room, the header at its end, then the slice's
+ * bytes (cache-line aligned), so slice 0 goes out as one contiguous write. */
+#define IBT_SLOT_ROOM ((size_t)64)
 
 /* The card: what each rank tells the others at listen. */
 typedef struct {
@@ -52,6 +82,7 @@ typedef struct {
   size_t nslices, next_post, next_done;
   int staged[IBT_SLOTS];            /* send: the slot already holds slice next_post's bytes */
   int direct[IBT_SLOTS];            /* recv: the slot's slice lands in a window, not staging */
+  int checked;                      /* recv: slice 0's header matched this rank's call */
   weft__ib_request *rq[IBT_SLOTS];  /* the engine's request of the slot's slice */
 } ibt_xfer;
 
@@ -63,7 +94,7 @@ typedef struct {
   weft__ib_recv_comm *rc;  /* from the peer */
   weft__ib_opts opts;
   char self[24], name[24];
-  char *sstage, *rstage;   /* [IBT_SLOTS * slice] each, page-aligned */
+  char *sstage, *rstage;   /* IBT_SLOTS slots of IBT_SLOT_ROOM + slice bytes each, page-aligned */
   weft__ib_mr *smr, *rmr;
   weft_status_t dead;      /* an earlier error: every later call fails */
   ibt_xfer send, recv;
