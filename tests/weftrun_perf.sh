@@ -41,7 +41,7 @@ check_perf() {
   fi
 }
 
-echo "1..34"
+echo "1..35"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -185,6 +185,24 @@ else
   echo "# exit status $rc"
   not_ok "weftrun warns once when $over ranks outnumber $cpus CPUs and leaves them unbound"
 fi
+
+# After a rank fails, weftrun ends the others when --grace runs out, and never with --grace
+# none (a job that goes on without the lost rank: weft-train-ddp --elastic). The failed
+# rank's status stays weftrun's either way.
+lost='if [ "$WEFT_RANK" = 0 ]; then exit 3; fi; sleep 2; echo "rank $WEFT_RANK finished"'
+timeout 60 ./weftrun -n 2 --bind-to none --grace none sh -c "$lost" >"$out" 2>&1
+rc_none=$?
+timeout 60 ./weftrun -n 2 --bind-to none --grace 0.3 sh -c "$lost" >"$out.short" 2>&1
+rc_short=$?
+cat "$out.short" >>"$out"
+if [ $rc_none -eq 3 ] && grep -q '^rank 1 finished$' "$out" && [ $rc_short -eq 3 ] &&
+   ! grep -q '^rank 1 finished$' "$out.short" && grep -q 'grace period over' "$out.short"; then
+  ok "weftrun --grace none lets the survivors finish; --grace 0.3 ends them"
+else
+  echo "# exit status $rc_none (--grace none) / $rc_short (--grace 0.3)"
+  not_ok "weftrun --grace none lets the survivors finish; --grace 0.3 ends them"
+fi
+rm -f "$out.short"
 
 timeout 10 ./weftrun --version >"$out" 2>&1
 rc=$?

@@ -1,7 +1,7 @@
 /*
  * weftrun: weft's single-host launcher.
  *
- *   weftrun -n N [--grace SEC] [--timeout SEC] [--bind-to auto|core|package|none] [--version]
+ *   weftrun -n N [--grace SEC|none] [--timeout SEC] [--bind-to auto|core|package|none] [--version]
  *           [--] program [args...]
  *
  * It creates the job's unique id, which starts the bootstrap root as a thread of
@@ -57,7 +57,7 @@ struct job {
   struct rank *ranks;
   int nrunning;
   int first_failure;   /* exit code of the first rank that failed, 0 while none did */
-  double grace_s;      /* after a failure, how long the others may finish alone */
+  double grace_s;      /* after a failure, how long the others may finish alone; < 0: no limit */
   double term_at;      /* when to send SIGTERM to the ranks still running; 0 = never */
   double kill_at;      /* when to send SIGKILL; 0 = never */
   double timeout_at;   /* --timeout deadline; 0 = none */
@@ -76,7 +76,9 @@ static void usage(FILE *f) {
           "Starts N ranks of program on this host for a weft job.\n\n"
           "  -n, -np, --np N    number of ranks (required)\n"
           "      --grace SEC    after a rank fails, let the others exit on their own for\n"
-          "                     SEC seconds before SIGTERM (then SIGKILL 2 s later); default 30\n"
+          "                     SEC seconds before SIGTERM (then SIGKILL 2 s later); default 30;\n"
+          "                     none: never end them (a job that survives a lost rank, e.g.\n"
+          "                     weft-train-ddp --elastic)\n"
           "      --timeout SEC  kill the whole job after SEC seconds (exit status 124)\n"
           "      --bind-to WHAT auto (default, as mpirun): core for <= 2 ranks, package above,\n"
           "                     none when ranks outnumber the CPUs; core: rank r on the r-th\n"
@@ -115,7 +117,8 @@ static int parse_seconds(const char *s, double *out) {
   char *end;
   errno = 0;
   double v = strtod(s, &end);
-  if (errno || end == s || *end || v < 0)
+  /* finite only: "inf" would make every deadline sum infinite (--grace none is the way) */
+  if (errno || end == s || *end || !(v >= 0 && v <= 1e9))
     return -1;
   *out = v;
   return 0;
@@ -203,7 +206,8 @@ static void rank_exited(struct job *job, int r, int status) {
   if (job->first_failure)
     return;
   job->first_failure = code;
-  job->term_at = now_s() + job->grace_s;
+  if (job->grace_s >= 0)
+    job->term_at = now_s() + job->grace_s;
 }
 
 static void reap(struct job *job) {
@@ -326,9 +330,13 @@ int main(int argc, char **argv) {
       break;
     case OPT_GRACE:
     case OPT_TIMEOUT:
+      if (c == OPT_GRACE && strcmp(optarg, "none") == 0) {
+        grace = -1;
+        break;
+      }
       if (parse_seconds(optarg, c == OPT_GRACE ? &grace : &timeout) < 0) {
-        fprintf(stderr, "weftrun: --%s needs seconds >= 0, got '%s'\n",
-                c == OPT_GRACE ? "grace" : "timeout", optarg);
+        fprintf(stderr, "weftrun: --%s needs seconds from 0 to 1e9%s, got '%s'\n",
+                c == OPT_GRACE ? "grace" : "timeout", c == OPT_GRACE ? " or none" : "", optarg);
         return 2;
       }
       break;
