@@ -9,6 +9,7 @@
  * off (XML_PARSE_NONET, no XML_PARSE_NOENT): a topology file cannot make weft read others.
  * Without libxml2 at build time, loading says so (writing needs no library). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,12 @@ weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
   return weft__error(NULL, WEFT_ERR_UNSUPPORTED,
                      "topology load: %s: weft was built without libxml2 (Debian: libxml2-dev), which "
                      "reads topology files", path);
+}
+
+weft_status_t weft__topo_xml_parse(const char *buf, size_t len, const char *name, weft__topo_system *sys) {
+  (void)buf;
+  (void)len;
+  return weft__topo_xml_load(name, sys);
 }
 #else
 #include <libxml/parser.h>
@@ -210,15 +217,9 @@ static void parse_error(loader *ld) {
   while (n > 0 && ld->err[n - 1] == '\n') ld->err[--n] = '\0';
 }
 
-weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
-  memset(sys, 0, sizeof(*sys));
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return weft__error(NULL, WEFT_ERR_SYSTEM, "topology load: cannot read %s: %s", path, strerror(errno));
-  fclose(f);
-  xmlInitParser();
+/* Walks doc (NULL: libxml2 could not parse it) into *sys; name is the file, for messages. */
+static weft_status_t load_doc(xmlDoc *doc, const char *name, weft__topo_system *sys) {
   loader ld = {.sys = sys};
-  xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
   int bad = 0;
   if (doc == NULL) {
     parse_error(&ld);
@@ -230,10 +231,30 @@ weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
   free(ld.seen);
   if (bad) {
     weft__topo_system_free(sys);
-    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology load: %s:%ld: %s: %s", path, ld.line,
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology load: %s:%ld: %s: %s", name, ld.line,
                        ld.element, ld.err);
   }
-  snprintf(sys->source, sizeof(sys->source), "%s", path);
+  snprintf(sys->source, sizeof(sys->source), "%s", name);
   return WEFT_SUCCESS;
+}
+
+#define XML_OPTIONS (XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)
+
+weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
+  memset(sys, 0, sizeof(*sys));
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return weft__error(NULL, WEFT_ERR_SYSTEM, "topology load: cannot read %s: %s", path, strerror(errno));
+  fclose(f);
+  xmlInitParser();
+  return load_doc(xmlReadFile(path, NULL, XML_OPTIONS), path, sys);
+}
+
+weft_status_t weft__topo_xml_parse(const char *buf, size_t len, const char *name, weft__topo_system *sys) {
+  memset(sys, 0, sizeof(*sys));
+  if (len > INT_MAX)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology load: %s: larger than 2 GiB", name);
+  xmlInitParser();
+  return load_doc(xmlReadMemory(buf, (int)len, name, NULL, XML_OPTIONS), name, sys);
 }
 #endif
