@@ -424,8 +424,7 @@ static int judge(const harness_opts *o, const rank_proc *p, int i, int hung, cha
   return 1;
 }
 
-/* Threads of this process, from /proc/self/status; -1 when unreadable. */
-static int thread_count(void) {
+int harness_thread_count(void) {
   FILE *f = fopen("/proc/self/status", "r");
   if (f == NULL) return -1;
   char line[256];
@@ -439,10 +438,10 @@ static int thread_count(void) {
 /* 0 when this process is single-threaded (waiting up to 5 s for exiting threads to go),
  * else -1 with the reason in report: forking then may leave a rank deadlocked. */
 static int check_single_threaded(char *report, size_t len) {
-  int n = thread_count();
+  int n = harness_thread_count();
   for (int waited = 0; n > 1 && waited < 5000; waited += 10) {
     sleep_ms(10);
-    n = thread_count();
+    n = harness_thread_count();
   }
   if (n <= 1) return 0; /* -1: no /proc; nothing to check with */
   snprintf(report, len, " the test program has %d threads at fork (a weft call in the test "

@@ -71,6 +71,9 @@ void harness_run(const harness_opts *opts, harness_body_fn body, void *arg);
  * when no id can be made. */
 void harness_unique_id(weft_unique_id_t *id);
 
+/* Threads of this process (from /proc/self/status); -1 when unknown. */
+int harness_thread_count(void);
+
 /* In main, before cmocka_run_group_tests: runs only the tests whose name matches the
  * pattern in WEFT_TEST_FILTER ("*" wildcards), when it is set. */
 void harness_filter_from_env(void);
