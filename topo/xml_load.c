@@ -36,6 +36,7 @@ weft_status_t weft__topo_xml_parse(const char *buf, size_t len, const char *name
 typedef struct {
   weft__topo_system *sys;
   unsigned char *seen; /* [nranks] rank elements read */
+  unsigned char *host_seen; /* [nhosts] host elements read */
   long line;           /* of the element being handled (libxml2: where its start tag ends) */
   char element[32];    /* its name */
   char err[320];
@@ -80,7 +81,8 @@ static int on_topology(loader *ld, xmlNode *n) {
   ld->sys->hosts = calloc((size_t)nhosts, sizeof(*ld->sys->hosts));
   ld->sys->ranks = calloc((size_t)nranks, sizeof(*ld->sys->ranks));
   ld->seen = calloc((size_t)nranks, 1);
-  if (!ld->sys->hosts || !ld->sys->ranks || !ld->seen) return fail(ld, "out of memory%s%s", "", "");
+  ld->host_seen = calloc((size_t)nhosts, 1);
+  if (!ld->sys->hosts || !ld->sys->ranks || !ld->seen || !ld->host_seen) return fail(ld, "out of memory%s%s", "", "");
   ld->sys->nranks = nranks;
   ld->sys->nhosts = nhosts;
   return 0;
@@ -125,6 +127,13 @@ static int is(xmlNode *n, const char *name) {
 static int on_host(loader *ld, xmlNode *n) {
   int32_t idx;
   if (attr_int(ld, n, "index", 0, ld->sys->nhosts - 1, &idx)) return -1;
+  /* A second <host> of an index was merged into the first and left another host all zero
+   * (found by tests/fuzz/fuzz_topo_xml.c): refuse it, as a rank given twice. */
+  if (ld->host_seen[idx]) {
+    snprintf(ld->err, sizeof(ld->err), "host %d given twice", idx);
+    return -1;
+  }
+  ld->host_seen[idx] = 1;
   weft__topo_host *h = &ld->sys->hosts[idx];
   char *hash = attr(n, "hash"), *end = NULL;
   h->hash = hash ? strtoull(hash, &end, 0) : 0;
@@ -192,7 +201,7 @@ static int walk(loader *ld, xmlNode *root) {
   return 0;
 }
 
-/* After the walk: every rank present, host rank counts and local ranks recomputed. */
+/* After the walk: every rank and host present, host rank counts and local ranks recomputed. */
 static int finish(loader *ld) {
   weft__topo_system *sys = ld->sys;
   for (int r = 0; r < sys->nranks; r++) {
@@ -204,6 +213,12 @@ static int finish(loader *ld) {
     weft__topo_host *h = &sys->hosts[sys->ranks[r].host];
     sys->ranks[r].local_rank = h->nranks++;
   }
+  for (int h = 0; h < sys->nhosts; h++)
+    if (!ld->host_seen[h]) {
+      snprintf(ld->element, sizeof(ld->element), "<weft-topology>");
+      snprintf(ld->err, sizeof(ld->err), "no <host index=\"%d\">", h);
+      return -1;
+    }
   return 0;
 }
 
@@ -229,6 +244,7 @@ static weft_status_t load_doc(xmlDoc *doc, const char *name, weft__topo_system *
     xmlFreeDoc(doc);
   }
   free(ld.seen);
+  free(ld.host_seen);
   if (bad) {
     weft__topo_system_free(sys);
     return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology load: %s:%ld: %s: %s", name, ld.line,
