@@ -78,36 +78,54 @@ const char *harness_op_name(weft_redop_t op) {
   return (unsigned)op < WEFT_NUM_OPS ? names[op] : "(bad op)";
 }
 
+/* Elements are copied with memcpy: the sweeps place buffers at any byte offset (weft must
+ * take them there), and a typed access to a misaligned element is undefined behaviour
+ * (UBSan in make check-sanitize flagged 220 of them here). */
+#define HARNESS_PUT_(type, value)                 \
+  do {                                            \
+    type x_ = (type)(value);                      \
+    memcpy((char *)p + i * sizeof x_, &x_, sizeof x_); \
+  } while (0)
+#define HARNESS_GET_(type, out)                   \
+  do {                                            \
+    type x_;                                      \
+    memcpy(&x_, (const char *)p + i * sizeof x_, sizeof x_); \
+    out = x_;                                     \
+  } while (0)
+
 void harness_store(void *p, size_t i, weft_datatype_t dt, long v) {
   switch (dt) {
-  case WEFT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-  case WEFT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-  case WEFT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-  case WEFT_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-  case WEFT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-  case WEFT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-  case WEFT_FLOAT16: ((uint16_t *)p)[i] = weft__float_to_half((float)v); break;
-  case WEFT_FLOAT32: ((float *)p)[i] = (float)v; break;
-  case WEFT_FLOAT64: ((double *)p)[i] = (double)v; break;
-  case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16((float)v); break;
+  case WEFT_INT8: HARNESS_PUT_(int8_t, v); break;
+  case WEFT_UINT8: HARNESS_PUT_(uint8_t, v); break;
+  case WEFT_INT32: HARNESS_PUT_(int32_t, v); break;
+  case WEFT_UINT32: HARNESS_PUT_(uint32_t, v); break;
+  case WEFT_INT64: HARNESS_PUT_(int64_t, v); break;
+  case WEFT_UINT64: HARNESS_PUT_(uint64_t, v); break;
+  case WEFT_FLOAT16: HARNESS_PUT_(uint16_t, weft__float_to_half((float)v)); break;
+  case WEFT_FLOAT32: HARNESS_PUT_(float, v); break;
+  case WEFT_FLOAT64: HARNESS_PUT_(double, v); break;
+  case WEFT_BFLOAT16: HARNESS_PUT_(uint16_t, weft__float_to_bf16((float)v)); break;
   default: break;
   }
 }
 
 double harness_load(const void *p, size_t i, weft_datatype_t dt) {
+  double out = 0;
+  uint16_t h;
   switch (dt) {
-  case WEFT_INT8: return ((const int8_t *)p)[i];
-  case WEFT_UINT8: return ((const uint8_t *)p)[i];
-  case WEFT_INT32: return ((const int32_t *)p)[i];
-  case WEFT_UINT32: return ((const uint32_t *)p)[i];
-  case WEFT_INT64: return (double)((const int64_t *)p)[i];
-  case WEFT_UINT64: return (double)((const uint64_t *)p)[i];
-  case WEFT_FLOAT16: return weft__half_to_float(((const uint16_t *)p)[i]);
-  case WEFT_FLOAT32: return ((const float *)p)[i];
-  case WEFT_FLOAT64: return ((const double *)p)[i];
-  case WEFT_BFLOAT16: return weft__bf16_to_float(((const uint16_t *)p)[i]);
-  default: return 0;
+  case WEFT_INT8: HARNESS_GET_(int8_t, out); break;
+  case WEFT_UINT8: HARNESS_GET_(uint8_t, out); break;
+  case WEFT_INT32: HARNESS_GET_(int32_t, out); break;
+  case WEFT_UINT32: HARNESS_GET_(uint32_t, out); break;
+  case WEFT_INT64: HARNESS_GET_(int64_t, out); break;
+  case WEFT_UINT64: HARNESS_GET_(uint64_t, out); break;
+  case WEFT_FLOAT16: HARNESS_GET_(uint16_t, h); out = weft__half_to_float(h); break;
+  case WEFT_FLOAT32: HARNESS_GET_(float, out); break;
+  case WEFT_FLOAT64: HARNESS_GET_(double, out); break;
+  case WEFT_BFLOAT16: HARNESS_GET_(uint16_t, h); out = weft__bf16_to_float(h); break;
+  default: break;
   }
+  return out;
 }
 
 static void vreport(harness_rank *r, const char *fmt, va_list ap) {
