@@ -66,8 +66,12 @@ put("unique_id", "short", b"0123abcd")
 # env: byte 0 picks the parser (fuzz_env.c), the rest is the value.
 for i, (sel, val) in enumerate([(0, b"120000"), (0, b"0x10"), (1, b"64K"), (1, b"4096"), (2, b"^LL128,Simple"),
                                 (2, b"LL"), (3, b"all_reduce:ring,tree;broadcast:chain"), (4, b"node[001-004,7],gpu2"),
-                                (5, b"0-3,8,10-11"), (6, b"^=mlx5_0:1,mlx5_1"), (7, b"1")]):
+                                (5, b"0-3,8,10-11")]):
     put("env", "%02d_parser%d" % (i, sel), bytes([sel]) + val)
+
+# ib_config: byte 0 even: WEFT_IB_HCA; odd: every WEFT_IB_* set to the value.
+for i, (sel, val) in enumerate([(0, b"^=mlx5_0:1,mlx5_1"), (0, b"mlx5"), (0, b"=mlx5_0:0"), (1, b"1"), (1, b"-1")]):
+    put("ib_config", "%02d_%s" % (i, "hca" if sel == 0 else "all"), bytes([sel]) + val)
 
 # topo_xml: the format of topo/xml.c.
 XML = b"""<?xml version="1.0" encoding="UTF-8"?>
