@@ -40,8 +40,9 @@ else
     >"$dir/lib/pkgconfig/weft.pc"
   flags=$(PKG_CONFIG_PATH="$dir/lib/pkgconfig" pkg-config --static --cflags --libs weft 2>"$dir/out")
   echo "# pkg-config --static --cflags --libs weft: $flags" | sed "s|$dir|DIR|g"
+  # WEFT_SANITIZE_LDFLAGS: a sanitizer build's libweft.a needs its runtime (make check-sanitize)
   # shellcheck disable=SC2086 # flags is a list of words
-  if ${CC:-cc} -o "$dir/app" "$src/examples/allreduce_blocking.c" $flags >>"$dir/out" 2>&1 &&
+  if ${CC:-cc} -o "$dir/app" "$src/examples/allreduce_blocking.c" $flags ${WEFT_SANITIZE_LDFLAGS:-} >>"$dir/out" 2>&1 &&
      ! ldd "$dir/app" | grep -q libweft && "$dir/app" >>"$dir/out" 2>&1 && grep -q ": ok" "$dir/out"; then
     ok "$name"
   else

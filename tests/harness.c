@@ -2,9 +2,15 @@
  *
  * Order of events in harness_run: map the shared page, fork the ranks (each blocks reading
  * the id from its socketpair), create the unique id, send it to every rank, then reap the
- * ranks until the deadline. The ranks are forked before the id exists so that no weft
- * thread of the parent (bootstrap roots of earlier tests) can hold a lock at fork time
- * that this run's root thread would also take; ranks never touch the parent's weft state. */
+ * ranks until the deadline.
+ *
+ * The parent forks only while it is single-threaded. A thread alive at fork time may hold a
+ * lock (glibc's malloc has fork handlers, but ASan's allocator of GCC 12 / clang 14 has
+ * none: a forked rank then deadlocked in malloc, test_bad_input case 5 in 2 of 15 ASan
+ * runs). So the parent never runs a bootstrap root itself: the id is made by a "root host"
+ * child (root_host_start), forked like the ranks, which keeps the root thread until the run
+ * is reaped; tests that need an id outside a run get one the same way (harness_unique_id).
+ * check_single_threaded fails the test, naming the thread count, if a thread is alive. */
 #include "tests/harness.h"
 
 #include <ctype.h>
@@ -72,36 +78,54 @@ const char *harness_op_name(weft_redop_t op) {
   return (unsigned)op < WEFT_NUM_OPS ? names[op] : "(bad op)";
 }
 
+/* Elements are copied with memcpy: the sweeps place buffers at any byte offset (weft must
+ * take them there), and a typed access to a misaligned element is undefined behaviour
+ * (UBSan in make check-sanitize flagged 220 of them here). */
+#define HARNESS_PUT_(type, value)                 \
+  do {                                            \
+    type x_ = (type)(value);                      \
+    memcpy((char *)p + i * sizeof x_, &x_, sizeof x_); \
+  } while (0)
+#define HARNESS_GET_(type, out)                   \
+  do {                                            \
+    type x_;                                      \
+    memcpy(&x_, (const char *)p + i * sizeof x_, sizeof x_); \
+    out = x_;                                     \
+  } while (0)
+
 void harness_store(void *p, size_t i, weft_datatype_t dt, long v) {
   switch (dt) {
-  case WEFT_INT8: ((int8_t *)p)[i] = (int8_t)v; break;
-  case WEFT_UINT8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-  case WEFT_INT32: ((int32_t *)p)[i] = (int32_t)v; break;
-  case WEFT_UINT32: ((uint32_t *)p)[i] = (uint32_t)v; break;
-  case WEFT_INT64: ((int64_t *)p)[i] = (int64_t)v; break;
-  case WEFT_UINT64: ((uint64_t *)p)[i] = (uint64_t)v; break;
-  case WEFT_FLOAT16: ((uint16_t *)p)[i] = weft__float_to_half((float)v); break;
-  case WEFT_FLOAT32: ((float *)p)[i] = (float)v; break;
-  case WEFT_FLOAT64: ((double *)p)[i] = (double)v; break;
-  case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16((float)v); break;
+  case WEFT_INT8: HARNESS_PUT_(int8_t, v); break;
+  case WEFT_UINT8: HARNESS_PUT_(uint8_t, v); break;
+  case WEFT_INT32: HARNESS_PUT_(int32_t, v); break;
+  case WEFT_UINT32: HARNESS_PUT_(uint32_t, v); break;
+  case WEFT_INT64: HARNESS_PUT_(int64_t, v); break;
+  case WEFT_UINT64: HARNESS_PUT_(uint64_t, v); break;
+  case WEFT_FLOAT16: HARNESS_PUT_(uint16_t, weft__float_to_half((float)v)); break;
+  case WEFT_FLOAT32: HARNESS_PUT_(float, v); break;
+  case WEFT_FLOAT64: HARNESS_PUT_(double, v); break;
+  case WEFT_BFLOAT16: HARNESS_PUT_(uint16_t, weft__float_to_bf16((float)v)); break;
   default: break;
   }
 }
 
 double harness_load(const void *p, size_t i, weft_datatype_t dt) {
+  double out = 0;
+  uint16_t h;
   switch (dt) {
-  case WEFT_INT8: return ((const int8_t *)p)[i];
-  case WEFT_UINT8: return ((const uint8_t *)p)[i];
-  case WEFT_INT32: return ((const int32_t *)p)[i];
-  case WEFT_UINT32: return ((const uint32_t *)p)[i];
-  case WEFT_INT64: return (double)((const int64_t *)p)[i];
-  case WEFT_UINT64: return (double)((const uint64_t *)p)[i];
-  case WEFT_FLOAT16: return weft__half_to_float(((const uint16_t *)p)[i]);
-  case WEFT_FLOAT32: return ((const float *)p)[i];
-  case WEFT_FLOAT64: return ((const double *)p)[i];
-  case WEFT_BFLOAT16: return weft__bf16_to_float(((const uint16_t *)p)[i]);
-  default: return 0;
+  case WEFT_INT8: HARNESS_GET_(int8_t, out); break;
+  case WEFT_UINT8: HARNESS_GET_(uint8_t, out); break;
+  case WEFT_INT32: HARNESS_GET_(int32_t, out); break;
+  case WEFT_UINT32: HARNESS_GET_(uint32_t, out); break;
+  case WEFT_INT64: HARNESS_GET_(int64_t, out); break;
+  case WEFT_UINT64: HARNESS_GET_(uint64_t, out); break;
+  case WEFT_FLOAT16: HARNESS_GET_(uint16_t, h); out = weft__half_to_float(h); break;
+  case WEFT_FLOAT32: HARNESS_GET_(float, out); break;
+  case WEFT_FLOAT64: HARNESS_GET_(double, out); break;
+  case WEFT_BFLOAT16: HARNESS_GET_(uint16_t, h); out = weft__bf16_to_float(h); break;
+  default: break;
   }
+  return out;
 }
 
 static void vreport(harness_rank *r, const char *fmt, va_list ap) {
@@ -418,6 +442,132 @@ static int judge(const harness_opts *o, const rank_proc *p, int i, int hung, cha
   return 1;
 }
 
+int harness_thread_count(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  int n = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Threads: %d", &n) == 1) break;
+  fclose(f);
+  return n;
+}
+
+/* 0 when this process is single-threaded (waiting up to 5 s for exiting threads to go),
+ * else -1 with the reason in report: forking then may leave a rank deadlocked. */
+static int check_single_threaded(char *report, size_t len) {
+  int n = harness_thread_count();
+  for (int waited = 0; n > 1 && waited < 5000; waited += 10) {
+    sleep_ms(10);
+    n = harness_thread_count();
+  }
+  if (n <= 1) return 0; /* -1: no /proc; nothing to check with */
+  snprintf(report, len, " the test program has %d threads at fork (a weft call in the test "
+           "itself started one; ranks forked now may deadlock on a lock it holds);", n);
+  return -1;
+}
+
+/* ---- root hosts: the processes that own the bootstrap roots ---------------------------- */
+
+typedef struct {
+  pid_t pid;
+  int fd; /* our end; closing it ends the root host */
+} root_host;
+
+/* The root host: makes the id, sends it (or the failure text) to the parent, then keeps the
+ * root thread alive until the parent closes its end or dies. */
+static void root_host_main(int fd, pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+  prctl(PR_SET_NAME, "weft-root-host");
+  for (int i = 3; i < 1024; i++)
+    if (i != fd) close(i);
+  weft_unique_id_t id;
+  char msg[1 + sizeof id.internal + 512];
+  memset(msg, 0, sizeof msg);
+  weft_status_t st = weft_get_unique_id(&id);
+  msg[0] = (char)st;
+  if (st == WEFT_SUCCESS) memcpy(msg + 1, id.internal, sizeof id.internal);
+  else snprintf(msg + 1, sizeof msg - 1, "%s", weft_get_last_error(NULL));
+  if (send(fd, msg, sizeof msg, MSG_NOSIGNAL) != (ssize_t)sizeof msg) _exit(1);
+  char c;
+  while (read(fd, &c, 1) < 0 && errno == EINTR) {
+  }
+  _exit(0);
+}
+
+/* Forks a root host and reads its id. 0, or -1 with the reason in report. */
+static int root_host_start(root_host *h, weft_unique_id_t *id, char *report, size_t len) {
+  h->pid = -1;
+  h->fd = -1;
+  if (check_single_threaded(report, len) != 0) return -1;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    snprintf(report, len, " socketpair for the root host: %s;", strerror(errno));
+    return -1;
+  }
+  pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid == 0) root_host_main(sv[1], parent);
+  close(sv[1]);
+  if (pid < 0) {
+    snprintf(report, len, " fork of the root host: %s;", strerror(errno));
+    close(sv[0]);
+    return -1;
+  }
+  h->pid = pid;
+  h->fd = sv[0];
+  char msg[1 + sizeof id->internal + 512];
+  struct pollfd pfd = {sv[0], POLLIN, 0};
+  ssize_t n = poll(&pfd, 1, 30000) == 1 ? recv(sv[0], msg, sizeof msg, 0) : -1;
+  if (n != (ssize_t)sizeof msg) {
+    snprintf(report, len, " the root host sent no unique id within 30 s;");
+    return -1;
+  }
+  if (msg[0] != WEFT_SUCCESS) {
+    msg[sizeof msg - 1] = '\0';
+    snprintf(report, len, " weft_get_unique_id returned %s: \"%s\";",
+             harness_status_name((weft_status_t)msg[0]), msg + 1);
+    return -1;
+  }
+  memcpy(id->internal, msg + 1, sizeof id->internal);
+  return 0;
+}
+
+static void root_host_stop(root_host *h) {
+  if (h->fd >= 0) close(h->fd);
+  if (h->pid > 0) {
+    kill(h->pid, SIGKILL);
+    waitpid(h->pid, NULL, 0);
+  }
+  h->pid = -1;
+  h->fd = -1;
+}
+
+/* Root hosts of harness_unique_id, ended at exit. */
+#define HARNESS_MAX_LOOSE_ROOTS 64
+static root_host loose_roots[HARNESS_MAX_LOOSE_ROOTS];
+static int n_loose_roots;
+
+static void stop_loose_roots(void) {
+  for (int i = 0; i < n_loose_roots; i++) root_host_stop(&loose_roots[i]);
+  n_loose_roots = 0;
+}
+
+void harness_unique_id(weft_unique_id_t *id) {
+  if (n_loose_roots == HARNESS_MAX_LOOSE_ROOTS) fail_msg("harness_unique_id: more than %d ids", n_loose_roots);
+  if (n_loose_roots == 0) atexit(stop_loose_roots);
+  char report[512] = "";
+  root_host *h = &loose_roots[n_loose_roots++];
+  if (root_host_start(h, id, report, sizeof report) != 0) {
+    root_host_stop(h);
+    n_loose_roots--;
+    fail_msg("harness_unique_id:%s", report);
+  }
+}
+
 static int fork_ranks(const harness_opts *o, rank_proc *p, harness_shared *shared,
                       harness_body_fn body, void *arg) {
   pid_t parent = getpid();
@@ -449,21 +599,15 @@ void harness_run(const harness_opts *o, harness_body_fn body, void *arg) {
   memset(p, 0, sizeof p);
   for (int i = 0; i < HARNESS_MAX_RANKS; i++) p[i].fd = -1;
   char report[4096] = "";
-  int bad = 0;
-  if (fork_ranks(o, p, shared, body, arg) != 0) {
+  int bad = check_single_threaded(report, sizeof report) != 0;
+  if (!bad && fork_ranks(o, p, shared, body, arg) != 0) {
     snprintf(report, sizeof report, " fork/socketpair failed: %s;", strerror(errno));
     bad = 1;
   }
   weft_unique_id_t id;
+  root_host host = {-1, -1};
   if (!bad && o->id) id = *o->id;
-  if (!bad && !o->id) {
-    weft_status_t st = weft_get_unique_id(&id);
-    if (st != WEFT_SUCCESS) {
-      snprintf(report, sizeof report, " weft_get_unique_id returned %s: \"%s\";",
-               harness_status_name(st), weft_get_last_error(NULL));
-      bad = 1;
-    }
-  }
+  if (!bad && !o->id) bad = root_host_start(&host, &id, report, sizeof report) != 0;
   for (int i = 0; i < o->nranks && !bad; i++)
     if (p[i].fd >= 0 && send_id(p[i].fd, &id) != 0) {
       snprintf(report, sizeof report, " could not send the id to rank %d: %s;", i,
@@ -479,6 +623,7 @@ void harness_run(const harness_opts *o, harness_body_fn body, void *arg) {
     for (int i = 0; i < o->nranks; i++)
       bad |= judge(o, p, i, left > 0 && !p[i].done, report, sizeof report);
   }
+  root_host_stop(&host);
   munmap(shared, sizeof *shared);
   if (bad)
     fail_msg("%d ranks over %s:%s", o->nranks, o->transport ? o->transport : "default", report);

@@ -3,8 +3,9 @@
  * Why processes and not threads: the transports (memfd shared memory, sockets) and the
  * failure detection (a peer that exits) are only exercised for real across processes.
  *
- * The cmocka test (the parent) forks the ranks, creates the unique id (its bootstrap root
- * thread lives in the parent) and hands it to them through a socketpair, then waits for all of
+ * The cmocka test (the parent) forks the ranks, has the unique id created (its bootstrap root
+ * thread lives in a child "root host", so the parent stays single-threaded for its forks) and
+ * hands it to them through a socketpair, then waits for all of
  * them with a deadline: ranks still running then are killed and named as hung. Each rank
  * process sets WEFT_TRANSPORT (and WEFT_CHUNK_BYTES when asked), initializes its
  * communicator, runs the body, destroys the communicator and _exits with its number of
@@ -63,6 +64,15 @@ typedef struct {
 /* Runs body on opts->nranks rank processes and fails the current cmocka test (in the
  * parent) unless every rank exited 0 (or was killed as allowed) before the deadline. */
 void harness_run(const harness_opts *opts, harness_body_fn body, void *arg);
+
+/* In the test program (the parent): a fresh unique id whose bootstrap root runs in a child
+ * process kept until exit, so the parent stays single-threaded and may fork ranks (a
+ * weft_get_unique_id of the parent would start a root thread there). Fails the cmocka test
+ * when no id can be made. */
+void harness_unique_id(weft_unique_id_t *id);
+
+/* Threads of this process (from /proc/self/status); -1 when unknown. */
+int harness_thread_count(void);
 
 /* In main, before cmocka_run_group_tests: runs only the tests whose name matches the
  * pattern in WEFT_TEST_FILTER ("*" wildcards), when it is set. */

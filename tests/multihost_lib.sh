@@ -102,6 +102,10 @@ mh_mpirun() {
   xs=
   while [ "$1" != "--" ]; do xs="$xs -x $1"; shift; done
   shift
+  # make check-sanitize's options (leak suppressions) must reach the ranks on the other hosts
+  for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
+    if [ -n "$(printenv "$v")" ]; then xs="$xs -x $v"; fi
+  done
   MH_PORT=$((MH_PORT + 1))
   timeout 60 mpirun --allow-run-as-root --hostfile "$MH_DIR/hostfile" -np "$MH_N" \
     --mca plm_rsh_agent "$MH_TOOLS/netns-rsh.sh" --mca plm_rsh_no_tree_spawn 1 \

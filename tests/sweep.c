@@ -73,8 +73,8 @@ static void store_avg(void *p, size_t i, weft_datatype_t dt, long sum, int n) {
   switch (dt) {
   case WEFT_FLOAT16: ((uint16_t *)p)[i] = weft__float_to_half(q); break;
   case WEFT_BFLOAT16: ((uint16_t *)p)[i] = weft__float_to_bf16(q); break;
-  case WEFT_FLOAT32: ((float *)p)[i] = q; break;
-  case WEFT_FLOAT64: ((double *)p)[i] = (double)sum / (double)n; break;
+  case WEFT_FLOAT32: memcpy((float *)p + i, &q, sizeof q); break; /* p may be misaligned */
+  case WEFT_FLOAT64: { double d = (double)sum / (double)n; memcpy((double *)p + i, &d, sizeof d); break; }
   default: harness_store(p, i, dt, sum / n); break; /* C division truncates toward zero */
   }
 }

@@ -290,8 +290,8 @@ static void store_expected(void *p, size_t j, weft_datatype_t dt, weft_redop_t o
   switch (dt) {
   case WEFT_FLOAT16: ((uint16_t *)p)[j] = weft__float_to_half(q); break;
   case WEFT_BFLOAT16: ((uint16_t *)p)[j] = weft__float_to_bf16(q); break;
-  case WEFT_FLOAT32: ((float *)p)[j] = q; break;
-  case WEFT_FLOAT64: ((double *)p)[j] = (double)acc / (double)n; break;
+  case WEFT_FLOAT32: memcpy((float *)p + j, &q, sizeof q); break; /* p may be misaligned */
+  case WEFT_FLOAT64: { double d = (double)acc / (double)n; memcpy((double *)p + j, &d, sizeof d); break; }
   default: harness_store(p, j, dt, acc / n); break;
   }
 }

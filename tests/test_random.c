@@ -141,8 +141,8 @@ static void fill_reduced(uint8_t *p, const rop *o, int n, size_t j0, size_t coun
     switch (o->dt) {
     case WEFT_FLOAT16: ((uint16_t *)p)[j] = weft__float_to_half(q); break;
     case WEFT_BFLOAT16: ((uint16_t *)p)[j] = weft__float_to_bf16(q); break;
-    case WEFT_FLOAT32: ((float *)p)[j] = q; break;
-    case WEFT_FLOAT64: ((double *)p)[j] = (double)acc / (double)n; break;
+    case WEFT_FLOAT32: memcpy((float *)p + j, &q, sizeof q); break; /* p may be misaligned */
+    case WEFT_FLOAT64: { double d = (double)acc / (double)n; memcpy((double *)p + j, &d, sizeof d); break; }
     default: harness_store(p, j, o->dt, acc / n); break;
     }
   }

@@ -686,7 +686,9 @@ static void reduce_stream_matches_reduce_then_finalize(void **state) {
   static const weft_datatype_t dts[] = {WEFT_FLOAT32, WEFT_FLOAT64};
   for (int di = 0; di < 2; di++) {
     weft_datatype_t dt = dts[di];
-    size_t es = weft__dtype_size(dt), bytes = (MAXC + 2 * PAD) * es;
+    /* aligned_alloc wants a size that is a multiple of the alignment (C11; ASan aborts
+     * otherwise): round the (MAXC + 2 PAD) elements up to whole 64-byte lines. */
+    size_t es = weft__dtype_size(dt), bytes = ((MAXC + 2 * PAD) * es + 63) / 64 * 64;
     char *in_mem[4], *out_mem[3], *ref = aligned_alloc(64, bytes);
     for (int k = 0; k < 4; k++) in_mem[k] = aligned_alloc(64, bytes);
     for (int j = 0; j < 3; j++) out_mem[j] = aligned_alloc(64, bytes);

@@ -144,6 +144,34 @@ static void merge_rejects_a_summary_of_another_build(void **state) {
   assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_ERR_INVALID_ARGUMENT);
 }
 
+/* Found by tests/fuzz/fuzz_topo_summary.c: a summary off the wire with a device count past
+ * the array, or a name without its NUL, was merged, and weft__topo_pick_hca then read past
+ * the host. The merge must refuse it, naming the rank. */
+static void merge_rejects_a_summary_with_a_bad_device_count_or_unterminated_names(void **state) {
+  weft__topo_summary s[2];
+  weft__topo_system sys;
+  int32_t counts[] = {-1, WEFT__TOPO_MAX_DEVICES + 1, 1000};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    fake(&s[0], 0, 1, "a", 0, 0, "0");
+    fake(&s[1], 1, 1, "a", 0, 0, "1");
+    s[1].host.ndevices = counts[i];
+    assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(weft_get_last_error(NULL), "rank 1"));
+  }
+  fake(&s[0], 0, 1, "a", 0, 0, "0");
+  fake(&s[1], 1, 1, "a", 0, 0, "1");
+  s[1].host.ndevices = 1;
+  memset(s[1].host.devices[0].kind, 'x', sizeof s[1].host.devices[0].kind);
+  assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_ERR_INVALID_ARGUMENT);
+  fake(&s[1], 1, 1, "a", 0, 0, "1");
+  memset(s[1].self.nic, 'n', sizeof s[1].self.nic);
+  assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_ERR_INVALID_ARGUMENT);
+  fake(&s[1], 1, 1, "a", 0, 0, "1");
+  s[1].host.ndevices = WEFT__TOPO_MAX_DEVICES; /* the most a host may list */
+  assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_SUCCESS);
+  weft__topo_system_free(&sys);
+}
+
 static char *temp_path(const char *tag) {
   char *path;
   assert_true(asprintf(&path, "%s/weft_topo_%s_%d.xml", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
@@ -201,6 +229,23 @@ static void xml_load_names_the_line_of_an_error(void **state) {
                    "  <host index='0' hostname='a'\n");
   assert_int_equal(weft__topo_xml_load(path, &sys), WEFT_ERR_INVALID_ARGUMENT);
   assert_non_null(strstr(weft_get_last_error(NULL), "not well-formed XML"));
+  /* Found by tests/fuzz/fuzz_topo_xml.c: a host index given twice was merged into one host
+   * and the other host left all zero; a host never given was all zero too. */
+  write_file(path, "<weft-topology version='1' nranks='2' nhosts='2'>\n"
+                   "  <host index='0' hostname='a' hash='1' discovery='sysfs' packages='1' numa-nodes='1' cores='1' pus='1' l3-caches='0'/>\n"
+                   "  <host index='0' hostname='b' hash='2' discovery='sysfs' packages='1' numa-nodes='1' cores='1' pus='1' l3-caches='0'/>\n"
+                   "  <rank index='0' host='0' numa='0' core-group='-1' cpuset='0' nic='' nic-speed-mbps='-1' nic-numa='-1' pid='1'/>\n"
+                   "  <rank index='1' host='1' numa='0' core-group='-1' cpuset='0' nic='' nic-speed-mbps='-1' nic-numa='-1' pid='2'/>\n"
+                   "</weft-topology>\n");
+  assert_int_equal(weft__topo_xml_load(path, &sys), WEFT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(weft_get_last_error(NULL), ":3: <host>: host 0 given twice"));
+  write_file(path, "<weft-topology version='1' nranks='2' nhosts='2'>\n"
+                   "  <host index='1' hostname='b' hash='2' discovery='sysfs' packages='1' numa-nodes='1' cores='1' pus='1' l3-caches='0'/>\n"
+                   "  <rank index='0' host='1' numa='0' core-group='-1' cpuset='0' nic='' nic-speed-mbps='-1' nic-numa='-1' pid='1'/>\n"
+                   "  <rank index='1' host='1' numa='0' core-group='-1' cpuset='1' nic='' nic-speed-mbps='-1' nic-numa='-1' pid='2'/>\n"
+                   "</weft-topology>\n");
+  assert_int_equal(weft__topo_xml_load(path, &sys), WEFT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(weft_get_last_error(NULL), "no <host index=\"0\">"));
   unlink(path);
   assert_int_equal(weft__topo_xml_load(path, &sys), WEFT_ERR_SYSTEM);
   free(path);
@@ -678,6 +723,7 @@ int main(void) {
       cmocka_unit_test(cpuset_list_form_round_trips),
       cmocka_unit_test(link_classes_of_synthetic_ranks),
       cmocka_unit_test(merge_rejects_a_summary_of_another_build),
+      cmocka_unit_test(merge_rejects_a_summary_with_a_bad_device_count_or_unterminated_names),
       cmocka_unit_test(xml_round_trip_gives_the_same_view),
       cmocka_unit_test(xml_load_names_the_line_of_an_error),
       cmocka_unit_test(xml_load_accepts_any_well_formed_xml),

@@ -82,6 +82,27 @@ static int find_host(const weft__topo_system *sys, uint64_t hash) {
   return -1;
 }
 
+/* Whether the n bytes at s hold a NUL (a string field that a reader may strcmp or print). */
+static int terminated(const char *s, size_t n) { return memchr(s, '\0', n) != NULL; }
+
+/* What is wrong with a summary that came off the wire, or NULL: the readers of the merged
+ * view index devices[0..ndevices) and treat the name fields as strings. Found by fuzzing
+ * (tests/fuzz/fuzz_topo_summary.c): ndevices 1000 made weft__topo_pick_hca read past the host. */
+static const char *summary_problem(const weft__topo_summary *s) {
+  const weft__topo_host *h = &s->host;
+  if (h->ndevices < 0 || h->ndevices > WEFT__TOPO_MAX_DEVICES) return "device count out of range";
+  if (!terminated(h->hostname, sizeof h->hostname) || !terminated(h->discovery, sizeof h->discovery) ||
+      !terminated(s->self.nic, sizeof s->self.nic))
+    return "unterminated host, discovery or NIC name";
+  for (int i = 0; i < h->ndevices; i++) {
+    const weft__topo_device *d = &h->devices[i];
+    if (!terminated(d->kind, sizeof d->kind) || !terminated(d->name, sizeof d->name) ||
+        !terminated(d->pci, sizeof d->pci) || !terminated(d->path, sizeof d->path))
+      return "unterminated device name";
+  }
+  return NULL;
+}
+
 weft_status_t weft__topo_merge(const weft__topo_summary *all, int nranks, weft__topo_system *sys) {
   memset(sys, 0, sizeof(*sys));
   sys->hosts = calloc((size_t)nranks, sizeof(*sys->hosts));
@@ -98,6 +119,12 @@ weft_status_t weft__topo_merge(const weft__topo_summary *all, int nranks, weft__
       return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT,
                          "topology merge: summary of rank %d is malformed (magic 0x%x, rank %d): "
                          "ranks built from different weft versions?", r, all[r].magic, all[r].rank);
+    }
+    const char *problem = summary_problem(&all[r]);
+    if (problem != NULL) {
+      weft__topo_system_free(sys);
+      return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology merge: summary of rank %d is malformed: %s",
+                         r, problem);
     }
     int h = find_host(sys, all[r].host.hash);
     if (h < 0) {

@@ -235,4 +235,6 @@ int weft__topo_pick_nic(const struct weft_comm *comm, char *ifname, size_t len,
  * the line and what was wrong). */
 weft_status_t weft__topo_xml_dump(const weft__topo_system *sys, const char *path);
 weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys);
+/* The same from memory: the len bytes at buf (name: what the messages call it). */
+weft_status_t weft__topo_xml_parse(const char *buf, size_t len, const char *name, weft__topo_system *sys);
 #endif

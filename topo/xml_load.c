@@ -9,6 +9,7 @@
  * off (XML_PARSE_NONET, no XML_PARSE_NOENT): a topology file cannot make weft read others.
  * Without libxml2 at build time, loading says so (writing needs no library). */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,12 @@ weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
                      "topology load: %s: weft was built without libxml2 (Debian: libxml2-dev), which "
                      "reads topology files", path);
 }
+
+weft_status_t weft__topo_xml_parse(const char *buf, size_t len, const char *name, weft__topo_system *sys) {
+  (void)buf;
+  (void)len;
+  return weft__topo_xml_load(name, sys);
+}
 #else
 #include <libxml/parser.h>
 #include <libxml/tree.h>
@@ -29,6 +36,7 @@ weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
 typedef struct {
   weft__topo_system *sys;
   unsigned char *seen; /* [nranks] rank elements read */
+  unsigned char *host_seen; /* [nhosts] host elements read */
   long line;           /* of the element being handled (libxml2: where its start tag ends) */
   char element[32];    /* its name */
   char err[320];
@@ -73,7 +81,8 @@ static int on_topology(loader *ld, xmlNode *n) {
   ld->sys->hosts = calloc((size_t)nhosts, sizeof(*ld->sys->hosts));
   ld->sys->ranks = calloc((size_t)nranks, sizeof(*ld->sys->ranks));
   ld->seen = calloc((size_t)nranks, 1);
-  if (!ld->sys->hosts || !ld->sys->ranks || !ld->seen) return fail(ld, "out of memory%s%s", "", "");
+  ld->host_seen = calloc((size_t)nhosts, 1);
+  if (!ld->sys->hosts || !ld->sys->ranks || !ld->seen || !ld->host_seen) return fail(ld, "out of memory%s%s", "", "");
   ld->sys->nranks = nranks;
   ld->sys->nhosts = nhosts;
   return 0;
@@ -118,6 +127,13 @@ static int is(xmlNode *n, const char *name) {
 static int on_host(loader *ld, xmlNode *n) {
   int32_t idx;
   if (attr_int(ld, n, "index", 0, ld->sys->nhosts - 1, &idx)) return -1;
+  /* A second <host> of an index was merged into the first and left another host all zero
+   * (found by tests/fuzz/fuzz_topo_xml.c): refuse it, as a rank given twice. */
+  if (ld->host_seen[idx]) {
+    snprintf(ld->err, sizeof(ld->err), "host %d given twice", idx);
+    return -1;
+  }
+  ld->host_seen[idx] = 1;
   weft__topo_host *h = &ld->sys->hosts[idx];
   char *hash = attr(n, "hash"), *end = NULL;
   h->hash = hash ? strtoull(hash, &end, 0) : 0;
@@ -185,7 +201,7 @@ static int walk(loader *ld, xmlNode *root) {
   return 0;
 }
 
-/* After the walk: every rank present, host rank counts and local ranks recomputed. */
+/* After the walk: every rank and host present, host rank counts and local ranks recomputed. */
 static int finish(loader *ld) {
   weft__topo_system *sys = ld->sys;
   for (int r = 0; r < sys->nranks; r++) {
@@ -197,6 +213,12 @@ static int finish(loader *ld) {
     weft__topo_host *h = &sys->hosts[sys->ranks[r].host];
     sys->ranks[r].local_rank = h->nranks++;
   }
+  for (int h = 0; h < sys->nhosts; h++)
+    if (!ld->host_seen[h]) {
+      snprintf(ld->element, sizeof(ld->element), "<weft-topology>");
+      snprintf(ld->err, sizeof(ld->err), "no <host index=\"%d\">", h);
+      return -1;
+    }
   return 0;
 }
 
@@ -210,15 +232,9 @@ static void parse_error(loader *ld) {
   while (n > 0 && ld->err[n - 1] == '\n') ld->err[--n] = '\0';
 }
 
-weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
-  memset(sys, 0, sizeof(*sys));
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return weft__error(NULL, WEFT_ERR_SYSTEM, "topology load: cannot read %s: %s", path, strerror(errno));
-  fclose(f);
-  xmlInitParser();
+/* Walks doc (NULL: libxml2 could not parse it) into *sys; name is the file, for messages. */
+static weft_status_t load_doc(xmlDoc *doc, const char *name, weft__topo_system *sys) {
   loader ld = {.sys = sys};
-  xmlDoc *doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
   int bad = 0;
   if (doc == NULL) {
     parse_error(&ld);
@@ -228,12 +244,33 @@ weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
     xmlFreeDoc(doc);
   }
   free(ld.seen);
+  free(ld.host_seen);
   if (bad) {
     weft__topo_system_free(sys);
-    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology load: %s:%ld: %s: %s", path, ld.line,
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology load: %s:%ld: %s: %s", name, ld.line,
                        ld.element, ld.err);
   }
-  snprintf(sys->source, sizeof(sys->source), "%s", path);
+  snprintf(sys->source, sizeof(sys->source), "%s", name);
   return WEFT_SUCCESS;
+}
+
+#define XML_OPTIONS (XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING)
+
+weft_status_t weft__topo_xml_load(const char *path, weft__topo_system *sys) {
+  memset(sys, 0, sizeof(*sys));
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return weft__error(NULL, WEFT_ERR_SYSTEM, "topology load: cannot read %s: %s", path, strerror(errno));
+  fclose(f);
+  xmlInitParser();
+  return load_doc(xmlReadFile(path, NULL, XML_OPTIONS), path, sys);
+}
+
+weft_status_t weft__topo_xml_parse(const char *buf, size_t len, const char *name, weft__topo_system *sys) {
+  memset(sys, 0, sizeof(*sys));
+  if (len > INT_MAX)
+    return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "topology load: %s: larger than 2 GiB", name);
+  xmlInitParser();
+  return load_doc(xmlReadMemory(buf, (int)len, name, NULL, XML_OPTIONS), name, sys);
 }
 #endif
