@@ -8,7 +8,7 @@ import struct
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds")
 SECRET = b"weft-fuzz-secret"  # FUZZ_SECRET of fuzz_bootstrap_root.c
 ID_MAGIC = 0x54464557
-HELLO, REJECT, READY, GATHER, GATHERED, BYE, FAILED = 1, 2, 3, 4, 5, 6, 7
+HELLO, REJECT, READY, GATHER, GATHERED, BYE, FAILED, HOST_LEFT = 1, 2, 3, 4, 5, 6, 7, 8
 
 
 def put(name, fname, data):
@@ -22,8 +22,8 @@ def msg(t, payload=b""):
     return struct.pack("<II", t, len(payload)) + payload
 
 
-def hello(rank, nranks, secret=SECRET, timeout=1000):
-    return msg(HELLO, struct.pack("<I16siii", ID_MAGIC, secret, rank, nranks, timeout))
+def hello(rank, nranks, secret=SECRET, timeout=1000, pid=0):  # weft__bs_hello
+    return msg(HELLO, struct.pack("<I16siiii", ID_MAGIC, secret, rank, nranks, timeout, pid))
 
 
 def conn(data):  # one connection of fuzz_bootstrap_root's input
@@ -37,6 +37,7 @@ put("bootstrap_root", "one_rank_barriers", conn(hello(0, 1) + msg(GATHER) + msg(
 put("bootstrap_root", "wrong_secret", conn(hello(0, 2, secret=b"x" * 16)))
 put("bootstrap_root", "nranks_conflict", conn(hello(0, 3)) + conn(hello(1, 2)) + conn(hello(2, 3)))
 put("bootstrap_root", "rank_twice_then_gone", conn(hello(1, 3)) + conn(hello(1, 3)) + conn(hello(0, 3)))
+put("bootstrap_root", "huge_nranks", conn(hello(5, 100000000)) + conn(hello(9999999, 10000000)) + conn(hello(3, 10000000)))
 put("bootstrap_root", "sizes_differ",
     conn(hello(0, 2) + msg(GATHER, b"ab")) + conn(hello(1, 2) + msg(GATHER, b"abc")))
 
@@ -49,7 +50,9 @@ put("bootstrap_rank", "gathered_twice", job(2, 4) + msg(GATHERED, b"A" * 8) + ms
 put("bootstrap_rank", "failed_notice", job(3, 2) + msg(FAILED, struct.pack("<i", 1) + b"rank 1 exited\0"))
 put("bootstrap_rank", "reject", job(1, 0) + msg(REJECT, struct.pack("<i", 7) + b"refused\0"))
 put("bootstrap_rank", "short_gathered", job(4, 8) + msg(GATHERED, b"C" * 5))
-put("bootstrap_rank", "ready_then_eof", job(2, 1) + msg(READY))
+put("bootstrap_rank", "ready_then_eof", job(2, 1) + msg(READY, struct.pack("<i", -1)))
+put("bootstrap_rank", "host_left_then_failed", job(3, 1) + msg(READY, struct.pack("<i", 0)) + msg(HOST_LEFT)
+    + msg(FAILED, struct.pack("<i", 0) + b"rank 0 exited\0"))
 
 # unique_id: hex strings of ids (128 bytes -> 256 digits).
 def id_hex(family, addr, port, magic=ID_MAGIC, version=1):
