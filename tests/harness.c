@@ -661,3 +661,24 @@ long harness_red_value(weft_redop_t op, weft_datatype_t dt, int rank, size_t j) 
     return sgn ? v - 5 : v;
   }
 }
+
+static char verbs_emu_dir[96];
+
+int harness_verbs_emu_setup(const char *tag) {
+  const char *top = getenv("WEFT_TOP_BUILDDIR");
+  char lib[600];
+  snprintf(lib, sizeof lib, "%s/tests/verbs_emu/.libs/libweft_verbs_emu.so", top ? top : ".");
+  snprintf(verbs_emu_dir, sizeof verbs_emu_dir, "/dev/shm/weft-%s-emu-XXXXXX", tag);
+  if (access(lib, R_OK) != 0 || mkdtemp(verbs_emu_dir) == NULL) return verbs_emu_dir[0] = '\0', 0;
+  setenv("WEFT_IB_LIBRARY", lib, 1);
+  setenv("WEFT_VERBS_EMU_DIR", verbs_emu_dir, 1);
+  setenv("WEFT_IB_TIMEOUT", "14", 1); /* 67 ms per transport retry */
+  return 1;
+}
+
+void harness_verbs_emu_teardown(void) {
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", verbs_emu_dir);
+  if (verbs_emu_dir[0] != '\0' && system(cmd) != 0) fprintf(stderr, "# could not remove %s\n", verbs_emu_dir);
+  verbs_emu_dir[0] = '\0';
+}

@@ -71,6 +71,14 @@ void harness_run(const harness_opts *opts, harness_body_fn body, void *arg);
  * when no id can be made. */
 void harness_unique_id(weft_unique_id_t *id);
 
+/* For tests that run the ib transport: points weft at the verbs emulator
+ * (WEFT_TOP_BUILDDIR/tests/verbs_emu, WEFT_IB_LIBRARY) with a fresh state directory
+ * /dev/shm/weft-<tag>-emu-XXXXXX (WEFT_VERBS_EMU_DIR) and WEFT_IB_TIMEOUT=14 (67 ms per
+ * transport retry). Returns 1, or 0 when the emulator is not built (the ib cases then skip).
+ * harness_verbs_emu_teardown removes the directory. Not thread-safe: call from main. */
+int harness_verbs_emu_setup(const char *tag);
+void harness_verbs_emu_teardown(void);
+
 /* Threads of this process (from /proc/self/status); -1 when unknown. */
 int harness_thread_count(void);
 

@@ -261,27 +261,7 @@ static void run_control(void **state) {
   unsetenv("WEFT_CHECK");
 }
 
-/* The ib cases: the verbs emulator in a fresh state directory, when built. 1 if it is. */
-static char g_emu_dir[64];
-
-static int emu_setup(void) {
-  const char *top = getenv("WEFT_TOP_BUILDDIR");
-  char lib[600];
-  snprintf(lib, sizeof lib, "%s/tests/verbs_emu/.libs/libweft_verbs_emu.so", top ? top : ".");
-  snprintf(g_emu_dir, sizeof g_emu_dir, "/dev/shm/weft-mismatch-emu-XXXXXX");
-  if (access(lib, R_OK) != 0 || mkdtemp(g_emu_dir) == NULL) return g_emu_dir[0] = '\0', 0;
-  setenv("WEFT_IB_LIBRARY", lib, 1);
-  setenv("WEFT_VERBS_EMU_DIR", g_emu_dir, 1);
-  setenv("WEFT_IB_TIMEOUT", "14", 1); /* 67 ms per transport retry */
-  return 1;
-}
-
-static void emu_teardown(void) {
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_emu_dir);
-  if (g_emu_dir[0] != '\0' && system(cmd) != 0) fprintf(stderr, "# could not remove %s\n", g_emu_dir);
-}
-
+/* The ib cases run on the verbs emulator when it is built (harness_verbs_emu_setup). */
 static void skipped(void **state) { (void)state; }
 
 #define CASE(i, name, tr, full, mode) \
@@ -309,7 +289,7 @@ static void skipped(void **state) { (void)state; }
   CASE_IB(7, "sum_against_max_on_registered_windows", full, mode)
 
 int main(void) {
-  int have_emu = emu_setup();
+  int have_emu = harness_verbs_emu_setup("mismatch");
   const struct CMUnitTest tests[] = {
       ALL_CASES(shm, 0, ""),
       ALL_CASES(socket, 0, ""),
@@ -327,6 +307,6 @@ int main(void) {
   };
   harness_filter_from_env();
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
-  emu_teardown();
+  harness_verbs_emu_teardown();
   return rc;
 }
