@@ -21,7 +21,9 @@ PATH=$PATH:/usr/sbin
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/weft-slurm.XXXXXX") || exit 1
 chmod 755 "$dir" # munged wants its socket's directory searchable
-mkdir -p "$dir/state" "$dir/spool"
+# tmp: TmpFS, where slurmd makes the PMIx plugin's spmix_appdir_<uid>_<job>.<step>; under /tmp a
+# stale one from an interrupted run (job ids restart at 1) failed every --mpi=pmix launch
+mkdir -p "$dir/state" "$dir/spool" "$dir/tmp"
 # Stops what this script started, by the pids the daemons wrote, then removes the directory.
 stop() {
   for d in slurmd slurmctld munged; do
@@ -51,6 +53,7 @@ AuthInfo=socket=$dir/munge.sock
 CredType=cred/munge
 StateSaveLocation=$dir/state
 SlurmdSpoolDir=$dir/spool
+TmpFS=$dir/tmp
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmctldLogFile=$dir/slurmctld.log
