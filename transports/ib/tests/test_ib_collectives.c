@@ -35,15 +35,8 @@ static int teardown_small_slices(void **state) {
 
 int main(void) {
   harness_filter_from_env();
-  int setup = emu_test_setup();
-  if (setup == -1) {
-    printf("1..0 # SKIP %s\n", emu_test_skip_reason());
-    return 0;
-  }
-  if (setup != 0) {
-    printf("Bail out! %s\n", emu_test_skip_reason());
-    return 1;
-  }
+  int rc;
+  if (!emu_test_begin(&rc)) return rc;
   setenv("WEFT_IB_TIMEOUT", "14", 1); /* 67 ms per try: a dead peer is noticed in about 0.5 s */
   const struct CMUnitTest tests[] = {
       SWEEP_IB(1, MIB4, 1),
@@ -65,7 +58,7 @@ int main(void) {
       {"all_collectives_match_reference_on_2_emulated_hosts_ib_across_shm_within", sweep_run, NULL, NULL,
        &(sweep_params){4, "ib", 0, (size_t)1 << 20, 0, 0, NULL, "aabb", 1, NULL}},
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
   emu_test_teardown();
   return rc;
 }

@@ -268,15 +268,8 @@ int main(int argc, char **argv) {
   ssize_t k = readlink("/proc/self/exe", g_self, sizeof(g_self) - 1);
   g_self[k > 0 ? k : 0] = '\0';
   harness_filter_from_env();
-  int setup = emu_test_setup();
-  if (setup == -1) {
-    printf("1..0 # SKIP %s\n", emu_test_skip_reason());
-    return 0;
-  }
-  if (setup != 0) {
-    printf("Bail out! %s\n", emu_test_skip_reason());
-    return 1;
-  }
+  int rc;
+  if (!emu_test_begin(&rc)) return rc;
   setenv("WEFT_IB_TIMEOUT", "12", 1); /* 16.8 ms per try: a dead peer is noticed in ~50 ms */
   setenv("WEFT_IB_RETRY_CNT", "2", 1);
   const struct CMUnitTest tests[] = {
@@ -293,7 +286,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(fault_completions_delayed_past_the_timeout_end_in_timeout),
       cmocka_unit_test(fault_completions_delayed_within_the_timeout_still_deliver),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
   emu_test_teardown();
   return rc;
 }

@@ -446,15 +446,8 @@ static void devices_ports_and_gids_come_from_the_environment(void **state) {
 
 int main(void) {
   harness_filter_from_env();
-  int setup = emu_test_setup();
-  if (setup == -1) {
-    printf("1..0 # SKIP %s\n", emu_test_skip_reason());
-    return 0;
-  }
-  if (setup != 0) {
-    printf("Bail out! %s\n", emu_test_skip_reason());
-    return 1;
-  }
+  int rc;
+  if (!emu_test_begin(&rc)) return rc;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(write_lands_in_peer_memory_without_the_peer_polling),
       cmocka_unit_test(write_with_imm_completes_only_after_its_data),
@@ -475,7 +468,7 @@ int main(void) {
       cmocka_unit_test(fault_delays_completions),
       cmocka_unit_test(devices_ports_and_gids_come_from_the_environment),
   };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  rc = cmocka_run_group_tests(tests, NULL, NULL);
   emu_test_teardown();
   return rc;
 }

@@ -7,41 +7,23 @@
 #include <unistd.h>
 #include "transports/ib/tests/verbs_emu_pair.h"
 
-static char g_dir[64], g_skip[700];
-
-int emu_test_setup(void) {
-  const char *top = getenv("WEFT_TOP_BUILDDIR");
-  char lib[600];
-  snprintf(lib, sizeof(lib), "%s/tests/verbs_emu/.libs/libweft_verbs_emu.so", top ? top : ".");
-  if (access(lib, R_OK) != 0) {
-    snprintf(g_skip, sizeof(g_skip), "verbs emulator not built (%s)", lib);
-    return -1;
+int emu_test_begin(int *rc) {
+  if (!harness_verbs_emu_setup("ib-test")) {
+    const char *top = getenv("WEFT_TOP_BUILDDIR");
+    printf("1..0 # SKIP verbs emulator not built (no %s/tests/verbs_emu/.libs/libweft_verbs_emu.so)"
+           " or no state directory in /dev/shm\n", top ? top : ".");
+    return *rc = 0, 0;
   }
-  snprintf(g_dir, sizeof(g_dir), "/dev/shm/weft-verbs-test-XXXXXX");
-  if (mkdtemp(g_dir) == NULL) {
-    snprintf(g_skip, sizeof(g_skip), "mkdtemp %s: %s", g_dir, strerror(errno));
-    return -1;
-  }
-  setenv("WEFT_IB_LIBRARY", lib, 1);
-  setenv("WEFT_VERBS_EMU_DIR", g_dir, 1);
   const char *why = NULL;
   if (weft__ibv_get(&why) == NULL) { /* built but broken: a failure, not a skip */
-    snprintf(g_skip, sizeof(g_skip), "the verbs emulator was built but does not load: %s", why);
-    emu_test_teardown();
-    return -2;
+    printf("Bail out! the verbs emulator was built but does not load: %s\n", why);
+    harness_verbs_emu_teardown();
+    return *rc = 1, 0;
   }
-  return 0;
+  return 1;
 }
 
-const char *emu_test_skip_reason(void) { return g_skip; }
-
-void emu_test_teardown(void) {
-  if (g_dir[0] == '\0') return;
-  char cmd[128];
-  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
-  if (system(cmd) != 0) fprintf(stderr, "# could not remove %s\n", g_dir);
-  g_dir[0] = '\0';
-}
+void emu_test_teardown(void) { harness_verbs_emu_teardown(); }
 
 void emu_run(int n, harness_body_fn body, void *arg) {
   harness_opts o = {.nranks = n, .no_init = 1, .deadline_s = 60};

@@ -29,11 +29,12 @@ typedef struct {
   uint32_t peer_rkey;
 } emu_end;
 
-/* In the parent: finds the emulator (WEFT_TOP_BUILDDIR), makes a fresh WEFT_VERBS_EMU_DIR
- * and checks the library loads. 0; -1: skip (not built); -2: fail (built, does not load);
- * emu_test_skip_reason says why. */
-int emu_test_setup(void);
-const char *emu_test_skip_reason(void);
+/* The start of each ib test program's main(): points weft at the emulator with a fresh
+ * state directory (harness_verbs_emu_setup, tag "ib-test") and checks the library loads.
+ * Returns 1 to go on; 0 after printing TAP's "1..0 # SKIP why" (emulator not built; *rc = 0)
+ * or "Bail out! why" (built but does not load; *rc = 1): main then returns *rc. Call from
+ * main before any rank is forked; emu_test_teardown at the end removes the directory. */
+int emu_test_begin(int *rc);
 void emu_test_teardown(void);
 /* harness_run of n processes without a communicator, 60 s deadline. */
 void emu_run(int n, harness_body_fn body, void *arg);
