@@ -25,6 +25,7 @@
 #include <string.h>
 #include <weft.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/ddp_elastic.h"
 #include "trainers/ddp_reducer.h"
 #include "trainers/dp_batch.h"
@@ -320,6 +321,7 @@ static void teardown(void *self) {
 }
 
 int main(int argc, char **argv) {
+  gpt_blas_choose(argv); /* first: it may re-execute the program (blas_core.h) */
   static ddp d;
   d.f = (ddp_flags){.c = gpt_trainer_defaults(PROG ".csv", PROG ".png"),
                     .accum = 1,

@@ -42,7 +42,7 @@ gpt_ckpt_group gpt_dist_ckpt_group(const gpt_dist *d);
 /* gpt_ckpt_save over d, then gpt_ckpt_saved_note into t. Collective; -1 with err. */
 int gpt_dist_ckpt_save(const gpt_dist *d, gpt_ckpt_track *t, const gpt_ckpt_save_req *r, char *err, size_t errlen);
 
-/* given > 0: that peak, marked "given". Otherwise a barrier, gpt_measure_peak on every
+/* given > 0: that peak, marked "given", and this rank's sgemm rate alone. Otherwise a barrier, gpt_measure_peak on every
  * rank, and the highest FMA and sgemm figures of any rank (the least disturbed). */
 int gpt_dist_measure_peak(const gpt_dist *d, float given, gpt_peak *p);
 

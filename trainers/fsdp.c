@@ -26,6 +26,7 @@
 #include <string.h>
 #include <weft.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/dp_batch.h"
 #include "trainers/fsdp_step.h"
 
@@ -284,6 +285,7 @@ static void teardown(void *self) {
 }
 
 int main(int argc, char **argv) {
+  gpt_blas_choose(argv); /* first: it may re-execute the program (blas_core.h) */
   static fsdp d;
   d.f = (fsdp_flags){.c = gpt_trainer_defaults(PROG ".csv", PROG ".png"), .accum = 1};
   if (parse(argc, argv, &d.f)) return 2;

@@ -21,6 +21,9 @@ typedef struct gpt_peak {
 /* Measures both (about 0.3 s on an AVX-512 core). Call it on every rank at once, so it sees the same sharing
  * of the cores that training will. */
 void gpt_measure_peak(gpt_peak *p);
+/* The best of 10 one-thread cblas_sgemm on 512^3, in GFLOP/s (about 30 ms on an AVX-512
+ * core): what the matrix products reach on the kernels OpenBLAS runs (blas_core.h). */
+double gpt_measure_sgemm(void);
 
 double gpt_now_s(void);
 /* The process's peak resident set so far, in MiB. */

@@ -37,6 +37,7 @@
 #include <weft.h>
 
 #include "trainers/adamw.h"
+#include "trainers/blas_core.h"
 #include "trainers/data.h"
 #include "trainers/moe_ckpt.h"
 #include "trainers/moe_model.h"
@@ -448,6 +449,7 @@ static void teardown(void *self) {
 }
 
 int main(int argc, char **argv) {
+  gpt_blas_choose(argv); /* first: it may re-execute the program (blas_core.h) */
   static moe_trainer t;
   t.f = (moe_flags){.c = gpt_trainer_defaults(PROG ".csv", PROG ".png"),
                     .mc = {.topk = 1, .capacity_factor = 1.25f, .aux_alpha = 0.01f},

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <weft.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/pipeline.h"
 #include "trainers/trainer_main.h"
 
@@ -273,6 +274,7 @@ static void teardown(void *self) {
 }
 
 int main(int argc, char **argv) {
+  gpt_blas_choose(argv); /* first: it may re-execute the program (blas_core.h) */
   static pp_trainer t;
   t.f = (pp_flags){.c = gpt_trainer_defaults(PROG ".csv", PROG ".png"), .M = 4, .schedule = "1f1b"};
   if (parse(argc, argv, &t.f)) return 2;

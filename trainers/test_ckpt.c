@@ -24,6 +24,7 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/ckpt.h"
 #include "trainers/test_util.h"
 
@@ -194,7 +195,9 @@ static void a_damaged_checkpoint_stops_the_trainers_naming_the_file(void **state
   tu_rmdir(dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const char *const progs[] = {"weft-train-fsdp", "weft-train-ddp", "weft-train-pipeline", "weft-train-moe", NULL};
   const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {

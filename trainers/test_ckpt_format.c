@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "trainers/atomic_file.h"
+#include "trainers/blas_core.h"
 #include "trainers/ckpt.h"
 #include "trainers/fsdp_shard.h"
 #include "trainers/test_util.h"
@@ -431,7 +432,9 @@ static void the_stop_message_names_the_save_rank_0_completed_before_the_failure(
   fixture_free(f);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(shards_of_4_ranks_load_bit_for_bit_on_1_2_3_and_4_ranks),
       cmocka_unit_test(a_damaged_checkpoint_is_refused_naming_the_file),

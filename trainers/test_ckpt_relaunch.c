@@ -31,6 +31,7 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/ckpt.h"
 #include "trainers/test_spawn.h"
 #include "trainers/test_util.h"
@@ -169,7 +170,9 @@ static void pipeline_loses_its_last_stage_and_finishes_on_3_stages(void **state)
   lose_a_rank_and_relaunch(&s, &r, 1);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const char *const progs[] = {"weft-train-fsdp", "weft-train-moe", "weft-train-pipeline", "weftrun", NULL};
   const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {

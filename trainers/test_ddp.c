@@ -20,6 +20,7 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/test_util.h"
 
 enum { STEPS = 5, GLOBAL_BATCH = 8 };
@@ -83,7 +84,9 @@ static void one_rank_matches_one_process_bit_for_bit(void **state) {
   expect_matches_reference(1, "--batch 8 --bucket-mb 0.02", 0.0, 0.0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const char *const progs[] = {"weft-train-ddp", NULL};
   const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {

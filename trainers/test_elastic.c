@@ -18,6 +18,7 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/test_spawn.h"
 #include "trainers/test_util.h"
 
@@ -125,7 +126,9 @@ static void rank_0_killed_survivors_keep_the_global_batch(void **state) {
   run(0, "global");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const char *const progs[] = {"weft-train-ddp", "weftrun", NULL};
   const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {

@@ -26,6 +26,7 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/fsdp_shard.h"
 #include "trainers/test_util.h"
 
@@ -278,7 +279,9 @@ static void a_resumed_run_continues_bit_for_bit(void **state) {
   if (resumed != whole) fail_msg("resumed run: checksum %.17g, uninterrupted %.17g", resumed, whole);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const char *const progs[] = {"weft-train-fsdp", "weft-train-ddp", NULL};
   const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {

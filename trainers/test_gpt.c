@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/loop.h"
 #include "trainers/test_fd.h"
 #include "trainers/test_util.h"
@@ -415,7 +416,9 @@ static void missing_data_file_is_reported(void **state) {
   gpt_run_free(&r);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   int have_data = access(tu_data_path(), R_OK) == 0;
   struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(layernorm_backward_matches_finite_differences, fd_setup, fd_teardown),

@@ -27,6 +27,7 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/data.h"
 #include "trainers/moe_model.h"
 #include "trainers/rng.h"
@@ -299,7 +300,9 @@ static void one_group_does_not_match_two_ranks(void **state) {
   free(b.params);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const char *const progs[] = {"weft-train-moe", NULL};
   const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {

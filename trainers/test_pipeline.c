@@ -29,6 +29,7 @@
 /* cmocka.h needs the headers above first. */
 #include <cmocka.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/pipeline_schedule.h"
 #include "trainers/test_util.h"
 
@@ -312,7 +313,9 @@ static void wrong_stage_count_and_too_few_layers_are_refused(void **state) {
   expect_refused(5, "--batch 2", "4 layers cannot fill 5 pipeline stages");
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
+  gpt_blas_choose(argv);
   const char *const progs[] = {"weft-train-pipeline", NULL};
   const char *why = tu_missing(progs);
   struct CMUnitTest tests[] = {

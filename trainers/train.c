@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "trainers/blas_core.h"
 #include "trainers/loop.h"
 #include "trainers/trainer_flags.h"
 
@@ -54,6 +55,9 @@ static void print_model(const gpt_run *r, const train_flags *f) {
          c->dmodel, c->heads, c->seq, r->m->lay.total, gpt_num_params_nonembedding(c), r->o.batch);
   printf("# %.3f MFLOP/token (6N + 12LHQT), MFU against %.0f GFLOP/s, backend %s, 1 thread\n",
          gpt_flops_per_token(c) / 1e6, f->peak_gflops, r->m->be->name);
+  char blas[320];
+  gpt_blas_describe(blas, sizeof(blas));
+  printf("# matrix products on %s\n", blas);
   printf("# lr %g wd %g clip %g seed %llu\n", r->o.opt.lr, r->o.opt.weight_decay, r->o.clip,
          (unsigned long long)r->o.seed);
   gpt_ckpt_print_origin(&r->from, r->o.batch, 0);
@@ -98,6 +102,7 @@ static int train(gpt_run *r, const train_flags *f, gpt_ckpt_track *ck, char *err
 }
 
 int main(int argc, char **argv) {
+  gpt_blas_choose(argv); /* first: it may re-execute the program (blas_core.h) */
   train_flags f = gpt_trainer_defaults(NULL, NULL);
   f.eval_every = 50;
   f.peak_gflops = 112.0f;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainers/blas_core.h"
+
 int gpt_report_init(gpt_report *r, int steps) {
   r->tot = (gpt_totals){.first_val = NAN, .last_val = NAN};
   r->tot.step_s = calloc((size_t)steps + 1, sizeof(double));
@@ -35,14 +37,15 @@ void gpt_report_title(const gpt_report *r, const char *prog, const char *data, i
 
 void gpt_report_peak(const gpt_report *r, int with_share, const char *fpt_note, const char *mfu_note) {
   const gpt_peak *p = &r->peak;
-  if (p->sgemm_gflops > 0 && with_share)
-    printf("# peak per rank: FMA loop %.1f GFLOP/s (%s), sgemm 512^3 %.1f GFLOP/s = %.0f%% of it\n",
-           p->fma_gflops, p->isa, p->sgemm_gflops, 100.0 * p->sgemm_gflops / p->fma_gflops);
-  else if (p->sgemm_gflops > 0)
-    printf("# peak per rank: FMA loop %.1f GFLOP/s (%s), sgemm 512^3 %.1f GFLOP/s\n", p->fma_gflops, p->isa,
-           p->sgemm_gflops);
+  char blas[320];
+  gpt_blas_describe(blas, sizeof(blas));
+  if (strcmp(p->isa, "given"))
+    printf("# peak per rank: FMA loop %.1f GFLOP/s (%s)", p->fma_gflops, p->isa);
   else
-    printf("# peak per rank: %.1f GFLOP/s (given)\n", p->fma_gflops);
+    printf("# peak per rank: %.1f GFLOP/s (given)", p->fma_gflops);
+  if (p->sgemm_gflops > 0) printf(", sgemm 512^3 %.1f GFLOP/s", p->sgemm_gflops);
+  if (p->sgemm_gflops > 0 && with_share && strcmp(p->isa, "given")) printf(" = %.0f%% of it", 100.0 * p->sgemm_gflops / p->fma_gflops);
+  printf(" on %s\n", blas);
   printf("# %.3f MFLOP/token%s; MFU = that x tokens/s / (%d ranks x peak)%s\n", r->flops_per_token / 1e6,
          fpt_note, r->nranks, mfu_note);
 }

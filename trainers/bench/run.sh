@@ -10,6 +10,10 @@
 # Each run's tokens/s is its median step after the warm-up steps. The per-rank peak is
 # measured first (weft-train-ddp's start-up FMA loop, on 1 and on 2 ranks at once; the
 # highest wins) and passed to every run with --peak-gflops, so every MFU divides by it.
+# Both sides choose OpenBLAS's kernels by one rule (trainers/blas_core.h; torch_gpt.py does
+# the same): the AVX-512 (SkylakeX) kernels when OpenBLAS falls back to AVX2 ones on a CPU
+# that has AVX-512. Each log names the core its side ran and report.py checks they agree;
+# OPENBLAS_CORETYPE in the environment (e.g. Haswell) puts both sides on that core instead.
 #
 # Knobs: BENCH_ROUNDS (3), BENCH_MODELS ("small large"), BENCH_RANKS ("1 2"),
 # BENCH_OUT (trainers-bench: the logs, one per run), BENCH_QUICK=1 (one round, fewer steps), PYTHON
@@ -39,7 +43,7 @@ if [ ! -r "$data" ]; then
   exit 1
 fi
 mkdir -p "$out"
-rm -f "$out"/*.log
+rm -f "$out"/*.log "$out"/peak-r*.txt
 
 have_torch=1
 if ! "$PYTHON" -c 'import torch' 2>/dev/null; then
@@ -79,7 +83,7 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 measure_peak() {
   if [ -n "${BENCH_PEAK_GFLOPS:-}" ]; then echo "$BENCH_PEAK_GFLOPS"; return; fi
   "$weftrun" -n "$1" "$ddp" --data "$data" --steps 0 --eval-batches 0 --log none --plot none \
-    | sed -n 's/^# peak per rank: FMA loop \([0-9.]*\) GFLOP.*/\1/p' | head -n 1
+    | tee "$out/peak-r$1.txt" | sed -n 's/^# peak per rank: FMA loop \([0-9.]*\) GFLOP.*/\1/p' | head -n 1
 }
 
 run_weft() { # model ranks round peak
@@ -129,6 +133,10 @@ for R in $ranks_list; do
 done
 echo "$peak" >"$out/peak"
 echo "bench-trainers: MFU of every run divides by $peak GFLOP/s per rank"
+# What the start-up line says of the kernels: "sgemm 512^3 S GFLOP/s ... on OpenBLAS V core C (why)".
+for f in "$out"/peak-r*.txt; do
+  [ -r "$f" ] && sed -n 's/^# peak per rank: .*, \(sgemm 512^3 .*\)/bench-trainers: weft: \1/p' "$f" | head -n 1
+done
 
 for round in $(seq 1 "$rounds"); do
   for model in $models; do

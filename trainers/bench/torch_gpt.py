@@ -14,15 +14,19 @@ Launch: one process per rank, with torchrun's environment set by hand (Debian 12
 script fails on Python 3.11): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
 Each rank runs on one thread: torch.set_num_threads(1), and OPENBLAS_NUM_THREADS=1 /
 OMP_NUM_THREADS=1 in its environment (run.sh sets them; this script sets them too when
-absent, before torch loads OpenBLAS).
+absent, before torch loads OpenBLAS). OpenBLAS's kernels are chosen as weft's trainers
+choose them (trainers/blas_core.h): run as a script, on a CPU with AVX-512 where OpenBLAS
+falls back to AVX2 kernels, it re-executes itself once with OPENBLAS_CORETYPE=SkylakeX.
 
-Output (rank 0): one line per step, then
+Output (rank 0): a header naming the BLAS and its core ("blas OpenBLAS 0.3.21 core SkylakeX
+(chosen by weft: ...)"), one line per step, then
     # torch summary: backend NAME ranks R tokens/s X mfu Y median_step_ms Z warmup W steps S
 tokens/s from the median step time of the steps after the warm-up; MFU with the FLOPs
 formula of gpt_flops_per_token (6N + 12LHQT, PaLM appendix B) and the per-rank peak given
 by --peak-gflops (run.sh passes the one weft-train-ddp measured, so both use one peak).
 """
 import argparse
+import ctypes
 import math
 import os
 import sys
@@ -30,6 +34,62 @@ import time
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
+
+# The OpenBLAS core choice of weft's trainers (trainers/blas_core.h), so that both sides of
+# the comparison run the same kernels: Debian's torch does its fp32 matrix products in
+# the same libopenblas.so.0 (through libblas.so.3), which picks its kernels when it loads.
+BLAS_MARKER = "WEFT_BLAS_DETECTED"
+AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+SKYLAKEX_FLAGS = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
+
+
+def openblas(lib):
+    """(config, corename) of a loaded OpenBLAS, or None when lib is not one."""
+    try:
+        cfg, core = lib.openblas_get_config, lib.openblas_get_corename
+    except AttributeError:
+        return None
+    cfg.restype = core.restype = ctypes.c_char_p
+    return cfg().decode(errors="replace"), core().decode(errors="replace")
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def choose_openblas_core():
+    """gpt_blas_choose: when OpenBLAS (DYNAMIC_ARCH) fell back to a core without AVX-512 on a
+    CPU with F, CD, BW, DQ and VL, re-execute once with OPENBLAS_CORETYPE=SkylakeX (the
+    library reads it only when it loads); a user's OPENBLAS_CORETYPE and the marker win."""
+    if "OPENBLAS_CORETYPE" in os.environ or BLAS_MARKER in os.environ:
+        return
+    try:
+        got = openblas(ctypes.CDLL("libopenblas.so.0"))
+    except OSError:
+        return
+    if not got or "DYNAMIC_ARCH" not in got[0] or got[1].lower() in AVX512_CORES:
+        return
+    if not SKYLAKEX_FLAGS <= cpu_flags():
+        return
+    os.environ[BLAS_MARKER] = got[1]
+    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    sys.stdout.flush()
+    try:
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+    except OSError as e:
+        print("# torch_gpt: re-executing with OPENBLAS_CORETYPE=SkylakeX failed: %s" % e, file=sys.stderr)
+        del os.environ[BLAS_MARKER], os.environ["OPENBLAS_CORETYPE"]
+
+
+if __name__ == "__main__":  # not when a test imports the model: its process keeps its kernels
+    choose_openblas_core()
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -196,15 +256,32 @@ def main():
 
 
 def blas_name():
-    """Which BLAS torch's process mapped (reference BLAS makes the comparison meaningless)."""
+    """Which BLAS torch's process mapped (reference BLAS makes the comparison meaningless),
+    and for OpenBLAS its version and core, said as weft's trainers say it (blas_core.c)."""
     try:
         maps = open("/proc/self/maps").read()
     except OSError:
         return "unknown"
     for name in ("openblas", "libmkl", "blis", "libblas.so"):
         if name in maps:
-            return name
-    return "unknown"
+            break
+    else:
+        return "unknown"
+    if name != "openblas":
+        return name
+    path = next(l.split()[-1] for l in maps.splitlines() if "libopenblas" in l)
+    got = openblas(ctypes.CDLL(path))
+    if not got:
+        return name
+    version, core = " ".join(got[0].split()[:2]), got[1]
+    env, marker = os.environ.get("OPENBLAS_CORETYPE"), os.environ.get(BLAS_MARKER)
+    if env is not None and marker is not None and env.lower() == "skylakex":
+        why = "chosen by weft: OpenBLAS picked %s, the CPU has AVX-512" % marker
+    elif env is not None:
+        why = "OPENBLAS_CORETYPE=%s in the environment" % env
+    else:
+        why = "OpenBLAS's own choice"
+    return "%s core %s (%s)" % (version, core, why)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,164 @@
+/* trainers/test_blas_core.c: the trainers run OpenBLAS's AVX-512 kernels on a CPU that has
+ * AVX-512, even when OpenBLAS's own detection falls back to AVX2, and say so at start-up
+ * (weft issue 20; blas_core.h).
+ *
+ * The choice itself (gpt_blas_pick_core) is checked on made-up facts: detected core names,
+ * CPU flag sets, a user's OPENBLAS_CORETYPE, the re-execution marker, a library without
+ * DYNAMIC_ARCH. Then weftrun launches weft-train-ddp --steps 0 from the build directory
+ * (WEFT_TOP_BUILDDIR) with neither variable set: its "# peak per rank" line must name the
+ * OpenBLAS core and the sgemm rate, and on a CPU with the AVX-512 subsets (and a
+ * DYNAMIC_ARCH OpenBLAS) the core must be an AVX-512 one; with OPENBLAS_CORETYPE=Haswell
+ * set by the user it must run Haswell and say the environment chose it. Without
+ * ../shared/data/tinyshakespeare.txt or the programs the launch tests pass as "# SKIP".
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/* cmocka.h needs the headers above first. */
+#include <cmocka.h>
+
+#include <cblas.h>
+
+#include "trainers/blas_core.h"
+#include "trainers/test_util.h"
+
+/* An AVX-512 CPU under a DYNAMIC_ARCH OpenBLAS that fell back to Haswell, nothing set. */
+static gpt_blas_facts fallback(void) {
+  return (gpt_blas_facts){.detected = "Haswell", .dynamic_arch = 1, .cpu = GPT_CPU_SKYLAKEX_SET};
+}
+
+static void haswell_fallback_on_an_avx512_cpu_picks_skylakex(void **state) {
+  gpt_blas_facts f = fallback();
+  assert_string_equal(gpt_blas_pick_core(&f), "SkylakeX");
+  f.detected = "Zen"; /* the AVX2 kernels OpenBLAS gives AMD's Zen 1-3 */
+  assert_string_equal(gpt_blas_pick_core(&f), "SkylakeX");
+  f.detected = "Prescott"; /* the last-resort fallback of an unknown CPU */
+  assert_string_equal(gpt_blas_pick_core(&f), "SkylakeX");
+}
+
+static void avx512_cores_are_left_as_openblas_picked_them(void **state) {
+  const char *const cores[] = {"SkylakeX", "skylakex", "Cooperlake", "COOPERLAKE", "SapphireRapids"};
+  for (size_t i = 0; i < sizeof(cores) / sizeof(cores[0]); i++) {
+    gpt_blas_facts f = fallback();
+    f.detected = cores[i];
+    if (gpt_blas_pick_core(&f)) fail_msg("detected %s: weft should not switch", cores[i]);
+    assert_true(gpt_blas_core_is_avx512(cores[i]));
+  }
+  assert_false(gpt_blas_core_is_avx512("Haswell"));
+  assert_false(gpt_blas_core_is_avx512(NULL));
+}
+
+static void a_cpu_without_any_one_avx512_subset_keeps_the_avx2_kernels(void **state) {
+  const unsigned bits[] = {GPT_CPU_AVX512F, GPT_CPU_AVX512CD, GPT_CPU_AVX512BW, GPT_CPU_AVX512DQ, GPT_CPU_AVX512VL};
+  for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++) {
+    gpt_blas_facts f = fallback();
+    f.cpu &= ~bits[i];
+    if (gpt_blas_pick_core(&f)) fail_msg("CPU flags 0x%x (lacking 0x%x): weft should not switch", f.cpu, bits[i]);
+  }
+  gpt_blas_facts avx2_only = fallback();
+  avx2_only.cpu = 0;
+  assert_null(gpt_blas_pick_core(&avx2_only));
+}
+
+static void a_user_openblas_coretype_wins_even_when_empty(void **state) {
+  gpt_blas_facts f = fallback();
+  f.env_coretype = "Haswell";
+  assert_null(gpt_blas_pick_core(&f));
+  f.env_coretype = "";
+  assert_null(gpt_blas_pick_core(&f));
+}
+
+static void the_marker_stops_a_second_reexecution(void **state) {
+  gpt_blas_facts f = fallback();
+  f.env_marker = "Haswell"; /* e.g. the variable was lost but weft already re-executed once */
+  assert_null(gpt_blas_pick_core(&f));
+}
+
+static void a_library_without_dynamic_arch_is_not_reexecuted_for_nothing(void **state) {
+  gpt_blas_facts f = fallback();
+  f.dynamic_arch = 0;
+  assert_null(gpt_blas_pick_core(&f));
+}
+
+/* The "# peak per rank" line of dir/out, or fails. */
+static void peak_line(const char *dir, char *line, size_t len) {
+  char path[4200];
+  snprintf(path, sizeof(path), "%s/out", dir);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  int found = 0;
+  while (!found && fgets(line, (int)len, f)) found = !strncmp(line, "# peak per rank:", 16);
+  fclose(f);
+  if (!found) fail_msg("no '# peak per rank' line in %s", path);
+}
+
+/* Launches weft-train-ddp --steps 0 on one rank with OPENBLAS_CORETYPE as given (NULL:
+ * unset) and the marker unset; returns its core name in core and its peak line in line. */
+static void launch_ddp(const char *coretype, char *core, size_t core_len, char *line, size_t line_len) {
+  char dir[] = "/tmp/test_blas_core.XXXXXX";
+  tu_mkdtemp(dir);
+  unsetenv(GPT_BLAS_MARKER);
+  if (coretype) setenv("OPENBLAS_CORETYPE", coretype, 1);
+  else unsetenv("OPENBLAS_CORETYPE");
+  tu_run(dir, 1, "weft-train-ddp", 60,
+         "--layers 1 --dmodel 32 --heads 2 --seq 16 --steps 0 --eval-batches 0 --peak-gflops 100 "
+         "--log none --plot none");
+  unsetenv("OPENBLAS_CORETYPE");
+  peak_line(dir, line, line_len);
+  tu_rmdir(dir);
+  print_message("# %s", line);
+  const char *at = strstr(line, " on OpenBLAS ");
+  if (!at || !(at = strstr(at, " core "))) fail_msg("the peak line names no OpenBLAS core: %s", line);
+  char fmt[32];
+  snprintf(fmt, sizeof(fmt), " core %%%zus", core_len - 1);
+  assert_int_equal(sscanf(at, fmt, core), 1);
+  double sgemm = 0.0;
+  const char *s = strstr(line, "sgemm 512^3 ");
+  if (!s || sscanf(s, "sgemm 512^3 %lf GFLOP/s", &sgemm) != 1 || !(sgemm > 0.0))
+    fail_msg("the peak line gives no sgemm rate: %s", line);
+}
+
+static void ddp_startup_line_names_an_avx512_core_on_an_avx512_cpu(void **state) {
+  char core[64], line[1024];
+  launch_ddp(NULL, core, sizeof(core), line, sizeof(line));
+  int dynamic = strstr(openblas_get_config(), "DYNAMIC_ARCH") != NULL;
+  unsigned cpu = gpt_blas_cpu_flags();
+  if (dynamic && (cpu & GPT_CPU_SKYLAKEX_SET) == GPT_CPU_SKYLAKEX_SET) {
+    if (!gpt_blas_core_is_avx512(core)) fail_msg("an AVX-512 CPU runs core %s: %s", core, line);
+    if (!strstr(line, "(chosen by weft: OpenBLAS picked ") && !strstr(line, "(OpenBLAS's own choice)"))
+      fail_msg("the peak line does not say who chose core %s: %s", core, line);
+  } else {
+    print_message("# this CPU (flags 0x%x) or OpenBLAS (%s) cannot switch: core %s as detected\n", cpu,
+                  openblas_get_config(), core);
+    assert_non_null(strstr(line, "OpenBLAS's own choice"));
+  }
+}
+
+static void a_user_coretype_runs_and_is_named_on_the_startup_line(void **state) {
+  char core[64], line[1024];
+  launch_ddp("Haswell", core, sizeof(core), line, sizeof(line));
+  assert_string_equal(core, "Haswell");
+  assert_non_null(strstr(line, "(OPENBLAS_CORETYPE=Haswell in the environment)"));
+}
+
+int main(void) {
+  const char *const progs[] = {"weftrun", "weft-train-ddp", NULL};
+  const char *why = tu_missing(progs);
+  struct CMUnitTest tests[] = {
+      cmocka_unit_test(haswell_fallback_on_an_avx512_cpu_picks_skylakex),
+      cmocka_unit_test(avx512_cores_are_left_as_openblas_picked_them),
+      cmocka_unit_test(a_cpu_without_any_one_avx512_subset_keeps_the_avx2_kernels),
+      cmocka_unit_test(a_user_openblas_coretype_wins_even_when_empty),
+      cmocka_unit_test(the_marker_stops_a_second_reexecution),
+      cmocka_unit_test(a_library_without_dynamic_arch_is_not_reexecuted_for_nothing),
+      cmocka_unit_test(ddp_startup_line_names_an_avx512_core_on_an_avx512_cpu),
+      cmocka_unit_test(a_user_coretype_runs_and_is_named_on_the_startup_line),
+  };
+  size_t n = sizeof(tests) / sizeof(tests[0]);
+  if (why) tu_skip(tests, 6, n, why);
+  return _cmocka_run_group_tests("test_blas_core", tests, n, NULL, NULL);
+}
