@@ -44,7 +44,7 @@ double harness_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void sleep_ms(int ms) {
+void harness_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   nanosleep(&ts, NULL);
 }
@@ -169,7 +169,7 @@ int harness_wait_flag(harness_rank *r, int idx, int value, int timeout_ms) {
   double end = harness_now_ms() + timeout_ms;
   while (atomic_load(&r->shared->flags[idx]) < value) {
     if (harness_now_ms() > end) return 0;
-    sleep_ms(1);
+    harness_sleep_ms(1);
   }
   return 1;
 }
@@ -410,7 +410,7 @@ static int reap(rank_proc *p, int n, int deadline_s) {
         left--;
       }
     }
-    if (left > 0) sleep_ms(2);
+    if (left > 0) harness_sleep_ms(2);
   }
   if (left == 0) return 0;
   for (int i = 0; i < n; i++)
@@ -458,7 +458,7 @@ int harness_thread_count(void) {
 static int check_single_threaded(char *report, size_t len) {
   int n = harness_thread_count();
   for (int waited = 0; n > 1 && waited < 5000; waited += 10) {
-    sleep_ms(10);
+    harness_sleep_ms(10);
     n = harness_thread_count();
   }
   if (n <= 1) return 0; /* -1: no /proc; nothing to check with */

@@ -79,6 +79,9 @@ void harness_unique_id(weft_unique_id_t *id);
 int harness_verbs_emu_setup(const char *tag);
 void harness_verbs_emu_teardown(void);
 
+/* Sleeps ms milliseconds (nanosleep; an interrupting signal cuts it short). Thread-safe. */
+void harness_sleep_ms(int ms);
+
 /* Threads of this process (from /proc/self/status); -1 when unknown. */
 int harness_thread_count(void);
 

@@ -48,11 +48,6 @@ enum { EXIT_BEFORE, EXIT_DURING, KILL_DURING, GO_SILENT };
  * flags[10]: the survivors are done (the silent rank may leave). */
 #define FLAG_SURVIVORS_DONE 10
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* Three all_reduces that must succeed before anything goes wrong. */
 static int warm_up(harness_rank *r) {
   for (int k = 0; k < 3; k++) {
@@ -83,7 +78,7 @@ static void victim_dies_mid_call(harness_rank *r, int kind) {
   weft_stream_t s;
   if (weft_stream_create(&s) == WEFT_SUCCESS)
     weft_all_reduce(b, b, BIG_COUNT, WEFT_FLOAT32, WEFT_SUM, r->comm, s);
-  sleep_ms(VICTIM_DELAY_MS);
+  harness_sleep_ms(VICTIM_DELAY_MS);
   if (weft_stream_query(s) != WEFT_IN_PROGRESS)
     harness_note(r, "note: the 64 MiB all_reduce was no longer in flight after %d ms",
                  VICTIM_DELAY_MS);

@@ -50,11 +50,6 @@
 #define PROBE_COUNT (256 * 1024 / 4) /* float32 elements: the probe's threshold */
 #define FLAG_DONE 0                  /* flags[0]: rank 0 is done, the partner may leave */
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* A small all-reduce that must work: the communicator is up on both ranks. */
 static int small_all_reduce(harness_rank *r) {
   float v[16] = {0};
@@ -104,7 +99,7 @@ static void placement_probe_with_a_dead_partner_fails_in_ms_naming_it(void **sta
 }
 
 static void *abort_later(void *arg) {
-  sleep_ms(300);
+  harness_sleep_ms(300);
   weft_comm_abort(arg);
   return NULL;
 }
@@ -271,9 +266,9 @@ static void *stutter(void *p) {
   stutter_arg *a = p;
   while (!atomic_load(&a->stop)) {
     kill(a->victim, SIGSTOP);
-    sleep_ms(150);
+    harness_sleep_ms(150);
     kill(a->victim, SIGCONT);
-    sleep_ms(1);
+    harness_sleep_ms(1);
   }
   kill(a->victim, SIGCONT);
   return NULL;
@@ -362,7 +357,7 @@ static void idle_and_slow_connections_do_not_keep_ranks_from_the_root(void **sta
     fds[n++] = fd;
   }
   if (n < IDLE + SLOW) fail_msg("opened only %d connections to the root", n);
-  sleep_ms(200); /* let the root take them all in */
+  harness_sleep_ms(200); /* let the root take them all in */
   harness_opts o = {.nranks = 2, .transport = "socket", .timeout_ms = 20000, .deadline_s = 60, .no_init = 1, .id = &id};
   harness_run(&o, init_body, NULL);
   for (int i = 0; i < n; i++) close(fds[i]);
@@ -396,10 +391,10 @@ static void a_root_out_of_descriptors_does_not_spin_and_still_admits_ranks(void 
     char c;
     (void)!read(go[0], &c, 1); /* the flood is in */
     double c0 = cpu_s();
-    sleep_ms(1000);
+    harness_sleep_ms(1000);
     double used = cpu_s() - c0;
     (void)!write(pipefd[1], &used, sizeof used);
-    sleep_ms(30000); /* host the root until killed */
+    harness_sleep_ms(30000); /* host the root until killed */
     _exit(0);
   }
   weft_unique_id_t id;
@@ -407,7 +402,7 @@ static void a_root_out_of_descriptors_does_not_spin_and_still_admits_ranks(void 
   int fds[100], n = 0;
   for (int i = 0; i < 100; i++)
     if ((fds[n] = connect_to_root(&id)) >= 0) n++;
-  sleep_ms(100);
+  harness_sleep_ms(100);
   (void)!write(go[1], "g", 1);
   double used = -1;
   (void)!read(pipefd[0], &used, sizeof used);
@@ -474,9 +469,9 @@ static void huge_nranks_in_child(int out) {
   long rss0 = rss_kib();
   double c0 = cpu_s();
   int a = hello_claiming(&id, 3, 10000000);
-  sleep_ms(300);
+  harness_sleep_ms(300);
   int b = hello_claiming(&id, 9999999, 10000000); /* two far-apart pages */
-  sleep_ms(500);
+  harness_sleep_ms(500);
   rep.grown_kib = rss_kib() - rss0;
   rep.used_s = cpu_s() - c0;
   close(a);

@@ -24,11 +24,6 @@
 #define PROMPT_MS 3000        /* "promptly": well under the deadline even on a loaded machine */
 #define ID_FLAG 63            /* shared->flags: rank 0's unique id is in shared->values[0..16) */
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* Init with the bootstrap root in rank 0's process (not the test's parent), so that killing
  * rank 0 kills the root too. hosts: emulated host letters per rank, or NULL. */
 static int init_root_in_rank0(harness_rank *r, const char *hosts) {
@@ -83,7 +78,7 @@ static void check_new(harness_rank *r, weft_comm_t c, const int *members, int n,
 static int revoke_body(harness_rank *r) {
   if (r->rank == 0) {
     for (int p = 1; p < r->nranks; p++) harness_wait_flag(r, p, 1, 10000);
-    sleep_ms(200); /* they are inside the call now */
+    harness_sleep_ms(200); /* they are inside the call now */
     r->shared->values[63] = (long long)(harness_now_ms() * 1000.0);
     harness_expect_status(r, weft_comm_revoke(r->comm), WEFT_SUCCESS, "revoke");
   } else {
@@ -139,7 +134,7 @@ static int exclude_body(harness_rank *r) {
  * fail promptly and alike on every one of them, not wait for it until the deadline. */
 static int member_dies_body(harness_rank *r) {
   if (r->rank == r->nranks - 1) {
-    sleep_ms(300);
+    harness_sleep_ms(300);
     kill(getpid(), SIGKILL);
   }
   weft_comm_t next = NULL;
@@ -165,7 +160,7 @@ typedef struct {
 } kill_params;
 
 static void *die_soon(void *arg) {
-  sleep_ms(*(int *)arg);
+  harness_sleep_ms(*(int *)arg);
   kill(getpid(), SIGKILL);
   return NULL;
 }
@@ -215,7 +210,7 @@ static int kill_body(harness_rank *r) {
     weft_comm_count(c, &size);
     if (size == n || r->rank == kp->second) break;
     /* The second victim was still in: it is dead by now or soon; the next call says so. */
-    sleep_ms(100);
+    harness_sleep_ms(100);
     double x = 1;
     st = weft_all_reduce(&x, &x, 1, WEFT_FLOAT64, WEFT_SUM, c, NULL);
     if (st == WEFT_SUCCESS) {
@@ -223,7 +218,7 @@ static int kill_body(harness_rank *r) {
       break;
     }
   }
-  if (r->rank == kp->second) sleep_ms(5000); /* dies meanwhile */
+  if (r->rank == kp->second) harness_sleep_ms(5000); /* dies meanwhile */
   check_new(r, c, members, n, "after the kill");
   r->comm = c;
   return r->failures;

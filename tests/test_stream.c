@@ -50,11 +50,6 @@ static int check_sum(harness_rank *r, const char *desc, const void *buf, size_t 
   return 1;
 }
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 /* Something for the caller to compute while weft works: a checksum loop of ~ms. */
 static double compute_for(int ms) {
   volatile double acc = 0;
@@ -251,7 +246,7 @@ static int group_body(harness_rank *r) {
  * WEFT_IN_PROGRESS at once and report WEFT_SUCCESS later. */
 static int nonblocking_init_body(harness_rank *r) {
   const int call_early = *(const int *)r->arg;
-  if (r->rank != 0) sleep_ms(500);
+  if (r->rank != 0) harness_sleep_ms(500);
   double t0 = harness_now_ms();
   weft_status_t st = weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config);
   double init_ms = harness_now_ms() - t0;
@@ -267,7 +262,7 @@ static int nonblocking_init_body(harness_rank *r) {
       if (!harness_expect_status(r, st, WEFT_SUCCESS, "weft_comm_get_async_error"))
         return r->failures;
       seen_in_progress |= async == WEFT_IN_PROGRESS;
-      if (async == WEFT_IN_PROGRESS) sleep_ms(2);
+      if (async == WEFT_IN_PROGRESS) harness_sleep_ms(2);
     }
     if (!harness_expect_status(r, async, WEFT_SUCCESS, "async error after non-blocking init"))
       return r->failures;

@@ -22,11 +22,6 @@
 #include "tests/harness.h"
 #include "transports/shm/shm_segment.h"
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
-
 static int small_all_reduce(harness_rank *r) {
   float v[16] = {0};
   return harness_expect_status(r, weft_all_reduce(v, v, 16, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL),
@@ -87,7 +82,7 @@ static void *stranger(void *p) {
     fds[n++] = fd;
   }
   a->connected = n;
-  while (!atomic_load(&a->stop)) sleep_ms(5);
+  while (!atomic_load(&a->stop)) harness_sleep_ms(5);
   for (int i = 0; i < n; i++) close(fds[i]);
   return NULL;
 }
