@@ -94,7 +94,6 @@ static void free_comm(struct weft_comm *c) {
   free(c->conns);
   weft__topo_comm_free(c);
   weft__select_comm_free(c);
-  pthread_mutex_destroy(&c->lock);
   pthread_mutex_destroy(&c->err_lock);
   free(c);
 }
@@ -158,7 +157,7 @@ static struct weft_comm *new_comm(int nranks, int rank, int timeout_ms, const we
   c->bootstrap_fd = -1;
   c->bootstrap_failed_rank = -2;
   c->root_host_rank = -1;
-  pthread_mutex_init(&c->lock, NULL);
+  weft__op_lock_init(&c->lock);
   pthread_mutex_init(&c->err_lock, NULL);
   atomic_init(&c->init_state, WEFT__INIT_RUNNING);
   weft__flight_init(c);
@@ -235,11 +234,11 @@ static weft_status_t finish(struct weft_comm *c, int goodbye) {
       drain_pending(c);
       goodbye = 0;
     }
-    pthread_mutex_lock(&c->lock);
+    weft__op_lock_take(&c->lock);
     weft__window_free_all(c); /* before the transports they are registered with close */
     weft__comm_close_transports(c);
     if (goodbye) weft__bootstrap_leave(c);
-    pthread_mutex_unlock(&c->lock);
+    weft__op_lock_release(&c->lock);
   }
   if (c->bootstrap_fd >= 0) close(c->bootstrap_fd);
   free_comm(c);
@@ -255,9 +254,9 @@ weft_status_t weft_comm_abort(weft_comm_t comm) {
   if (comm == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_abort: comm is NULL");
   atomic_store(&comm->aborted, 1);
   /* An operation running on another thread writes its own record as it fails. */
-  if (atomic_load(&comm->init_state) == WEFT__INIT_DONE && pthread_mutex_trylock(&comm->lock) == 0) {
+  if (atomic_load(&comm->init_state) == WEFT__INIT_DONE && weft__op_lock_try(&comm->lock)) {
     weft__flight_dump(comm, "abort", NULL);
-    pthread_mutex_unlock(&comm->lock);
+    weft__op_lock_release(&comm->lock);
   }
   /* No goodbye: the root then tells the other ranks this one is gone. */
   finish(comm, 0);

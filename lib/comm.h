@@ -9,6 +9,7 @@
 #include "lib/req.h"
 #include "lib/fingerprint.h"
 #include "lib/flight.h"
+#include "lib/op_lock.h"
 
 struct weft__task;
 
@@ -58,7 +59,7 @@ struct weft_comm {
   int *ring_pos;             /* [nranks]: the ring position of rank r, or NULL */
   _Atomic(struct weft__tuner_cache *) tuner; /* select.c's per-comm facts and last choices */
 
-  pthread_mutex_t lock;      /* held while an operation runs */
+  weft__op_lock lock;        /* held while an operation runs (lib/op_lock.h) */
   uint64_t last_seq;         /* sequence number of the last launched operation */
   uint64_t coll_seq;         /* collectives launched: every rank counts the same ones */
   uint64_t p2p_seq;          /* sends, receives and groups of them launched by this rank */

@@ -5,7 +5,7 @@
  * these values arrive straight from the public API and may be anything. */
 #include "lib/dtype.h"
 
-static const size_t dtype_sizes[WEFT_NUM_DATATYPES] = {
+const size_t weft__dtype_sizes[WEFT_NUM_DATATYPES] = {
     [WEFT_INT8] = 1,    [WEFT_UINT8] = 1,   [WEFT_INT32] = 4,   [WEFT_UINT32] = 4,
     [WEFT_INT64] = 8,   [WEFT_UINT64] = 8,  [WEFT_FLOAT16] = 2, [WEFT_FLOAT32] = 4,
     [WEFT_FLOAT64] = 8, [WEFT_BFLOAT16] = 2,
@@ -22,20 +22,6 @@ static const char *const op_names[WEFT_NUM_OPS] = {
     [WEFT_SUM] = "sum", [WEFT_PROD] = "prod", [WEFT_MAX] = "max",
     [WEFT_MIN] = "min", [WEFT_AVG] = "avg",
 };
-
-/* Enums may be signed or unsigned depending on the compiler; compare as int so a
- * negative value from a caller is rejected either way. */
-int weft__dtype_valid(weft_datatype_t dt) {
-  return (int)dt >= 0 && (int)dt < WEFT_NUM_DATATYPES;
-}
-
-int weft__op_valid(weft_redop_t op) {
-  return (int)op >= 0 && (int)op < WEFT_NUM_OPS;
-}
-
-size_t weft__dtype_size(weft_datatype_t dt) {
-  return weft__dtype_valid(dt) ? dtype_sizes[dt] : 0;
-}
 
 const char *weft__dtype_name(weft_datatype_t dt) {
   return weft__dtype_valid(dt) ? dtype_names[dt] : "invalid";

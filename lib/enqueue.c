@@ -35,22 +35,23 @@ static int extent_overflows(const void *buf, size_t elems, size_t esize) {
   return buf != NULL && (uintptr_t)buf + elems * esize < (uintptr_t)buf;
 }
 
-static weft_status_t bad(struct weft_comm *comm, const char *name, const char *what) {
-  weft_status_t st = weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s", comm->rank, name, what);
+/* The name is looked up here, for the message only: the call that passes pays nothing. */
+static weft_status_t bad(struct weft_comm *comm, weft__coll_t coll, const char *what) {
+  weft_status_t st = weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "rank %d: %s: %s", comm->rank,
+                                 weft__coll_name(coll), what);
   if (weft__group_active()) weft__group_fail(st);
   return st;
 }
 
 static weft_status_t check_args(struct weft_comm *comm, const call_args *a) {
-  const char *name = weft__coll_name(a->coll);
   char msg[200];
   if (!weft__dtype_valid(a->dtype)) {
     snprintf(msg, sizeof(msg), "invalid datatype %d (valid: 0..%d)", (int)a->dtype, WEFT_NUM_DATATYPES - 1);
-    return bad(comm, name, msg);
+    return bad(comm, a->coll, msg);
   }
   if (is_reduction(a->coll) && !weft__op_valid(a->op)) {
     snprintf(msg, sizeof(msg), "invalid reduction op %d (valid: 0..%d)", (int)a->op, WEFT_NUM_OPS - 1);
-    return bad(comm, name, msg);
+    return bad(comm, a->coll, msg);
   }
   int rooted = a->coll == WEFT__COLL_BROADCAST || a->coll == WEFT__COLL_REDUCE ||
                a->coll == WEFT__COLL_GATHER || a->coll == WEFT__COLL_SCATTER;
@@ -58,15 +59,15 @@ static weft_status_t check_args(struct weft_comm *comm, const call_args *a) {
   int who = rooted ? a->root : a->peer;
   if ((rooted || p2p) && (who < 0 || who >= comm->nranks)) {
     snprintf(msg, sizeof(msg), "%s %d is outside [0, %d)", rooted ? "root" : "peer", who, comm->nranks);
-    return bad(comm, name, msg);
+    return bad(comm, a->coll, msg);
   }
   size_t esize = weft__dtype_size(a->dtype);
   if (extent_overflows(a->sendbuf, a->send_elems, esize) || extent_overflows(a->recvbuf, a->recv_elems, esize)) {
     snprintf(msg, sizeof(msg), "count %zu of %s overflows the size of a buffer", a->count, weft__dtype_name(a->dtype));
-    return bad(comm, name, msg);
+    return bad(comm, a->coll, msg);
   }
-  if (a->send_elems > 0 && a->sendbuf == NULL) return bad(comm, name, "sendbuf is NULL but count > 0");
-  if (a->recv_elems > 0 && a->recvbuf == NULL) return bad(comm, name, "recvbuf is NULL but count > 0");
+  if (a->send_elems > 0 && a->sendbuf == NULL) return bad(comm, a->coll, "sendbuf is NULL but count > 0");
+  if (a->recv_elems > 0 && a->recvbuf == NULL) return bad(comm, a->coll, "recvbuf is NULL but count > 0");
   return WEFT_SUCCESS;
 }
 
@@ -86,7 +87,7 @@ static weft_status_t null_comm(weft__coll_t coll) {
 static weft_status_t find_space(struct weft_comm *comm, const call_args *a, const weft__mem_space **mem) {
   *mem = weft__mem_space_of2(a->sendbuf, a->recvbuf);
   if (*mem != NULL) return WEFT_SUCCESS;
-  return bad(comm, weft__coll_name(a->coll), "sendbuf and recvbuf lie in two different memory spaces");
+  return bad(comm, a->coll, "sendbuf and recvbuf lie in two different memory spaces");
 }
 
 /* Checks the call and describes it as a new task (not yet launched). */
@@ -226,7 +227,7 @@ static weft_status_t check_v(struct weft_comm *comm, call_args *a, const size_t 
   for (int i = 0; i < 4; i++) {
     if (v[i] != NULL) continue;
     snprintf(msg, sizeof(msg), "%s is NULL", names[i]);
-    return bad(comm, "all_to_allv", msg);
+    return bad(comm, WEFT__COLL_ALL_TO_ALLV, msg);
   }
   size_t slo, rlo, total = 0;
   a->send_elems = v_extent(v[0], v[1], comm->nranks, &slo);
@@ -235,7 +236,7 @@ static weft_status_t check_v(struct weft_comm *comm, call_args *a, const size_t 
   a->count = total;
   WEFT_TRY(check_args(comm, a));
   if (v_overlap(a->sendbuf, slo, a->send_elems, a->recvbuf, rlo, a->recv_elems, weft__dtype_size(a->dtype)))
-    return bad(comm, "all_to_allv", "the sendbuf and recvbuf extents overlap (all_to_allv is never in-place)");
+    return bad(comm, WEFT__COLL_ALL_TO_ALLV, "the sendbuf and recvbuf extents overlap (all_to_allv is never in-place)");
   return WEFT_SUCCESS;
 }
 

@@ -278,9 +278,9 @@ weft_status_t weft__flight_request(struct weft_comm *comm, char *buf, size_t len
   weft_status_t st = WEFT_SUCCESS;
   for (;;) {
     if (atomic_load_explicit(&f->served, memory_order_acquire)) break;
-    if (pthread_mutex_trylock(&comm->lock) == 0) { /* no operation runs: serve it here */
+    if (weft__op_lock_try(&comm->lock)) { /* no operation runs: serve it here */
       weft__flight_serve(comm);
-      pthread_mutex_unlock(&comm->lock);
+      weft__op_lock_release(&comm->lock);
       continue;
     }
     if (weft__coarse_ns() > deadline) {

@@ -86,10 +86,11 @@ weft_status_t weft__task_new(struct weft_comm *comm, weft__coll_t coll, weft__ta
 }
 
 void weft__task_release(weft__task *t) {
-  if (t->state != (void *)t->state_inline) free(t->state);
-  free(t->p2p);
-  free(t->vcounts);
-  free(t->device_call);
+  /* Tested first: a blocking call has none of them, and free(NULL) is still a call. */
+  if (t->state != NULL && t->state != (void *)t->state_inline) free(t->state);
+  if (t->p2p != NULL) free(t->p2p);
+  if (t->vcounts != NULL) free(t->vcounts);
+  if (t->device_call != NULL) free(t->device_call);
   t->state = NULL;
   t->p2p = NULL;
   t->vcounts = NULL;
@@ -266,7 +267,7 @@ static weft_status_t check_health(weft__task *t) {
  * at most CLOCK_EVERY looks after its start). The clock costs ~75 ns on the VM (a third of
  * a small all-reduce), so a wait reads it only every CLOCK_EVERY idle looks; a wait that
  * ends sooner never reads it. */
-weft_status_t weft__task_drive(weft__task *t) {
+static inline weft_status_t drive(weft__task *t) {
   struct weft_comm *comm = t->comm;
   uint64_t last_move = 0, last_health = 0, now = 0, started = 0;
   unsigned idle = 0;
@@ -301,6 +302,10 @@ weft_status_t weft__task_drive(weft__task *t) {
     if (woke_to_work) idle = 0;
   }
 }
+
+/* drive inlined into weft__task_run, whose blocking small call it is most of; the other
+ * caller (lib/check.c) takes this copy. */
+weft_status_t weft__task_drive(weft__task *t) { return drive(t); }
 
 static weft_status_t check_usable(weft__task *t) {
   struct weft_comm *comm = t->comm;
@@ -349,7 +354,7 @@ static weft_status_t before_collective(weft__task *t) {
 weft_status_t weft__task_run(weft__task *t) {
   struct weft_comm *comm = t->comm;
   WEFT_TRY(weft__comm_wait_ready(comm));
-  pthread_mutex_lock(&comm->lock);
+  weft__op_lock_take(&comm->lock);
   comm->last_seq++;
   /* Collectives are numbered per communicator, which every rank counts alike, so the
    * number in a message or an error means the same call on every rank; sends and receives
@@ -373,7 +378,7 @@ weft_status_t weft__task_run(weft__task *t) {
     if (st == WEFT_SUCCESS) st = t->algo->start(t);
     if (st == WEFT_SUCCESS || st == WEFT_IN_PROGRESS) {
       weft__error_quiet(1); /* one warning, with the operation named, instead of two */
-      st = weft__task_drive(t);
+      st = drive(t);
       weft__error_quiet(0);
       /* The user reads the results next: an asynchronous space's work must be done. */
       if (!(t->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(t->mem);
@@ -401,6 +406,6 @@ weft_status_t weft__task_run(weft__task *t) {
     }
   }
   weft__flight_poll(comm, &comm->flight);
-  pthread_mutex_unlock(&comm->lock);
+  weft__op_lock_release(&comm->lock);
   return st;
 }

@@ -234,13 +234,13 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
               : mapped ? "a peer could not map a buffer"
               : "WEFT_DIRECT=0 on some rank, or ranks' buffers of different memory kinds");
   w->usable = usable;
-  pthread_mutex_lock(&comm->lock);
+  weft__op_lock_take(&comm->lock);
   w->id = ++comm->window_serial;
   w->next = comm->windows;
   comm->windows = w;
   comm->direct_windows += usable;
   comm->direct_min_bytes = min_bytes;
-  pthread_mutex_unlock(&comm->lock);
+  weft__op_lock_release(&comm->lock);
   *win = w;
   return WEFT_SUCCESS;
 }
@@ -249,23 +249,23 @@ weft_status_t weft_comm_window_deregister(weft_comm_t comm, weft_window_t win) {
   if (comm == NULL)
     return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_comm_window_deregister: comm is NULL");
   if (win == NULL) return WEFT_SUCCESS;
-  pthread_mutex_lock(&comm->lock);
+  weft__op_lock_take(&comm->lock);
   struct weft_window **at = &comm->windows;
   while (*at != NULL && *at != win) at = &(*at)->next;
   int found = *at != NULL;
-  pthread_mutex_unlock(&comm->lock);
+  weft__op_lock_release(&comm->lock);
   if (!found)
     return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
                        "rank %d: window deregister: the window is not registered on this communicator",
                        comm->rank);
   /* Collective: no rank may still name this window in a call when it goes. */
   WEFT_TRY(weft_barrier(comm, NULL));
-  pthread_mutex_lock(&comm->lock);
+  weft__op_lock_take(&comm->lock);
   for (at = &comm->windows; *at != NULL && *at != win; at = &(*at)->next) {
   }
   if (*at != NULL) *at = win->next;
   comm->direct_windows -= win->usable;
-  pthread_mutex_unlock(&comm->lock);
+  weft__op_lock_release(&comm->lock);
   window_free(win);
   return WEFT_SUCCESS;
 }
