@@ -50,24 +50,6 @@ void weft__flight_free(struct weft_comm *comm) {
   pthread_mutex_destroy(&comm->flight.req_lock);
 }
 
-void weft__flight_begin_slow(weft__flight *f, const weft__task *t) {
-  weft__flight_entry *e = &f->ring[f->written++ & (f->n - 1)];
-  e->seq = t->seq;
-  e->count = t->coll == WEFT__COLL_P2P_GROUP ? (uint64_t)t->np2p : t->count;
-  e->start_ns = weft__coarse_ns();
-  e->end_ns = 0;
-  e->algo = t->algo != NULL ? t->algo->name : "";
-  e->root = t->root;
-  e->peer = t->peer;
-  e->coll = (uint8_t)t->coll;
-  e->dtype = (uint8_t)t->dtype;
-  e->op = (uint8_t)t->op;
-  e->state = WEFT__FLIGHT_RUNNING;
-  e->status = 0;
-  f->cur = e;
-  f->waited = 0;
-}
-
 /* ---- JSON ------------------------------------------------------------------------------ */
 
 typedef struct {

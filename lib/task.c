@@ -370,7 +370,8 @@ weft_status_t weft__task_run(weft__task *t) {
   int ran = 0; /* drive ran: on error, requests may be queued */
   if (st == WEFT_SUCCESS) {
     t->algo = weft__select_algo(t);
-    weft__flight_begin(&comm->flight, t);
+    weft__flight_begin(&comm->flight, t->seq, t->coll == WEFT__COLL_P2P_GROUP ? (uint64_t)t->np2p : t->count,
+                       t->algo != NULL ? t->algo->name : "", t->root, t->peer, t->coll, t->dtype, t->op);
     st = t->algo != NULL ? before_collective(t)
                          : weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: no %s algorithm handles "
                                        "buffers in %s memory", comm->rank, weft__coll_name(t->coll),
