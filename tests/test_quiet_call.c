@@ -115,8 +115,8 @@ static int syscall_counter(char *why, size_t len) {
     return -1;
   }
   char filter[160];
-  snprintf(filter, sizeof(filter), "id != %d && id != %d && id != %d && id != %d", SYS_sched_yield, SYS_futex,
-           SYS_nanosleep, SYS_clock_nanosleep);
+  snprintf(filter, sizeof(filter), "id != %d && id != %d && id != %d && id != %d && id != %d && id != %d",
+           SYS_sched_yield, SYS_futex, SYS_nanosleep, SYS_clock_nanosleep, SYS_poll, SYS_ppoll);
   if (ioctl(fd, PERF_EVENT_IOC_SET_FILTER, filter) != 0) {
     snprintf(why, len, "PERF_EVENT_IOC_SET_FILTER: %s", strerror(errno));
     close(fd);
@@ -145,51 +145,72 @@ static uint64_t counter_overhead(int fd) {
 
 /* ---- the calls ---------------------------------------------------------------------------- */
 
+/* One blocking 8-byte collective, the i-th of a rotation of four. */
+static weft_status_t small_call(harness_rank *r, int i, float *in, float *out) {
+  switch (i % 4) {
+    case 0: return weft_all_reduce(in, out, 2, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+    case 1: return weft_broadcast(in, out, 2, WEFT_FLOAT32, 0, r->comm, NULL);
+    case 2: return weft_all_gather(in, out, 2, WEFT_FLOAT32, r->comm, NULL);
+    default: return weft_reduce_scatter(out, in, 1, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+  }
+}
+
+/* The calls run in CHUNKS chunks, each timed (outside the counted window). System calls are
+ * checked only in chunks shorter than QUIET_CHUNK_MS: a wait of 20 ms and more checks the
+ * peers' health (lib/task.c check_health: the bootstrap socket, the peers' processes), which
+ * is a system call by design, and a busy machine can make a chunk that long. */
+enum { CHUNKS = 20, QUIET_CHUNK_MS = 15 };
+
 static int quiet_calls(harness_rank *r) {
   float in[2] = {1.0f + (float)r->rank, 2.0f}, out[2 * HARNESS_MAX_RANKS];
   char why[200];
   int fd = syscall_counter(why, sizeof(why));
   if (fd < 0 && r->rank == 0) harness_note(r, "system calls not counted: %s", why);
   uint64_t overhead = fd >= 0 ? counter_overhead(fd) : 0;
-  for (int i = 0; i < WARMUP + CALLS; i++) {
-    if (i == WARMUP) { /* counting on: the calls below must allocate nothing */
-      if (fd >= 0) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
-      atomic_store(&counting, 1);
+  if (overhead == UINT64_MAX) return harness_fail(r, "reading the system-call counter: %s", strerror(errno));
+  for (int i = 0; i < WARMUP; i++)
+    if (small_call(r, i, in, out) != WEFT_SUCCESS) return harness_fail(r, "warm-up call %d failed", i);
+  uint64_t n_sys = 0;
+  int quiet_chunks = 0;
+  atomic_store(&counting, 1); /* from here the calls must allocate nothing */
+  for (int c = 0; c < CHUNKS; c++) {
+    double t0 = harness_now_ms();
+    if (fd >= 0) ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+    for (int i = 0; i < CALLS / CHUNKS; i++) {
+      weft_status_t st = small_call(r, i, in, out);
+      if (st != WEFT_SUCCESS) {
+        atomic_store(&counting, 0);
+        return harness_fail(r, "call %d of chunk %d failed: %s", i, c, weft_get_error_string(st));
+      }
     }
-    weft_status_t st = WEFT_SUCCESS;
-    switch (i % 4) {
-      case 0: st = weft_all_reduce(in, out, 2, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL); break;
-      case 1: st = weft_broadcast(in, out, 2, WEFT_FLOAT32, 0, r->comm, NULL); break;
-      case 2: st = weft_all_gather(in, out, 2, WEFT_FLOAT32, r->comm, NULL); break;
-      case 3: st = weft_reduce_scatter(out, in, 1, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL); break;
-    }
-    if (st != WEFT_SUCCESS) {
+    uint64_t n = fd >= 0 ? counter_stop(fd) : 0;
+    double ms = harness_now_ms() - t0;
+    if (fd >= 0) ioctl(fd, PERF_EVENT_IOC_RESET, 0);
+    if (n == UINT64_MAX) {
       atomic_store(&counting, 0);
-      return harness_fail(r, "call %d failed: %s", i, weft_get_error_string(st));
+      return harness_fail(r, "reading the system-call counter: %s", strerror(errno));
+    }
+    if (ms < QUIET_CHUNK_MS) {
+      quiet_chunks++;
+      n_sys += n >= overhead ? n - overhead : 0;
     }
   }
   atomic_store(&counting, 0);
+  if (fd >= 0) close(fd);
   long n_alloc = atomic_load(&allocations);
-  uint64_t n_sys = 0;
-  if (fd >= 0) {
-    n_sys = counter_stop(fd);
-    if (n_sys == UINT64_MAX || overhead == UINT64_MAX)
-      return harness_fail(r, "reading the system-call counter: %s", strerror(errno));
-    n_sys = n_sys >= overhead ? n_sys - overhead : 0;
-    close(fd);
-  }
   if (fd >= 0)
-    harness_note(r, "%d blocking calls of 8 B: %ld allocations, %llu system calls besides waiting", CALLS,
-                 n_alloc, (unsigned long long)n_sys);
+    harness_note(r, "%d blocking calls of 8 B: %ld allocations; %llu system calls besides waiting in the %d of %d "
+                 "chunks of %d calls that took < %d ms", CALLS, n_alloc, (unsigned long long)n_sys, quiet_chunks,
+                 CHUNKS, CALLS / CHUNKS, QUIET_CHUNK_MS);
   else
     harness_note(r, "%d blocking calls of 8 B: %ld allocations (system calls not counted)", CALLS, n_alloc);
 #ifdef QUIET_NO_ALLOC_COUNT
   if (r->rank == 0) harness_note(r, "allocations not counted: built with AddressSanitizer, which owns malloc");
 #endif
   if (n_alloc != 0) harness_fail(r, "%ld allocations in %d blocking small calls (want 0)", n_alloc, CALLS);
-  if (fd >= 0 && n_sys != 0)
-    harness_fail(r, "%llu system calls (not counting waits) in %d blocking small calls (want 0)",
-                 (unsigned long long)n_sys, CALLS);
+  if (n_sys != 0)
+    harness_fail(r, "%llu system calls (not counting waits) in %d chunks of %d blocking small calls (want 0)",
+                 (unsigned long long)n_sys, quiet_chunks, CALLS / CHUNKS);
   return r->failures;
 }
 
