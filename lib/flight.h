@@ -23,7 +23,6 @@
 #include "weft.h"
 
 struct weft_comm;
-struct weft__task;
 
 enum { WEFT__FLIGHT_EMPTY = 0, WEFT__FLIGHT_RUNNING, WEFT__FLIGHT_DONE, WEFT__FLIGHT_FAILED };
 enum { WEFT__FLIGHT_DEFAULT_ENTRIES = 256, WEFT__FLIGHT_MAX_ENTRIES = 1 << 16 };

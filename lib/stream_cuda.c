@@ -74,8 +74,8 @@ static void load_driver(void) {
 typedef struct {
   int valid, rank, coll, rounds;
   size_t bytes;
-  uint64_t a, b, c; /* enqueue: entry, queued for the thread, return */
-  uint64_t d, e, f; /* thread: took the call, saw ev_in, stored the ticket */
+  uint64_t enq_entry, enq_queued, enq_return; /* the enqueue: entry, queued for the thread, return */
+  uint64_t taken, input_seen, ticket_stored;   /* the thread: took the call, saw ev_in, stored the ticket */
   float g_in, g_wait, g_out;
 } trace_rec;
 #define TRACE_CAP 8192 /* calls kept per stream; later ones are not traced */
@@ -136,7 +136,7 @@ static weft_status_t cuda_err(struct weft_comm *comm, cudaError_t e, const char 
 static void harvest(struct weft__cuda_binding *b, slot *s) {
   if (!s->tr.valid || b->log == NULL) return;
   s->tr.valid = 0;
-  if (s->tr.e == 0 || s->tr.f == 0) return; /* the thread failed the call before running it */
+  if (s->tr.input_seen == 0 || s->tr.ticket_stored == 0) return; /* failed before it ran */
   if (cudaEventElapsedTime(&s->tr.g_in, s->ev_start, s->ev_in) != cudaSuccess ||
       cudaEventElapsedTime(&s->tr.g_wait, s->ev_in, s->ev_waited) != cudaSuccess ||
       cudaEventElapsedTime(&s->tr.g_out, s->ev_waited, s->ev_out) != cudaSuccess) {
@@ -168,19 +168,19 @@ static void trace_print(const struct weft__cuda_binding *b) {
     for (int k = 0; k < n; k++) {
       const trace_rec *r = &b->log[lo + k];
       uint64_t gi = (uint64_t)(r->g_in * 1e6), gw = (uint64_t)(r->g_wait * 1e6), go = (uint64_t)(r->g_out * 1e6);
-      v[0][k] = diff(r->c, r->a);
-      v[1][k] = diff(r->d, r->b);
-      v[2][k] = diff(r->e, r->d);
+      v[0][k] = diff(r->enq_return, r->enq_entry);
+      v[1][k] = diff(r->taken, r->enq_queued);
+      v[2][k] = diff(r->input_seen, r->taken);
       v[3][k] = (uint64_t)r->rounds * 1000;
-      v[4][k] = diff(r->f, r->e);
+      v[4][k] = diff(r->ticket_stored, r->input_seen);
       v[5][k] = gi;
       v[6][k] = gw;
       v[7][k] = go;
-      /* ev_in ran between the enqueue's entry (a) and the thread seeing it (e), so the GPU
-       * passed the wait gw - (f - a) at least and gw - (f - e) at most after the store (f) */
-      v[8][k] = diff(gw, diff(r->f, r->a));
-      v[9][k] = diff(gw, diff(r->f, r->e));
-      v[10][k] = lo + k + 1 < b->nlog ? diff(b->log[lo + k + 1].a, r->f) : 0;
+      /* ev_in ran between the enqueue's entry and the thread seeing it, so the GPU passed
+       * the wait gw - (stored - entry) at least and gw - (stored - seen) at most after the store */
+      v[8][k] = diff(gw, diff(r->ticket_stored, r->enq_entry));
+      v[9][k] = diff(gw, diff(r->ticket_stored, r->input_seen));
+      v[10][k] = lo + k + 1 < b->nlog ? diff(b->log[lo + k + 1].enq_entry, r->ticket_stored) : 0;
     }
     double med[M];
     for (int m = 0; m < M; m++) {
@@ -467,7 +467,7 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
     sl->tr.rank = comm->rank;
     sl->tr.coll = (int)t->coll;
     sl->tr.bytes = t->count * weft__dtype_size(t->dtype);
-    sl->tr.a = t_entry;
+    sl->tr.enq_entry = t_entry;
     CUDA_TRY(comm, cudaEventRecord(sl->ev_start, b->user), "cudaEventRecord");
   }
   if (ne > 0) {
@@ -483,7 +483,7 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
   b->issued = ticket;
   /* From here the thread will run the call and write its ticket, whatever happens below. */
   weft__stream_push(s, t);
-  if (b->log != NULL) sl->tr.b = weft__now_ns();
+  if (b->log != NULL) sl->tr.enq_queued = weft__now_ns();
   CUresult r = drv_wait32((CUstream)b->user, b->done_dev, ticket, CU_STREAM_WAIT_VALUE_GEQ);
   if (r != CUDA_SUCCESS)
     return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: cuStreamWaitValue32 failed (CUresult %d): the CUDA "
@@ -494,7 +494,7 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
              "copying the result back (cudaMemcpyAsync)");
   CUDA_TRY(comm, cudaEventRecord(sl->ev_out, b->user), "cudaEventRecord");
   sl->used = 1;
-  if (b->log != NULL) sl->tr.c = weft__now_ns(), sl->tr.valid = 1;
+  if (b->log != NULL) sl->tr.enq_return = weft__now_ns(), sl->tr.valid = 1;
   return WEFT_SUCCESS;
 }
 
@@ -524,14 +524,14 @@ weft_status_t weft__cuda_task_begin(struct weft__cuda_binding *b, weft__task *t)
   device_call *dc = t->device_call;
   struct weft_comm *comm = t->comm;
   trace_rec *tr = b->log != NULL ? &dc->sl->tr : NULL;
-  if (tr != NULL) tr->d = weft__now_ns();
+  if (tr != NULL) tr->taken = weft__now_ns();
   CUDA_TRY(comm, cudaSetDevice(b->device), "cudaSetDevice");
   /* The work queued before the call is the caller's: it has no deadline of ours, but an
    * abort ends the wait. */
   for (unsigned round = 0;; round++) {
     cudaError_t e = cudaEventQuery(dc->sl->ev_in);
     if (e == cudaSuccess) {
-      if (tr != NULL) tr->e = weft__now_ns(), tr->rounds = (int)round + 1;
+      if (tr != NULL) tr->input_seen = weft__now_ns(), tr->rounds = (int)round + 1;
       return WEFT_SUCCESS;
     }
     if (e != cudaErrorNotReady) return cuda_err(comm, e, "waiting for the CUDA stream to reach the call");
@@ -548,7 +548,7 @@ weft_status_t weft__cuda_task_end(struct weft__cuda_binding *b, weft__task *t, w
   if (st == WEFT_SUCCESS && dev != WEFT_SUCCESS)
     st = weft__error(t->comm, dev, "rank %d: a device operation failed: %s", t->comm->rank, msg);
   /* The CUDA stream may go on: the staged result is complete in host memory. */
-  if (b->log != NULL) dc->sl->tr.f = weft__now_ns();
+  if (b->log != NULL) dc->sl->tr.ticket_stored = weft__now_ns();
   __atomic_store_n(b->done, dc->ticket, __ATOMIC_RELEASE);
   return st;
 }
