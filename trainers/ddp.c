@@ -44,6 +44,7 @@ typedef struct ddp {
   gpt_dp dp; /* data, model, AdamW state, global batch, job, report */
   ddp_reducer red;
   float *window_grads; /* the gradients in weft_mem_alloc memory, or NULL (--no-register) */
+  long calls;          /* step calls so far, for where the survivors resume (ddp_elastic.h) */
 } ddp;
 
 static void usage(FILE *f) {
@@ -141,7 +142,10 @@ static int try_step(ddp *d, gpt_step_stats *s) {
   gpt_adamw_update(&d->dp.base.o.opt, d->dp.base.st.step, &m->lay, 0, m->lay.total, m->params, m->grads,
                    d->dp.base.st.adam_m, d->dp.base.st.adam_v, scale);
   double v[4] = {loss, comm_s, exposed_s, gpt_peak_rss_mib()};
+  /* This rank's own figures, kept if the average fails after the others finished it. */
+  *s = (gpt_step_stats){.loss = v[0], .comm_s = v[1], .exposed_s = v[2], .peak_mib = v[3], .gnorm = s->gnorm};
   if (gpt_dist_average(&d->dp.dist, v, 4, "step statistics")) return -1;
+  if (gpt_elastic_fault(&d->f.elastic, &d->dp, "statistics")) return -1;
   /* loss is now the global batch's loss */
   *s = (gpt_step_stats){.loss = v[0], .comm_s = v[1], .exposed_s = v[2], .peak_mib = v[3], .gnorm = s->gnorm};
   return 0;
@@ -152,12 +156,12 @@ static int register_grads(ddp *d, char *err, size_t errlen);
 /* --elastic: after a failed step, what lived on the old communicator goes (the reducer's
  * stream calls end at once: the shrink revokes it), the survivors shrink, and the window
  * and the reducer are rebuilt on the new one. */
-static int recover(ddp *d, const char *during) {
+static int recover(ddp *d, const char *during, long *at) {
   char err[1024] = "";
   double exposed, comm;
   ddp_reducer_wait(&d->red, &exposed, &comm); /* drains the stream; its error is known */
   ddp_reducer_free(&d->red);
-  int rc = gpt_elastic_recover(&d->f.elastic, &d->dp, &d->f.accum, during, err, sizeof(err));
+  int rc = gpt_elastic_recover(&d->f.elastic, &d->dp, &d->f.accum, during, at, err, sizeof(err));
   size_t mib = 1024 * 1024;
   if (rc == 0 && d->window_grads) rc = register_grads(d, err, sizeof(err));
   if (rc == 0)
@@ -168,11 +172,15 @@ static int recover(ddp *d, const char *during) {
 }
 
 /* One optimizer step; with --elastic a step that failed because a rank died is dropped and
- * run again, with the next batch, on the ranks left. */
+ * run again, with the next batch, on the ranks left. When the others had finished it (only
+ * this rank's statistics average failed), it is done, with this rank's own statistics. */
 static int step(void *self, gpt_step_stats *s) {
   ddp *d = self;
+  long here = gpt_elastic_step_at(++d->calls);
   while (try_step(d, s)) {
-    if (!d->f.elastic.on || recover(d, NULL)) return -1;
+    long at = here;
+    if (!d->f.elastic.on || recover(d, NULL, &at)) return -1;
+    if (at > here) return 0;
   }
   gpt_elastic_step_done(&d->f.elastic, &d->dp);
   return 0;
@@ -187,8 +195,15 @@ static int eval_loss(void *ctx, const int *x, const int *y, int b, int T, double
  * rank lost during it is dropped and the survivors score again. */
 static int eval(void *self, double *val) {
   ddp *d = self;
-  while (gpt_dp_eval(&d->dp, eval_loss, self, val))
-    if (!d->f.elastic.on || recover(d, "validation")) return -1;
+  long here = gpt_elastic_validation_at(d->calls);
+  while (gpt_dp_eval(&d->dp, eval_loss, self, val) || gpt_elastic_fault(&d->f.elastic, &d->dp, "validation")) {
+    long at = here;
+    if (!d->f.elastic.on || recover(d, "validation", &at)) return -1;
+    if (at > here) { /* the others finished it and went on; its value went with the lost rank */
+      *val = NAN;
+      return 0;
+    }
+  }
   return 0;
 }
 

@@ -1,11 +1,13 @@
 /* trainers/ddp_elastic.c: surviving a lost rank in weft-train-ddp; see ddp_elastic.h. */
 #include "trainers/ddp_elastic.h"
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <weft.h>
 
 int gpt_elastic_check(gpt_elastic *e, int max_batch, char *err, size_t errlen) {
@@ -15,21 +17,68 @@ int gpt_elastic_check(gpt_elastic *e, int max_batch, char *err, size_t errlen) {
     snprintf(err, errlen, "--elastic-batch must be per-rank or global, got \"%s\"", e->batch);
     return -1;
   }
+  const char *fault = getenv("WEFT_TRAIN_FAULT");
+  if (fault && fault[0] &&
+      (sscanf(fault, "%15[a-z]:%ld:%d:%d", e->fault.phase, &e->fault.step, &e->fault.victim, &e->fault.laggard) != 4 ||
+       (strcmp(e->fault.phase, "validation") != 0 && strcmp(e->fault.phase, "statistics") != 0))) {
+    snprintf(err, errlen, "WEFT_TRAIN_FAULT must be validation|statistics:STEP:VICTIM:LAGGARD, got \"%s\"", fault);
+    return -1;
+  }
   return 0;
 }
 
-/* Which old ranks are gone: every survivor says its old rank (all-gather on the new comm). */
-static int lost_ranks(gpt_dist *d, int old_rank, int old_n, char *text, size_t len) {
-  int32_t mine = old_rank, *all = malloc(sizeof(int32_t) * (size_t)d->nranks);
+/* 1 once process pid has ended (gone, or a zombie its parent has not reaped yet). */
+static int process_ended(int64_t pid) {
+  char path[64], state = 0;
+  snprintf(path, sizeof(path), "/proc/%lld/stat", (long long)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return 1;
+  int got = fscanf(f, "%*d (%*[^)]) %c", &state);
+  fclose(f);
+  return got == 1 && (state == 'Z' || state == 'X');
+}
+
+int gpt_elastic_fault(gpt_elastic *e, const gpt_dp *dp, const char *phase) {
+  if (!e->fault.phase[0] || e->lost || strcmp(phase, e->fault.phase) != 0 || dp->base.st.step != e->fault.step)
+    return 0;
+  e->fault.phase[0] = '\0';
+  /* Every rank has finished the phase once this all-gather ends; then the victim dies, and
+   * the laggard fails only when it is dead, so that the shrink counts it out. */
+  int64_t mine = getpid(), *pids = calloc((size_t)dp->dist.nranks, sizeof(int64_t));
+  if (pids == NULL || weft_all_gather(&mine, pids, 1, WEFT_INT64, dp->dist.comm, NULL) != WEFT_SUCCESS) {
+    free(pids);
+    return 1;
+  }
+  if (dp->dist.rank == e->fault.victim) raise(SIGKILL);
+  int laggard = dp->dist.rank == e->fault.laggard;
+  double give_up = gpt_now_s() + 30;
+  while (laggard && e->fault.victim < dp->dist.nranks && !process_ended(pids[e->fault.victim]) &&
+         gpt_now_s() < give_up) {
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
+  /* The others left the all-gather by now, almost surely: they had every part of it. */
+  struct timespec settle = {0, 20000000};
+  if (laggard) nanosleep(&settle, NULL);
+  free(pids);
+  return laggard;
+}
+
+/* Which old ranks are gone, and the furthest position: every survivor says its old rank and
+ * its position (one all-gather on the new comm). */
+static int lost_ranks(gpt_dist *d, int old_rank, int old_n, long *at, char *text, size_t len) {
+  int64_t mine[2] = {old_rank, *at}, *all = malloc(sizeof(int64_t) * 2 * (size_t)d->nranks);
   char *alive = calloc((size_t)old_n, 1);
   weft_status_t st = all == NULL || alive == NULL ? WEFT_ERR_NO_MEMORY
-                                                  : weft_all_gather(&mine, all, 1, WEFT_INT32, d->comm, NULL);
+                                                  : weft_all_gather(mine, all, 2, WEFT_INT64, d->comm, NULL);
   size_t n = 0;
   int count = 0;
   text[0] = '\0';
   if (st == WEFT_SUCCESS) {
-    for (int i = 0; i < d->nranks; i++)
-      if (all[i] >= 0 && all[i] < old_n) alive[all[i]] = 1;
+    for (int i = 0; i < d->nranks; i++) {
+      if (all[2 * i] >= 0 && all[2 * i] < old_n) alive[all[2 * i]] = 1;
+      if (all[2 * i + 1] > *at) *at = (long)all[2 * i + 1];
+    }
     for (int p = 0; p < old_n && n < len; p++)
       if (!alive[p]) n += (size_t)snprintf(text + n, len - n, "%s%d", count++ ? ", " : "", p);
   }
@@ -74,7 +123,8 @@ static void adjust_batch(gpt_elastic *e, gpt_dp *dp, int *accum, char *what, siz
   dp->G = G2;
 }
 
-int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *during, char *err, size_t errlen) {
+int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *during, long *at, char *err,
+                        size_t errlen) {
   gpt_dist *d = &dp->dist;
   double t0 = gpt_now_s();
   int old_rank = d->rank, old_n = d->nranks;
@@ -91,7 +141,8 @@ int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *duri
   weft_comm_user_rank(next, &d->rank);
   weft_comm_count(next, &d->nranks);
   char lost[256], batch[160];
-  int nlost = lost_ranks(d, old_rank, old_n, lost, sizeof(lost));
+  long mine = *at;
+  int nlost = lost_ranks(d, old_rank, old_n, at, lost, sizeof(lost));
   if (nlost < 0 || take_rank0_state(dp) != WEFT_SUCCESS) {
     snprintf(err, errlen, "elastic: after the shrink to %d ranks: %s", d->nranks, weft_get_last_error(next));
     return -1;
@@ -103,9 +154,16 @@ int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *duri
   dp->rep.tokens_per_step = (double)dp->G * dp->base.m->cfg.seq;
   e->first_step_pending_s = gpt_now_s();
   if (d->rank == 0) {
-    printf("# rank%s %s lost at step %ld%s%s; continuing on %d ranks (%s; shrink and state %.0f ms)\n",
-           nlost > 1 ? "s" : "", lost, failed_step, during ? ", in " : "", during ? during : "", d->nranks, batch,
-           (e->first_step_pending_s - t0) * 1e3);
+    if (nlost > 0)
+      printf("# rank%s %s lost at step %ld%s%s; continuing on %d ranks (%s; shrink and state %.0f ms)\n",
+             nlost > 1 ? "s" : "", lost, failed_step, during ? ", in " : "", during ? during : "", d->nranks, batch,
+             (e->first_step_pending_s - t0) * 1e3);
+    else
+      printf("# a call failed at step %ld%s%s with no rank lost; continuing on %d ranks\n", failed_step,
+             during ? ", in " : "", during ? during : "", d->nranks);
+    if (*at > mine)
+      printf("# rank 0 was behind the others: its %s %s done, they finished it\n", during ? during : "step",
+             during ? "is" : "counts as");
     fflush(stdout);
   }
   return 0;

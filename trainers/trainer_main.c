@@ -2,6 +2,7 @@
  * trainer_main.h. */
 #include "trainers/trainer_main.h"
 
+#include <math.h>
 #include <stdio.h>
 
 int gpt_program_run(const gpt_program *p) {
@@ -38,7 +39,7 @@ int gpt_run_steps(const gpt_steps *l, char *err, size_t errlen) {
     if (l->before_eval && l->before_eval(l->self, row.step, last)) return -1;
     if (gpt_trainer_eval_due(f, row.step, last)) {
       if (l->eval(l->self, &row.val_loss)) return -1;
-      gpt_report_eval(l->rep, row.val_loss);
+      if (!isnan(row.val_loss)) gpt_report_eval(l->rep, row.val_loss); /* NaN: lost (ddp.c --elastic) */
     }
     gpt_report_val_log(l->rep, &row, NULL, 0);
     if (gpt_ckpt_due(l->ckpt, row.step, last) && l->save(l->self, err, errlen)) return -1;

@@ -56,7 +56,7 @@ typedef struct gpt_steps {
   const long *step; /* the trainer's optimizer step count, read after each step */
   int aux_column;
   int (*step_fn)(void *self, gpt_step_stats *s);
-  int (*eval)(void *self, double *val);
+  int (*eval)(void *self, double *val); /* *val NaN: no value (a lost rank took it; no line) */
   int (*before_eval)(void *self, long step, int last); /* or NULL */
   gpt_ckpt_track *ckpt;                                 /* when to save, and the last saved; or NULL */
   int (*save)(void *self, char *err, size_t errlen);    /* a checkpoint of the state now (collective) */
