@@ -6,6 +6,7 @@
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/req.h"
+#include "lib/task.h"
 #include "mem/space.h"
 #include "transports/transport.h"
 
@@ -27,6 +28,28 @@ void weft__req_init_recv(weft__req *r, const weft__mem_space *mem, void *dst, co
   r->bytes = bytes;
   r->dtype = dt;
   r->op = op;
+}
+
+/* Measured with perf/compare (3 alternating rounds; single copy from 64 KiB messages on
+ * against off; busbw ratio one copy / two copies). 2 ranks bound to the 2 cores: all-gather
+ * 1.26-2.16 at 128K-32M, 1.03-1.13 at 64M-256M; all-to-all 1.30-2.21 at 128K-32M,
+ * 1.15-1.19 at 64M-256M; all-reduce 0.52-0.88 at 128K-256M (into the reducing scratch);
+ * broadcast 1.31-1.64 at 128K-1M but 0.70-0.90 at 16M-256M, and on the earlier VM
+ * (shm_setup.c) it lost at every size from 128 KiB: one-way traffic stays on two copies.
+ * 4 ranks on 2 cores: all-gather 1.11-1.36 at 512K-16M, 0.78-0.85 at 32M-256M;
+ * all-to-all 1.12-1.33 at 256K-32M, 0.80-0.96 at 64M-256M (broadcast, on two copies in both
+ * runs, read 0.72-1.03 there: the noise of that sweep). */
+enum { OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES = 16 << 20 };
+
+int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r) {
+  if (r->call == NULL || r->call->fp.coll == 0) return 0;
+  weft__coll_t coll = (weft__coll_t)(r->call->fp.coll - 1);
+  if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
+  if (!comm->oversubscribed) return 1;
+  /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,
+   * its fingerprint's count 0: small, as MoE's are, or not, it goes single copy). */
+  size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
+  return r->call->fp.count * esize * (uint64_t)comm->nranks <= OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES;
 }
 
 /* A reducing receive on a transport that cannot reduce on arrival: the message lands in a

@@ -89,6 +89,19 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
   else (*tail)->next = r;
   *tail = r;
 }
+/* Whether the message of send request r (posted: r->call is set) should move by one copy,
+ * the receiver reading it straight out of the sender's buffer, where a transport can
+ * (transports/shm's process_vm_readv path, WEFT_SHM_CMA_BYTES); else it goes through the
+ * transport's FIFO, copied in by the sender and out by the receiver. The policy, by the
+ * call (lib/req.c has the figures): one copy for all-gather and all-to-all(v), where every
+ * rank sends and receives at once, so it halves the work of cores that are all busy; two
+ * copies for one-way traffic (broadcast, gather, scatter, send/recv), where the sender's
+ * copy into the FIFO overlaps the receiver's copy out (a pipeline over two cores), and for
+ * reductions (the single-copy read goes through a scratch in pieces). With more ranks than
+ * cores (comm->oversubscribed) all-gather and all-to-all go single copy only up to 16 MiB
+ * received per rank (more lost there). WEFT_SHM_CMA_CALLS=all overrides it in the shm
+ * transport. Thread safety: reads comm's settings, r and its call only. */
+int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r);
 /* weft__req_post's long way (lib/req.c): a space whose operations may still run (a send's
  * bytes are completed first, weft__mem_wait), a reducing receive on a transport that cannot
  * reduce on arrival (staged), a transport that wants to know at once (its post). */

@@ -119,10 +119,12 @@ static void hierarchical_algorithms_match_reference_on_guarded_memory(void **sta
 static void single_copy_messages_match_reference_on_guarded_memory(void **state) {
   (void)state;
   setenv("WEFT_SHM_CMA_BYTES", "1", 1);
+  setenv("WEFT_SHM_CMA_CALLS", "all", 1); /* reductions and one-way calls too (lib/req.h) */
   setenv("WEFT_PROTO", "Simple", 1); /* LL would keep the smallest messages off the single copy */
   sweep_params p = {3, "shm", 64 << 10, (size_t)256 << 10, 0, 1, NULL, NULL, 1, NULL};
   sweep_run(&(void *){&p});
   unsetenv("WEFT_SHM_CMA_BYTES");
+  unsetenv("WEFT_SHM_CMA_CALLS");
   unsetenv("WEFT_PROTO");
 }
 

@@ -52,10 +52,13 @@ typedef weft__shm_conn shm_conn;
 typedef weft__shm_state shm_state;
 
 /* LL is tried first, so a message small enough for LL never goes single copy; nor does
- * one in memory with no host view (the peer's process_vm_readv needs a host address). */
-static int cma_eligible(const shm_conn *sc, const weft__req *r) {
+ * one in memory with no host view (the peer's process_vm_readv needs a host address), nor
+ * one the core keeps on two copies (weft__req_single_copy_wanted: reductions, one-way
+ * calls) unless WEFT_SHM_CMA_CALLS=all. */
+static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const weft__req *r) {
   return sc->cma_send_bytes > 0 && r->bytes >= sc->cma_send_bytes && r->src != NULL &&
-         !weft__shm_ll_send_eligible(sc, r) && r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
+         !weft__shm_ll_send_eligible(sc, r) && (sc->cma_all || weft__req_single_copy_wanted(comm, r)) &&
+         r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
 }
 
 /* Single-copy send. Each message is one descriptor slot; its request completes when the
@@ -65,7 +68,7 @@ static int cma_eligible(const shm_conn *sc, const weft__req *r) {
  * The cma_posted requests from the queue's head own the FIFO's last cma_posted slots;
  * the head's is at tail - cma_posted. A failed operation breaks the communicator, so this
  * count never outlives its requests into a later operation. */
-static weft_status_t cma_send_progress(shm_conn *sc, weft__req *r, int *progressed) {
+static weft_status_t cma_send_progress(const struct weft_comm *comm, shm_conn *sc, weft__req *r, int *progressed) {
   weft__shm_fifo *f = &sc->out;
   if (sc->cma_posted > 0) {
     sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
@@ -78,7 +81,7 @@ static weft_status_t cma_send_progress(shm_conn *sc, weft__req *r, int *progress
   }
   weft__req *q = r->complete ? r->next : r;
   for (uint64_t skip = sc->cma_posted; q != NULL && skip > 0; skip--) q = q->next;
-  for (; q != NULL && cma_eligible(sc, q); q = q->next) {
+  for (; q != NULL && cma_eligible(comm, sc, q); q = q->next) {
     if (sc->tail - sc->head_seen >= f->nslots) {
       sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
       if (sc->tail - sc->head_seen >= f->nslots) break;
@@ -106,7 +109,7 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
   if (r->complete) return WEFT_SUCCESS;
   if (sc->cma_posted == 0 && weft__shm_ll_send_eligible(sc, r))
     return weft__shm_ll_send_progress(comm, c, r, progressed);
-  if (sc->cma_posted > 0 || cma_eligible(sc, r)) return cma_send_progress(sc, r, progressed);
+  if (sc->cma_posted > 0 || cma_eligible(comm, sc, r)) return cma_send_progress(comm, sc, r, progressed);
   for (;;) {
     if (sc->tail - sc->head_seen >= f->nslots) {
       sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);

@@ -20,6 +20,7 @@ typedef struct {
   uint64_t cma_send_bytes; /* the peer reads our messages of >= this many bytes; 0: never */
   uint64_t cma_posted;     /* requests from our send queue's head that wait to be read */
   int cma_recv;            /* we may read the peer's memory (the probe worked) */
+  int cma_all;             /* our WEFT_SHM_CMA_CALLS=all (shm_state.h) */
   int cma_errno;           /* why the probe failed, 0 when it worked or was not tried */
   pid_t pid;               /* the peer's process, as our pid namespace sees it */
   char **scratch;          /* the state's reduce scratch (shared by all peers) */

@@ -62,11 +62,13 @@
 #define SHM_MAX_SLOT_BYTES (1ull << 30)
 #define SHM_MAGIC 0x4d485357u /* "WSHM" */
 #define SHM_SEND_NS 1000000000ull /* a setup message to a fresh socket: sent at once, or broken */
-/* Off by default: on the 2-core VM weft is developed on, process_vm_readv copies at 11-13
- * GB/s from cache and 3-5 GB/s from DRAM against memcpy's 47 and 7-13, so the two-copy
- * path, whose two copies run in parallel on two cores, won 2-rank broadcast and all-reduce
- * at every size from 128 KiB to 32 MiB (busbw 10-18 GB/s against 5-12, medians of 3). */
-#define SHM_DEFAULT_CMA_BYTES 0u
+/* From 64 KiB, for the messages the core wants on one copy (weft__req_single_copy_wanted:
+ * all-gather and all-to-all(v), where every rank sends and receives at once). On an earlier
+ * 2-core VM process_vm_readv copied at 11-13 GB/s from cache and 3-5 GB/s from DRAM against
+ * memcpy's 47 and 7-13, and the two-copy path, whose two copies run in parallel on two
+ * cores, won 2-rank broadcast and all-reduce at every size from 128 KiB to 32 MiB (busbw
+ * 10-18 GB/s against 5-12, medians of 3): those stay on two copies. */
+#define SHM_DEFAULT_CMA_BYTES (64u * 1024u)
 #define SHM_SLEEP_MAX_NS 1000000ull /* one doorbell sleep: bounds a missed ring (shm_doorbell.h) */
 
 typedef weft__shm_state shm_state;
@@ -108,8 +110,13 @@ int weft__shm_can_connect(const weft__topo_system *topo, int a, int b) {
 }
 
 static weft_status_t read_settings(struct weft_comm *comm, size_t *nslots, size_t *slot_bytes,
-                                   size_t *cma_bytes) {
+                                   size_t *cma_bytes, int *cma_all) {
   *cma_bytes = weft__env_size("WEFT_SHM_CMA_BYTES", SHM_DEFAULT_CMA_BYTES);
+  const char *calls = weft__env_str("WEFT_SHM_CMA_CALLS", "auto");
+  if (strcmp(calls, "auto") != 0 && strcmp(calls, "all") != 0)
+    return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
+                       "rank %d: shm setup: WEFT_SHM_CMA_CALLS=%s must be auto or all", comm->rank, calls);
+  *cma_all = strcmp(calls, "all") == 0;
   long n = weft__env_long("WEFT_SHM_NSLOTS", SHM_DEFAULT_NSLOTS);
   size_t s = weft__env_size("WEFT_SHM_SLOT_BYTES", SHM_DEFAULT_SLOT_BYTES);
   if (n < 1 || n > SHM_MAX_NSLOTS)
@@ -202,7 +209,7 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shm setup: out of memory", comm->rank);
   if (getrandom(st->nonce, sizeof st->nonce, 0) != (ssize_t)sizeof st->nonce)
     return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: shm setup: getrandom: %s", comm->rank, strerror(errno));
-  WEFT_TRY(read_settings(comm, &st->nslots, &st->slot_bytes, &st->cma_bytes));
+  WEFT_TRY(read_settings(comm, &st->nslots, &st->slot_bytes, &st->cma_bytes, &st->cma_all));
   WEFT_TRY(weft__proto_config(comm, &st->ll_on, &st->ll_max));
   long us = weft__env_long("WEFT_SHM_SLEEP_MAX_US", (long)(SHM_SLEEP_MAX_NS / 1000));
   st->sleep_max_ns = us > 0 ? (uint64_t)us * 1000 : SHM_SLEEP_MAX_NS;
@@ -446,6 +453,7 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, cons
   populate(st->remote[i].base, WEFT__SHM_SEG_HEADER); /* its doorbell */
   shm_conn *sc = &st->conns[i];
   sc->cma_send_bytes = m->cma_bytes;
+  sc->cma_all = st->cma_all;
   sc->scratch = &st->scratch;
   sc->ll_send_on = m->ll_on != 0;
   sc->ll_send_max = m->ll_max;

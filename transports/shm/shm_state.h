@@ -25,6 +25,8 @@ typedef struct {
   uint8_t nonce[16];          /* random, in our card: hellos to us must MAC it (lib/siphash.h) */
   uint8_t (*nonces)[16];      /* [npeers] the peers' nonces, from their cards */
   size_t cma_bytes;           /* WEFT_SHM_CMA_BYTES: single copy from this size; 0: off */
+  int cma_all;                /* WEFT_SHM_CMA_CALLS=all: every call's messages, not only the
+                                 ones the core wants on one copy (weft__req_single_copy_wanted) */
   uint64_t probe;             /* a random word peers read to test CMA on us */
   char *scratch;              /* SHM_CMA_REDUCE_PIECE bytes, allocated on first use */
   int ll_on;                  /* WEFT_PROTO allows LL: messages of <= ll_max bytes to us use it */

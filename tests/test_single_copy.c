@@ -1,0 +1,82 @@
+/* test_single_copy: which messages the core wants moved by one copy (lib/req.h,
+ * weft__req_single_copy_wanted): all-gather and all-to-all(v) do; reductions, one-way calls
+ * (broadcast, gather, scatter, send/recv), the barrier and a request outside any call do not;
+ * with more ranks than cores, only calls receiving at most 16 MiB per rank.
+ * The figures behind the policy are in lib/req.c; the single-copy path itself is swept by
+ * tests/cma_collectives.sh and test_guarded. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+#include "lib/comm.h"
+#include "lib/req.h"
+#include "lib/task.h"
+
+static struct weft_comm comm2 = {.nranks = 2}, comm4_on_2 = {.nranks = 4, .oversubscribed = 1};
+
+static int wanted_on(const struct weft_comm *comm, weft__coll_t coll, uint64_t count) {
+  weft__fp_call call;
+  memset(&call, 0, sizeof(call));
+  call.fp.coll = (uint8_t)(coll + 1);
+  call.fp.count = count;
+  call.fp.type = (uint8_t)WEFT_FLOAT32;
+  weft__req r;
+  weft__req_init_send(&r, NULL, NULL, 1 << 20);
+  r.call = &call;
+  return weft__req_single_copy_wanted(comm, &r);
+}
+
+static int wanted(weft__coll_t coll, uint64_t count) { return wanted_on(&comm2, coll, count); }
+
+static void all_gather_and_all_to_all_go_single_copy(void **state) {
+  (void)state;
+  assert_true(wanted(WEFT__COLL_ALL_GATHER, 1 << 18));
+  assert_true(wanted(WEFT__COLL_ALL_TO_ALL, 1 << 18));
+  assert_true(wanted(WEFT__COLL_ALL_TO_ALLV, 0));
+  assert_true(wanted(WEFT__COLL_ALL_GATHER, (uint64_t)1 << 26)); /* 256 MiB per rank */
+}
+
+/* More ranks than cores: only calls that receive at most 16 MiB per rank (float32 here). */
+static void oversubscribed_ranks_go_single_copy_up_to_16_mib(void **state) {
+  (void)state;
+  assert_true(wanted_on(&comm4_on_2, WEFT__COLL_ALL_GATHER, (16u << 20) / 4 / 4));
+  assert_false(wanted_on(&comm4_on_2, WEFT__COLL_ALL_GATHER, (16u << 20) / 4 / 4 + 1));
+  assert_true(wanted_on(&comm4_on_2, WEFT__COLL_ALL_TO_ALL, 1 << 16));
+  assert_false(wanted_on(&comm4_on_2, WEFT__COLL_ALL_TO_ALL, 1 << 22));
+  assert_true(wanted_on(&comm4_on_2, WEFT__COLL_ALL_TO_ALLV, 0));
+  assert_false(wanted_on(&comm4_on_2, WEFT__COLL_ALL_REDUCE, 1 << 10));
+}
+
+static void reductions_and_one_way_calls_keep_two_copies(void **state) {
+  (void)state;
+  const weft__coll_t two[] = {WEFT__COLL_ALL_REDUCE, WEFT__COLL_REDUCE, WEFT__COLL_REDUCE_SCATTER,
+                              WEFT__COLL_BROADCAST, WEFT__COLL_GATHER, WEFT__COLL_SCATTER,
+                              WEFT__COLL_SEND, WEFT__COLL_BARRIER};
+  for (size_t i = 0; i < sizeof(two) / sizeof(two[0]); i++) {
+    assert_false(wanted(two[i], 1 << 10));
+    assert_false(wanted(two[i], (uint64_t)1 << 26));
+  }
+}
+
+static void a_request_outside_a_call_keeps_two_copies(void **state) {
+  (void)state;
+  weft__req r;
+  weft__req_init_send(&r, NULL, NULL, 1 << 20);
+  assert_false(weft__req_single_copy_wanted(&comm2, &r)); /* call NULL */
+  weft__fp_call none;
+  memset(&none, 0, sizeof(none)); /* fp.coll 0: no call */
+  r.call = &none;
+  assert_false(weft__req_single_copy_wanted(&comm2, &r));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(all_gather_and_all_to_all_go_single_copy),
+      cmocka_unit_test(reductions_and_one_way_calls_keep_two_copies),
+      cmocka_unit_test(oversubscribed_ranks_go_single_copy_up_to_16_mib),
+      cmocka_unit_test(a_request_outside_a_call_keeps_two_copies),
+  };
+  return cmocka_run_group_tests_name("test_single_copy", tests, NULL, NULL);
+}
