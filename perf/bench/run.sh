@@ -9,7 +9,8 @@
 # run direct (algos/direct.h): np=2 over shm and 4 ranks on 2 cores.
 # BENCH_QUICK=1 runs small sizes and one round. BENCH_SWEEPS picks sweeps (default: shm
 # socket np4 shm_registered np4_registered; the floors always run).
-# Takes ~25 minutes in full on the 2-core VM. Needs Open MPI (perf/compare/install-peers.sh).
+# Takes ~25-45 minutes in full on the 2-core VM (45 on the Intel VM of 2026-11-26). Needs Open MPI
+# (perf/compare/install-peers.sh).
 # BENCH_BASELINE=DIR (another weft build dir, e.g. of the commit before a change) runs that
 # build's tools too, alternating with this one's in every sweep (library "base"), and the
 # report adds the A/B table: weft/base and both against Open MPI, per sweep and size.
