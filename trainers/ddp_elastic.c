@@ -39,7 +39,8 @@ static int process_ended(int64_t pid) {
 }
 
 int gpt_elastic_fault(gpt_elastic *e, const gpt_dp *dp, const char *phase) {
-  if (!e->fault.phase[0] || e->lost || strcmp(phase, e->fault.phase) != 0 || dp->base.st.step != e->fault.step)
+  if (!e->on || !e->fault.phase[0] || e->lost || strcmp(phase, e->fault.phase) != 0 ||
+      dp->base.st.step != e->fault.step)
     return 0;
   e->fault.phase[0] = '\0';
   /* Every rank has finished the phase once this all-gather ends; then the victim dies, and

@@ -67,7 +67,8 @@ int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *duri
  * all-gathers its pid (so all have finished the phase), rank VICTIM SIGKILLs itself, and
  * this returns 1 on rank LAGGARD once the victim's process has ended (at most 30 s), which
  * then acts as if its call had failed: the race in which a rank dies after some survivors
- * got its part of a collective and others did not, made certain. 0 otherwise. */
+ * got its part of a collective and others did not, made certain. 0 otherwise, and always
+ * without --elastic. */
 int gpt_elastic_fault(gpt_elastic *e, const gpt_dp *dp, const char *phase);
 
 /* Called after each successful step: the first one after a recovery prints when it ended
