@@ -7,7 +7,8 @@
  * Simple only, and a tiny threshold (LL and bulk messages interleaved on one connection); a
  * message that one side sends LL and the other expects bulk fails as a size mismatch naming
  * both sizes, not as a timeout; a rank asleep on its futex is woken by the sender's ring
- * (sleeps are made 10 s long, so only a ring can wake it in time); a receive that nothing
+ * (sleeps are made 10 s long, so only a ring can wake it in time), also when sends race the
+ * moment it falls asleep, with membarrier(2) or fences on the send path; a receive that nothing
  * answers still times out at the communicator's deadline; and 8 ranks on 2 cores run 300
  * small all-reduces in seconds (no livelock). */
 #include <setjmp.h>
@@ -225,6 +226,60 @@ static void sleeping_receiver_is_woken_by_the_senders_ring(void **state) {
   unsetenv("WEFT_SHM_SLEEP_MAX_US");
 }
 
+/* ---- futex: no ring is lost when it races the sleep -------------------------------------- */
+
+/* A ping-pong of 8-byte messages where each send follows a spin of 150-250 us, around the
+ * 0.2 ms of idling after which a waiting rank goes to sleep (lib/task.c): over the rounds the
+ * sender's publish-then-look and the receiver's announce-then-look meet in every order. Sleeps
+ * are made 10 s long and the deadline is 4 s, so a ring lost to a missing fence (on either
+ * side: the sender's, or membarrier's in its place, shm_doorbell.h) fails the call. */
+enum { RING_RACE_ROUNDS = 3000 };
+
+static void spin_us(double us) {
+  double end = harness_now_ms() + us / 1000;
+  while (harness_now_ms() < end) {
+  }
+}
+
+static int ring_race_body(harness_rank *r) {
+  unsigned seed = 7919u * (unsigned)(r->rank + 1);
+  int late = 0;
+  for (int i = 0; i < RING_RACE_ROUNDS; i++) {
+    uint64_t v = (uint64_t)i;
+    if (r->rank == i % 2) {
+      spin_us(180 + rand_r(&seed) % 51);
+      if (!harness_expect_status(r, weft_send(&v, 1, WEFT_UINT64, 1 - r->rank, r->comm, NULL), WEFT_SUCCESS,
+                                 "send"))
+        return r->failures;
+      continue;
+    }
+    double t0 = harness_now_ms();
+    v = ~0ull;
+    if (!harness_expect_status(r, weft_recv(&v, 1, WEFT_UINT64, 1 - r->rank, r->comm, NULL), WEFT_SUCCESS,
+                               "recv")) {
+      harness_fail(r, "round %d: the receive failed (a lost ring leaves the receiver asleep)", i);
+      return r->failures;
+    }
+    if (v != (uint64_t)i) harness_fail(r, "round %d: got %llu", i, (unsigned long long)v);
+    if (harness_now_ms() - t0 > 1000) late++;
+  }
+  if (late) harness_fail(r, "%d receives took over 1 s (a lost ring, woken by chance)", late);
+  return r->failures;
+}
+
+static void no_ring_is_lost_when_it_races_the_sleep(void **state) {
+  (void)state;
+  setenv("WEFT_SHM_SLEEP_MAX_US", "10000000", 1);
+  const char *modes[] = {"1", "0"}; /* membarrier in place of the sender's fence; fences */
+  for (int m = 0; m < 2; m++) {
+    setenv("WEFT_SHM_MEMBARRIER", modes[m], 1);
+    harness_opts o = {.nranks = 2, .transport = "shm", .timeout_ms = 4000};
+    harness_run(&o, ring_race_body, NULL);
+  }
+  unsetenv("WEFT_SHM_MEMBARRIER");
+  unsetenv("WEFT_SHM_SLEEP_MAX_US");
+}
+
 /* ---- deadlines still fire while asleep ------------------------------------------------ */
 
 static int deadline_body(harness_rank *r) {
@@ -284,6 +339,7 @@ int main(void) {
       cmocka_unit_test(bad_weft_proto_fails_init_naming_the_value),
       cmocka_unit_test(ll_send_against_bulk_recv_fails_as_size_mismatch),
       cmocka_unit_test(sleeping_receiver_is_woken_by_the_senders_ring),
+      cmocka_unit_test(no_ring_is_lost_when_it_races_the_sleep),
       cmocka_unit_test(unanswered_recv_times_out_at_the_deadline_while_sleeping),
       ENV_TEST("small_all_reduces_on_8_ranks_do_not_livelock", NULL, NULL, many_small_body, 8),
   };

@@ -38,6 +38,7 @@
 #include "transports/shm/shm_conn.h"
 #include "transports/shm/shm_fifo.h"
 #include "transports/shm/shm_ll.h"
+#include "transports/shm/shm_membarrier.h"
 #include "transports/shm/shm_placement.h"
 #include "transports/shm/shm_segment.h"
 #include "transports/shm/shm_state.h"
@@ -96,7 +97,7 @@ static weft_status_t cma_send_progress(const struct weft_comm *comm, shm_conn *s
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     sc->cma_posted++;
     *progressed = 1;
-    weft__shm_ring(sc->peer_bell);
+    weft__shm_ring_peer(sc);
   }
   return WEFT_SUCCESS;
 }
@@ -130,7 +131,7 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
     weft__mem_copy(r->mem, slot, (const char *)r->src + r->done, n, flags);
     weft__mem_publish(r->mem, flags);
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
-    weft__shm_ring(sc->peer_bell);
+    weft__shm_ring_peer(sc);
     r->done += n;
     *progressed = 1;
     if (r->done == r->bytes) {
@@ -199,7 +200,7 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
   *progressed = 1;
   if (r->done < r->bytes) return WEFT_SUCCESS;
   atomic_store_explicit(&sc->in.ctrl->head, ++sc->head, memory_order_release);
-  weft__shm_ring(sc->peer_bell);
+  weft__shm_ring_peer(sc);
   r->complete = 1;
   return WEFT_SUCCESS;
 }
@@ -256,7 +257,7 @@ static weft_status_t shm_recv_test(struct weft_comm *comm, weft__conn *c, weft__
                          c->peer, n);
     weft__req_deliver(r, weft__shm_fifo_data(f, h, sc->head, r->bytes), n);
     atomic_store_explicit(&f->ctrl->head, ++sc->head, memory_order_release);
-    weft__shm_ring(sc->peer_bell);
+    weft__shm_ring_peer(sc);
     *progressed = 1;
     if (r->done == r->bytes) {
       r->complete = 1;
@@ -277,7 +278,13 @@ static int shm_sleep_begin(struct weft_comm *comm, uint32_t *bell) {
   weft__shm_doorbell *d = own_bell(comm);
   if (d == NULL) return 0;
   atomic_store_explicit(&d->sleeping, 1, memory_order_relaxed);
-  atomic_thread_fence(memory_order_seq_cst); /* announce before the caller looks once more */
+  /* announce before the caller looks once more; peers that ring us without a fence count on
+   * membarrier's (shm_doorbell.h): if it fails, a nap instead of a sleep they might miss */
+  if (!d->membarrier) atomic_thread_fence(memory_order_seq_cst);
+  else if (weft__shm_membarrier() != 0) {
+    atomic_store_explicit(&d->sleeping, 0, memory_order_relaxed);
+    return 0;
+  }
   *bell = atomic_load_explicit(&d->bell, memory_order_acquire);
   return 1;
 }

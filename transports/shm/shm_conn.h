@@ -35,6 +35,7 @@ typedef struct {
    * bulk_sent, and each slot names the sender's LL position (shm_fifo.h). */
   uint64_t bulk_sent, bulk_recvd;
   weft__shm_doorbell *peer_bell;      /* the peer's doorbell, rung when it may wait on us */
+  int ring_fence;                     /* 0: ring it without a fence (shm_doorbell.h) */
   unsigned empty_polls;               /* looks that found nothing: every 64th looks at the
                                          other protocol's buffer for a size mismatch */
   /* Placement (shm_placement.h): payloads of messages of >= WEFT__SHM_NT_MIN bytes that
@@ -43,6 +44,11 @@ typedef struct {
   int nt_mode;                        /* WEFT__SHM_NT_{NEVER, ALWAYS, AUTO} */
   int nt_out;
 } weft__shm_conn;
+
+/* Wakes the peer if it sleeps, after what we just published (shm_doorbell.h). */
+static inline void weft__shm_ring_peer(const weft__shm_conn *sc) {
+  weft__shm_ring(sc->peer_bell, sc->ring_fence);
+}
 
 static inline int weft__shm_ll_send_eligible(const weft__shm_conn *sc, const weft__req *r) {
   return sc->ll_send_on && r->bytes <= sc->ll_send_max;

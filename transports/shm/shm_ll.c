@@ -53,7 +53,7 @@ weft_status_t weft__shm_ll_send_progress(struct weft_comm *comm, weft__conn *c, 
   }
   if (wrote) {
     *progressed = 1;
-    weft__shm_ring(sc->peer_bell);
+    weft__shm_ring_peer(sc);
   }
   return WEFT_SUCCESS;
 }
@@ -98,7 +98,7 @@ weft_status_t weft__shm_ll_note_mismatch(struct weft_comm *comm, weft__conn *c,
 static void chunk_consumed(weft__shm_conn *sc) {
   atomic_store_explicit(&sc->in.ctrl->ll_done, sc->ll_recv_seq, memory_order_release);
   sc->ll_recv_seq++;
-  weft__shm_ring(sc->peer_bell);
+  weft__shm_ring_peer(sc);
 }
 
 /* Checks a ready line's flag names r's call and size (check: weft__fp_check32 of them). */

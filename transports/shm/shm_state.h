@@ -33,6 +33,8 @@ typedef struct {
   uint64_t ll_max;
   int nt_mode;                /* WEFT_SHM_NT_COPY (shm_placement.h) */
   uint64_t sleep_max_ns;      /* one doorbell sleep at most (WEFT_SHM_SLEEP_MAX_US) */
+  int membarrier;             /* registered for membarrier(2), and WEFT_SHM_MEMBARRIER allows it:
+                                 we sleep after it and ring such peers without a fence */
   /* Large uniform collectives so far, and placement probes run among them
    * (shm_placement.h): the same on every rank. */
   uint64_t placement_calls, placement_probes;
