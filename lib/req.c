@@ -38,17 +38,28 @@ void weft__req_init_recv(weft__req *r, const weft__mem_space *mem, void *dst, co
  * (shm_setup.c) it lost at every size from 128 KiB: one-way traffic stays on two copies.
  * 4 ranks on 2 cores: all-gather 1.11-1.36 at 512K-16M, 0.78-0.85 at 32M-256M;
  * all-to-all 1.12-1.33 at 256K-32M, 0.80-0.96 at 64M-256M (broadcast, on two copies in both
- * runs, read 0.72-1.03 there: the noise of that sweep). */
+ * runs, read 0.72-1.03 there: the noise of that sweep).
+ * Broadcast by where the cores are (2 ranks, in-place time per call in us, two copies /
+ * one copy, 6 alternating launches, perf/l3_probe's round trip before each): at 150-160 ns
+ * 128K 8.7-9.0 / 7.5-9.9, 256K 18.7-22.8 / 14.9-18.2, 512K 42.9-50.3 / 29.2-36.7, 1M
+ * 84.3-97.4 / 77.0-102.3, 2M 185-218 / 229-282; at 214 ns the same (256K 22.2 / 18.1). The
+ * earlier VM, whose two copies through one fast L3 reached 10-18 GB/s, lost it at every
+ * size: there the FIFO's lines stay in the shared cache (60-100 ns round trips, the
+ * placement header's table). Hence one copy from 100 ns, up to 1 MiB. */
 enum { OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES = 16 << 20 };
+enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 1 << 20 };
 
-int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r) {
+int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns) {
   if (r->call == NULL || r->call->fp.coll == 0) return 0;
   weft__coll_t coll = (weft__coll_t)(r->call->fp.coll - 1);
+  size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
+  if (coll == WEFT__COLL_BROADCAST) /* the call's size: the chain's chunks of larger ones stay */
+    return !comm->oversubscribed && peer_rt_ns >= BROADCAST_SINGLE_COPY_MIN_RT_NS &&
+           r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
   if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
   if (!comm->oversubscribed) return 1;
   /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,
    * its fingerprint's count 0: small, as MoE's are, or not, it goes single copy). */
-  size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
   return r->call->fp.count * esize * (uint64_t)comm->nranks <= OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES;
 }
 

@@ -99,9 +99,13 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * copy into the FIFO overlaps the receiver's copy out (a pipeline over two cores), and for
  * reductions (the single-copy read goes through a scratch in pieces). With more ranks than
  * cores (comm->oversubscribed) all-gather and all-to-all go single copy only up to 16 MiB
- * received per rank (more lost there). WEFT_SHM_CMA_CALLS=all overrides it in the shm
- * transport. Thread safety: reads comm's settings, r and its call only. */
-int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r);
+ * received per rank (more lost there). A broadcast message of at most 1 MiB goes single copy
+ * when the cores are far apart: peer_rt_ns, the transport's last measured cache-line round
+ * trip to the receiver (transports/shm/shm_placement.h; 0: not measured), of 100 ns or more
+ * (the FIFO's lines then cross that distance as dirty lines). WEFT_SHM_CMA_CALLS=all
+ * overrides it in the shm transport. Thread safety: reads comm's settings, r and its call
+ * only. */
+int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns);
 /* weft__req_post's long way (lib/req.c): a space whose operations may still run (a send's
  * bytes are completed first, weft__mem_wait), a reducing receive on a transport that cannot
  * reduce on arrival (staged), a transport that wants to know at once (its post). */

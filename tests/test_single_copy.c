@@ -1,7 +1,8 @@
 /* test_single_copy: which messages the core wants moved by one copy (lib/req.h,
  * weft__req_single_copy_wanted): all-gather and all-to-all(v) do; reductions, one-way calls
  * (broadcast, gather, scatter, send/recv), the barrier and a request outside any call do not;
- * with more ranks than cores, only calls receiving at most 16 MiB per rank.
+ * with more ranks than cores, only calls receiving at most 16 MiB per rank; broadcast
+ * messages of at most 1 MiB do when the cores are far apart (a measured round trip >= 100 ns).
  * The figures behind the policy are in lib/req.c; the single-copy path itself is swept by
  * tests/cma_collectives.sh and test_guarded. */
 #include <setjmp.h>
@@ -25,7 +26,7 @@ static int wanted_on(const struct weft_comm *comm, weft__coll_t coll, uint64_t c
   weft__req r;
   weft__req_init_send(&r, NULL, NULL, 1 << 20);
   r.call = &call;
-  return weft__req_single_copy_wanted(comm, &r);
+  return weft__req_single_copy_wanted(comm, &r, 0);
 }
 
 static int wanted(weft__coll_t coll, uint64_t count) { return wanted_on(&comm2, coll, count); }
@@ -60,15 +61,51 @@ static void reductions_and_one_way_calls_keep_two_copies(void **state) {
   }
 }
 
+/* A broadcast message of at most 1 MiB goes single copy once the probe measured the cores
+ * far apart (a round trip of 100 ns or more); not before it measured, not between near
+ * cores, not above 1 MiB, not with more ranks than cores. */
+static int broadcast_wanted(const struct weft_comm *comm, size_t bytes, unsigned rt_ns) {
+  weft__fp_call call;
+  memset(&call, 0, sizeof(call));
+  call.fp.coll = (uint8_t)(WEFT__COLL_BROADCAST + 1);
+  call.fp.count = bytes / 4;
+  call.fp.type = (uint8_t)WEFT_FLOAT32;
+  weft__req r;
+  weft__req_init_send(&r, NULL, NULL, bytes);
+  r.call = &call;
+  return weft__req_single_copy_wanted(comm, &r, rt_ns);
+}
+
+static void broadcast_goes_single_copy_up_to_1_mib_between_far_cores(void **state) {
+  (void)state;
+  assert_true(broadcast_wanted(&comm2, 256 << 10, 150));
+  assert_true(broadcast_wanted(&comm2, 1 << 20, 100));
+  assert_true(broadcast_wanted(&comm2, 64 << 10, 380));
+  assert_false(broadcast_wanted(&comm2, 256 << 10, 0));  /* not measured yet */
+  assert_false(broadcast_wanted(&comm2, 256 << 10, 99)); /* one fast L3 */
+  assert_false(broadcast_wanted(&comm2, (1 << 20) + 4, 380));
+  assert_false(broadcast_wanted(&comm4_on_2, 256 << 10, 380));
+  /* a 512 KiB chunk of an 8 MiB broadcast (the chain's): the call's size decides */
+  weft__fp_call call;
+  memset(&call, 0, sizeof(call));
+  call.fp.coll = (uint8_t)(WEFT__COLL_BROADCAST + 1);
+  call.fp.count = (8u << 20) / 4;
+  call.fp.type = (uint8_t)WEFT_FLOAT32;
+  weft__req r;
+  weft__req_init_send(&r, NULL, NULL, 512 << 10);
+  r.call = &call;
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 380));
+}
+
 static void a_request_outside_a_call_keeps_two_copies(void **state) {
   (void)state;
   weft__req r;
   weft__req_init_send(&r, NULL, NULL, 1 << 20);
-  assert_false(weft__req_single_copy_wanted(&comm2, &r)); /* call NULL */
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 500)); /* call NULL */
   weft__fp_call none;
   memset(&none, 0, sizeof(none)); /* fp.coll 0: no call */
   r.call = &none;
-  assert_false(weft__req_single_copy_wanted(&comm2, &r));
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 500));
 }
 
 int main(void) {
@@ -76,6 +113,7 @@ int main(void) {
       cmocka_unit_test(all_gather_and_all_to_all_go_single_copy),
       cmocka_unit_test(reductions_and_one_way_calls_keep_two_copies),
       cmocka_unit_test(oversubscribed_ranks_go_single_copy_up_to_16_mib),
+      cmocka_unit_test(broadcast_goes_single_copy_up_to_1_mib_between_far_cores),
       cmocka_unit_test(a_request_outside_a_call_keeps_two_copies),
   };
   return cmocka_run_group_tests_name("test_single_copy", tests, NULL, NULL);

@@ -55,10 +55,10 @@ typedef weft__shm_state shm_state;
 /* LL is tried first, so a message small enough for LL never goes single copy; nor does
  * one in memory with no host view (the peer's process_vm_readv needs a host address), nor
  * one the core keeps on two copies (weft__req_single_copy_wanted: reductions, one-way
- * calls) unless WEFT_SHM_CMA_CALLS=all. */
+ * calls, broadcast between near cores) unless WEFT_SHM_CMA_CALLS=all. */
 static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const weft__req *r) {
   return sc->cma_send_bytes > 0 && r->bytes >= sc->cma_send_bytes && r->src != NULL &&
-         !weft__shm_ll_send_eligible(sc, r) && (sc->cma_all || weft__req_single_copy_wanted(comm, r)) &&
+         !weft__shm_ll_send_eligible(sc, r) && (sc->cma_all || weft__req_single_copy_wanted(comm, r, sc->peer_rt_ns)) &&
          r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
 }
 

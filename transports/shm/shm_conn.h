@@ -43,6 +43,9 @@ typedef struct {
    * or, in auto mode, by the last probe. */
   int nt_mode;                        /* WEFT__SHM_NT_{NEVER, ALWAYS, AUTO} */
   int nt_out;
+  unsigned peer_rt_ns;                /* the last probe's cache-line round trip (0: none yet),
+                                         whatever nt_mode: the core's single-copy policy
+                                         reads it (weft__req_single_copy_wanted) */
 } weft__shm_conn;
 
 /* Wakes the peer if it sleeps, after what we just published (shm_doorbell.h). */

@@ -203,6 +203,7 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
    * all-reduce runs measured a median batch of 2109 ns with one L3. */
   unsigned best = out.best_ns > UINT32_MAX ? UINT32_MAX : (unsigned)out.best_ns;
   int split = best > WEFT__SHM_SPLIT_NS;
+  to->peer_rt_ns = best;
   if (to->nt_mode == WEFT__SHM_NT_AUTO && to->nt_out != split) {
     WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, %s; large payloads %s",
               comm->rank, next, best, split ? "two L3s" : "one L3",
