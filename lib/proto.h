@@ -24,8 +24,13 @@ enum { WEFT__PROTO_LL = 1u << 0, WEFT__PROTO_SIMPLE = 1u << 1, WEFT__PROTO_ALL =
  * transports/shm/bench_proto.sh's header). Quieter run: LL 0.34-0.36 us against Simple
  * 0.36-0.49 us at 8-128 B, a tie at 256 B, behind from 512 B (0.48-0.51 against
  * 0.44-0.45) and 2x behind from 2 KiB (a flag per 56 bytes, polled line by line). Loaded
- * run: a tie (within 0.04 us) at 8-128 B, LL behind from 256 B. Hence 128. */
-#define WEFT__LL_DEFAULT_THRESHOLD 128u
+ * run: a tie (within 0.04 us) at 8-128 B, LL behind from 256 B. Hence 128, until the bulk
+ * path's extra cost moved: since a send rings its peer without a fence (shm_membarrier.h),
+ * LL's lines won at 256-512 B too, on the Intel VM of 2026-11-27 (perf/compare, 2 ranks,
+ * 7 alternating rounds, mean time per call, 512 against 128): all-reduce 256 B 0.82 / 1.00
+ * us, 512 B 0.96 / 1.09; all-gather 512 B 0.80 / 0.99, 1 KiB 0.90 / 1.08 (256 and 512 B
+ * messages); 1-2 KiB messages a tie, and 4 ranks on 2 cores inside their noise. Hence 512. */
+#define WEFT__LL_DEFAULT_THRESHOLD 512u
 
 /* Parses spec (NULL or "" = everything allowed) into a mask of WEFT__PROTO_* bits. Returns
  * 0, or -1 with a message in err naming the bad part. */

@@ -3,7 +3,7 @@
  * Checks: WEFT_PROTO parsing in NCCL_PROTO's grammar (lists, ^exclusion, case, LL128 as a
  * name of LL) and clear errors for unknown names and lists that leave nothing, also at init;
  * point-to-point messages and all-reduces exact, element by element, at sizes around LL's
- * line (56 B), chunk (1792 B) and default threshold (128 B), under the default choice, LL only,
+ * line (56 B), chunk (1792 B) and default threshold (512 B), under the default choice, LL only,
  * Simple only, and a tiny threshold (LL and bulk messages interleaved on one connection); a
  * message that one side sends LL and the other expects bulk fails as a size mismatch naming
  * both sizes, not as a timeout; a rank asleep on its futex is woken by the sender's ring
@@ -63,8 +63,8 @@ static void weft_proto_follows_nccl_grammar(void **state) {
 
 /* ---- exactness around the LL boundaries (2 rank processes over shm) ------------------- */
 
-static const size_t sizes[] = {0,    1,    8,    55,   56,   57,   112,  127,   128,  129,
-                               1000, 1784, 1792, 1800, 3584, 7168, 7176, 16392, 50000};
+static const size_t sizes[] = {0,    1,    8,    55,   56,   57,    112,   127,  128, 129,  511,
+                               512,  513,  1000, 1784, 1792, 1800, 3584, 7168, 7176, 16392, 50000};
 
 static long p2p_value(size_t j, size_t bytes) { return (long)((j * 7 + bytes) % 251); }
 
