@@ -52,9 +52,8 @@ weft_status_t weft__proto_config(struct weft_comm *comm, int *ll_on, uint64_t *l
   if (weft__proto_parse(weft__env_str("WEFT_PROTO", ""), &mask, err, sizeof err) != 0)
     return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "rank %d: %s", rank, err);
   *ll_on = (mask & WEFT__PROTO_LL) != 0;
-  *ll_max = mask & WEFT__PROTO_SIMPLE
-                ? weft__env_size("WEFT_LL_THRESHOLD", WEFT__LL_DEFAULT_THRESHOLD)
-                : UINT64_MAX;
+  size_t def = comm != NULL && comm->oversubscribed ? WEFT__LL_OVERSUB_THRESHOLD : WEFT__LL_DEFAULT_THRESHOLD;
+  *ll_max = mask & WEFT__PROTO_SIMPLE ? weft__env_size("WEFT_LL_THRESHOLD", def) : UINT64_MAX;
   return WEFT_SUCCESS;
 }
 

@@ -29,8 +29,12 @@ enum { WEFT__PROTO_LL = 1u << 0, WEFT__PROTO_SIMPLE = 1u << 1, WEFT__PROTO_ALL =
  * LL's lines won at 256-512 B too, on the Intel VM of 2026-11-27 (perf/compare, 2 ranks,
  * 7 alternating rounds, mean time per call, 512 against 128): all-reduce 256 B 0.82 / 1.00
  * us, 512 B 0.96 / 1.09; all-gather 512 B 0.80 / 0.99, 1 KiB 0.90 / 1.08 (256 and 512 B
- * messages); 1-2 KiB messages a tie, and 4 ranks on 2 cores inside their noise. Hence 512. */
+ * messages); 1-2 KiB messages a tie. Hence 512. Not with more ranks than cores, where
+ * senders keep their fences (shm_membarrier.h): 4 ranks on 2 cores, 7 rounds, all-reduce
+ * 256 B 9.17 / 6.63 us and 512 B 10.5 / 6.76 with 512 against 128 (broadcast 1.3-1.4x
+ * faster, the rest a tie), so 128 there. */
 #define WEFT__LL_DEFAULT_THRESHOLD 512u
+#define WEFT__LL_OVERSUB_THRESHOLD 128u
 
 /* Parses spec (NULL or "" = everything allowed) into a mask of WEFT__PROTO_* bits. Returns
  * 0, or -1 with a message in err naming the bad part. */
