@@ -10,8 +10,9 @@
  *     under AddressSanitizer, which owns malloc: then only system calls are counted);
  *   - system calls of the calling thread: a perf counter on the raw_syscalls:sys_enter
  *     tracepoint (perf_event_open(2)), filtered to leave out the calls a rank makes while it
- *     waits for a late peer (sched_yield, futex, nanosleep, clock_nanosleep): on a busy
- *     2-core machine a peer may be descheduled, and waiting politely is the point there.
+ *     waits for a late peer (sched_yield, futex, nanosleep, clock_nanosleep, poll, and the
+ *     membarrier that a rank about to sleep calls in place of its fence, shm_membarrier.h):
+ *     on a busy 2-core machine a peer may be descheduled, and waiting politely is the point.
  *     Where the tracepoint cannot be read (no tracefs, not permitted), that half is skipped.
  * 1 rank (no peer: it never waits) and 2 ranks over shm. The socket
  * transport moves bytes with send/recv system calls by design, so it is not checked. */
@@ -114,9 +115,11 @@ static int syscall_counter(char *why, size_t len) {
     snprintf(why, len, "perf_event_open(raw_syscalls:sys_enter): %s", strerror(errno));
     return -1;
   }
-  char filter[160];
-  snprintf(filter, sizeof(filter), "id != %d && id != %d && id != %d && id != %d && id != %d && id != %d",
-           SYS_sched_yield, SYS_futex, SYS_nanosleep, SYS_clock_nanosleep, SYS_poll, SYS_ppoll);
+  char filter[192];
+  snprintf(filter, sizeof(filter),
+           "id != %d && id != %d && id != %d && id != %d && id != %d && id != %d && id != %d",
+           SYS_sched_yield, SYS_futex, SYS_nanosleep, SYS_clock_nanosleep, SYS_poll, SYS_ppoll,
+           SYS_membarrier);
   if (ioctl(fd, PERF_EVENT_IOC_SET_FILTER, filter) != 0) {
     snprintf(why, len, "PERF_EVENT_IOC_SET_FILTER: %s", strerror(errno));
     close(fd);
