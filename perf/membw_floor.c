@@ -50,6 +50,7 @@
 #include <time.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
+#include "perf/size_arg.h"
 #endif
 
 typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, ALL_REDUCE_FUSED,
@@ -171,13 +172,14 @@ static void *run(void *arg) {
   return NULL;
 }
 
+/* A -b/-e size (perf/size_arg.h); exits on a bad one. */
 static size_t parse_size(const char *s) {
-  char *end;
-  double v = strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-  return (size_t)v;
+  size_t v;
+  if (perf_parse_size(s, &v) != 0) {
+    fprintf(stderr, "membw_floor: bad size \"%s\"\n", s);
+    exit(1);
+  }
+  return v;
 }
 
 /* Times iters passes of coll at size bytes (after warmup passes); seconds per pass. */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "perf/perf_impl.h"
+#include "perf/size_arg.h"
 
 const char *const perf_type_names[WEFT_NUM_DATATYPES] = {
     "int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"};
@@ -36,25 +37,8 @@ int perf_env_rank(void) {
   return -1;
 }
 
-/* "64", "1K", "32M", "1G" (powers of 1024, fractions allowed), as nccl-tests. */
-static int parse_size(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || v < 0)
-    return -1;
-  double unit = 1;
-  switch (*end) {
-  case 'G': case 'g': unit = 1024.0 * 1024 * 1024; end++; break;
-  case 'M': case 'm': unit = 1024.0 * 1024; end++; break;
-  case 'K': case 'k': unit = 1024.0; end++; break;
-  default: break;
-  }
-  if (*end)
-    return -1;
-  *out = (size_t)(v * unit);
-  return 0;
-}
+/* Sizes as nccl-tests takes them (perf/size_arg.h). */
+static int parse_size(const char *s, size_t *out) { return perf_parse_size(s, out); }
 
 /* An index into names, -1 for "all", -2 when unknown. */
 static int parse_name(const char *s, const char *const *names, int n) {

@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "perf/size_arg.h"
 
 static double now_s(void) {
   struct timespec t;
@@ -44,17 +45,14 @@ static void die(const char *who, const char *what) {
   exit(1);
 }
 
+/* A -b/-e size (perf/size_arg.h); exits on a bad one. */
 static size_t parse_size(const char *s) {
-  char *end;
-  double v = strtod(s, &end);
-  if (*end == 'K' || *end == 'k') v *= 1024;
-  else if (*end == 'M' || *end == 'm') v *= 1024 * 1024;
-  else if (*end == 'G' || *end == 'g') v *= 1024.0 * 1024 * 1024;
-  else if (*end != '\0') {
+  size_t v;
+  if (perf_parse_size(s, &v) != 0) {
     fprintf(stderr, "tcp_floor: bad size \"%s\"\n", s);
     exit(1);
   }
-  return (size_t)v;
+  return v;
 }
 
 /* One byte each way: both sides start the timed exchange together. */
