@@ -47,6 +47,16 @@ void weft__req_init_recv(weft__req *r, const weft__mem_space *mem, void *dst, co
  * size: there the FIFO's lines stay in the shared cache (60-100 ns round trips, the
  * placement header's table). Hence one copy from 100 ns, up to 1 MiB. */
 enum { OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES = 16 << 20 };
+/* 8-64 KiB messages (the transport's floor is 8 KiB: transports/shm/shm_setup.c), in-call
+ * time in us, 2 ranks bound to the 2 cores, medians of 5 alternating launches, floor 64 KiB /
+ * 8 KiB (nccl-tests sizes: the whole buffer, messages of half of it): out-of-place
+ * all-gather 16K 3.56 / 2.83, 32K 4.19 / 3.75, 64K 8.01 / 5.52; all-to-all 16K 3.32 / 2.77,
+ * 32K 4.64 / 3.63, 64K 7.03 / 5.48. But in-place all-to-all, whose sends come from the
+ * staged copy this core has just written (and the peer read the call before), lost: 32K
+ * 5.35 / 7.93, 64K 8.84 / 13.20; and 4 ranks on 2 cores (7 launches) all-gather 16K 13.8 /
+ * 19.8, 32K 23.4 / 30.6, 64K 30.9 / 40.0. Broadcast between far cores: a tie (16K 2.57 /
+ * 2.71, 64K 5.94 / 5.61). Hence below 64 KiB only the first two. */
+enum { SINGLE_COPY_SMALL_BYTES = 64 << 10 };
 enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 1 << 20 };
 
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns) {
@@ -55,8 +65,9 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
   size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
   if (coll == WEFT__COLL_BROADCAST) /* the call's size: the chain's chunks of larger ones stay */
     return !comm->oversubscribed && peer_rt_ns >= BROADCAST_SINGLE_COPY_MIN_RT_NS &&
-           r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
+           r->bytes >= SINGLE_COPY_SMALL_BYTES && r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
   if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
+  if (r->bytes < SINGLE_COPY_SMALL_BYTES && (comm->oversubscribed || r->staged)) return 0;
   if (!comm->oversubscribed) return 1;
   /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,
    * its fingerprint's count 0: small, as MoE's are, or not, it goes single copy). */

@@ -51,6 +51,10 @@ typedef struct weft__req {
    * for the pieces of a large collective that nothing reads again soon; 0: only messages
    * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
   int nt;
+  /* send: 1 when src is a copy this rank has just written (an in-place call's staging,
+   * algos/all_to_all/pairwise.c), so its lines sit dirty in this core's cache; such a
+   * message goes single copy only from 64 KiB (weft__req_single_copy_wanted). */
+  int staged;
   weft_datatype_t dtype;       /* element type for reduce-on-receive */
   weft_redop_t op;
 } weft__req;
@@ -99,7 +103,10 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * copy into the FIFO overlaps the receiver's copy out (a pipeline over two cores), and for
  * reductions (the single-copy read goes through a scratch in pieces). With more ranks than
  * cores (comm->oversubscribed) all-gather and all-to-all go single copy only up to 16 MiB
- * received per rank (more lost there). A broadcast message of at most 1 MiB goes single copy
+ * received per rank (more lost there). Below 64 KiB (the transport's own floor,
+ * WEFT_SHM_CMA_BYTES, is lower) only an out-of-place all-gather or all-to-all(v) message on a
+ * communicator with a core per rank does: not with more ranks than cores, not a staged
+ * send (r->staged), not a broadcast. A broadcast message of at most 1 MiB goes single copy
  * when the cores are far apart: peer_rt_ns, the transport's last measured cache-line round
  * trip to the receiver (transports/shm/shm_placement.h; 0: not measured), of 100 ns or more
  * (the FIFO's lines then cross that distance as dirty lines). WEFT_SHM_CMA_CALLS=all

@@ -3,6 +3,7 @@
  * (broadcast, gather, scatter, send/recv), the barrier and a request outside any call do not;
  * with more ranks than cores, only calls receiving at most 16 MiB per rank; broadcast
  * messages of at most 1 MiB do when the cores are far apart (a measured round trip >= 100 ns).
+ * Below 64 KiB only out-of-place all-gather and all-to-all messages with a core per rank.
  * The figures behind the policy are in lib/req.c; the single-copy path itself is swept by
  * tests/cma_collectives.sh and test_guarded. */
 #include <setjmp.h>
@@ -97,6 +98,34 @@ static void broadcast_goes_single_copy_up_to_1_mib_between_far_cores(void **stat
   assert_false(weft__req_single_copy_wanted(&comm2, &r, 380));
 }
 
+/* A message of `bytes` of an all-gather of `count` floats, staged or not. */
+static int small_wanted(const struct weft_comm *comm, weft__coll_t coll, size_t bytes, int staged) {
+  weft__fp_call call;
+  memset(&call, 0, sizeof(call));
+  call.fp.coll = (uint8_t)(coll + 1);
+  call.fp.count = bytes / 4;
+  call.fp.type = (uint8_t)WEFT_FLOAT32;
+  weft__req r;
+  weft__req_init_send(&r, NULL, NULL, bytes);
+  r.call = &call;
+  r.staged = staged;
+  return weft__req_single_copy_wanted(comm, &r, 380);
+}
+
+/* Below 64 KiB: out-of-place all-gather and all-to-all with a core per rank go single copy;
+ * a staged send (in-place all-to-all), more ranks than cores and broadcast do not. */
+static void below_64_kib_only_unstaged_messages_with_a_core_per_rank(void **state) {
+  (void)state;
+  assert_true(small_wanted(&comm2, WEFT__COLL_ALL_GATHER, 8 << 10, 0));
+  assert_true(small_wanted(&comm2, WEFT__COLL_ALL_TO_ALL, 32 << 10, 0));
+  assert_false(small_wanted(&comm2, WEFT__COLL_ALL_TO_ALL, 32 << 10, 1));
+  assert_true(small_wanted(&comm2, WEFT__COLL_ALL_TO_ALL, 64 << 10, 1));
+  assert_false(small_wanted(&comm4_on_2, WEFT__COLL_ALL_GATHER, (64 << 10) - 4, 0));
+  assert_true(small_wanted(&comm4_on_2, WEFT__COLL_ALL_GATHER, 64 << 10, 0));
+  assert_false(small_wanted(&comm2, WEFT__COLL_BROADCAST, 32 << 10, 0));
+  assert_true(small_wanted(&comm2, WEFT__COLL_BROADCAST, 64 << 10, 0));
+}
+
 static void a_request_outside_a_call_keeps_two_copies(void **state) {
   (void)state;
   weft__req r;
@@ -114,6 +143,7 @@ int main(void) {
       cmocka_unit_test(reductions_and_one_way_calls_keep_two_copies),
       cmocka_unit_test(oversubscribed_ranks_go_single_copy_up_to_16_mib),
       cmocka_unit_test(broadcast_goes_single_copy_up_to_1_mib_between_far_cores),
+      cmocka_unit_test(below_64_kib_only_unstaged_messages_with_a_core_per_rank),
       cmocka_unit_test(a_request_outside_a_call_keeps_two_copies),
   };
   return cmocka_run_group_tests_name("test_single_copy", tests, NULL, NULL);

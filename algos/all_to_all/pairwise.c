@@ -34,6 +34,7 @@ static void post_step(weft__task *t, a2a_state *st, int s, size_t block) {
   int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
   weft__req *snd = &st->reqs[2 * (s - 1)], *rcv = &st->reqs[2 * (s - 1) + 1];
   weft__req_init_send(snd, t->mem, st->src + (size_t)to * block, block);
+  snd->staged = st->src != t->sendbuf;
   weft__req_init_recv(rcv, t->mem, (char *)t->recvbuf + (size_t)from * block, NULL, block, t->dtype, WEFT_SUM);
   weft__req_post(weft__comm_conn(comm, to), snd);
   weft__req_post(weft__comm_conn(comm, from), rcv);

@@ -31,7 +31,7 @@
  * one info line). The receiving rank's setting and probe thus decide for each direction.
  * Environment: WEFT_SHM_NSLOTS (default 8) and WEFT_SHM_SLOT_BYTES (default 256K, a
  * multiple of 64) must be set the same on every rank; setup fails naming the rank that
- * differs. WEFT_SHM_CMA_BYTES (default 64K; 0: off) is the single-copy threshold;
+ * differs. WEFT_SHM_CMA_BYTES (default 8K; 0: off) is the single-copy threshold;
  * WEFT_SHM_SLEEP_MAX_US bounds one doorbell sleep (shm_doorbell.h); WEFT_SHM_MEMBARRIER=0
  * keeps the doorbell's fences on the send path (shm_membarrier.h). */
 #include <errno.h>
@@ -64,13 +64,16 @@
 #define SHM_MAX_SLOT_BYTES (1ull << 30)
 #define SHM_MAGIC 0x4d485357u /* "WSHM" */
 #define SHM_SEND_NS 1000000000ull /* a setup message to a fresh socket: sent at once, or broken */
-/* From 64 KiB, for the messages the core wants on one copy (weft__req_single_copy_wanted:
- * all-gather and all-to-all(v), where every rank sends and receives at once). On an earlier
+/* From 8 KiB, for the messages the core wants on one copy (weft__req_single_copy_wanted:
+ * all-gather and all-to-all(v), where every rank sends and receives at once; below 64 KiB
+ * only some of those, lib/req.c has the figures). Was 64 KiB; 4 KiB gained nothing over 8
+ * (2 ranks, 5 launches, us, 4K / 8K: all-gather 16K 2.54 / 2.70, 64K 4.81 / 4.79;
+ * all-to-all 16K 2.48 / 2.16, 64K 4.88 / 4.43). On an earlier
  * 2-core VM process_vm_readv copied at 11-13 GB/s from cache and 3-5 GB/s from DRAM against
  * memcpy's 47 and 7-13, and the two-copy path, whose two copies run in parallel on two
  * cores, won 2-rank broadcast and all-reduce at every size from 128 KiB to 32 MiB (busbw
  * 10-18 GB/s against 5-12, medians of 3): those stay on two copies. */
-#define SHM_DEFAULT_CMA_BYTES (64u * 1024u)
+#define SHM_DEFAULT_CMA_BYTES (8u * 1024u)
 #define SHM_SLEEP_MAX_NS 1000000ull /* one doorbell sleep: bounds a missed ring (shm_doorbell.h) */
 
 typedef weft__shm_state shm_state;
