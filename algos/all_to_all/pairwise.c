@@ -9,7 +9,10 @@
  * order is trivially the same on both sides. In-place (sendbuf == recvbuf) stages a copy of
  * sendbuf in the communicator's kept scratch (weft__comm_scratch: no allocation per call).
  * Bytes each rank sends: (n-1) * count * size. Latency term: n-1 steps (overlapped).
- * Scratch: n * count * size in-place, else none. The tuner picks it but for
+ * Scratch: n * count * size in-place (our own block's part left unwritten), else none.
+ * Staging only the blocks that leave measured, in-place, 5 alternating launches: 2 ranks
+ * 64K 6.94 -> 5.93 us, 1M 166 -> 114, 4M 692 -> 492; 4 ranks on 2 cores 1M 406 -> 314,
+ * 4M 1715 -> 1562. The tuner picks it but for
  * small blocks (Bruck), and always with more ranks than cores.
  * Sources: Thakur, Rabenseifner & Gropp 2005 (pairwise exchange for long messages);
  * NCCL's all-to-all as grouped send/recv. */
@@ -61,7 +64,11 @@ static weft_status_t a2a_start(weft__task *t) {
   if (in_place) {
     char *staged = weft__comm_scratch(t, (size_t)n * block, &status);
     if (staged == NULL) return status;
-    weft__mem_copy(t->mem, staged, t->sendbuf, (size_t)n * block, 0);
+    /* Every block but our own, which never leaves (it is already in place): at the same
+     * offsets, so a send's source is st->src + to * block either way. */
+    size_t own = (size_t)r * block, rest = (size_t)(n - 1 - r) * block;
+    if (own > 0) weft__mem_copy(t->mem, staged, t->sendbuf, own, 0);
+    if (rest > 0) weft__mem_copy(t->mem, staged + own + block, (const char *)t->sendbuf + own + block, rest, 0);
     st->src = staged;
   } else {
     /* The self block, like a received one: past the threshold, bypassing the cache. */
