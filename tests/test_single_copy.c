@@ -18,16 +18,25 @@
 
 static struct weft_comm comm2 = {.nranks = 2}, comm4_on_2 = {.nranks = 4, .oversubscribed = 1};
 
-static int wanted_on(const struct weft_comm *comm, weft__coll_t coll, uint64_t count) {
+/* Whether a send of msg_bytes (staged or not) in a call of coll over count floats goes single
+ * copy, with a measured round trip of rt_ns to the receiver. */
+static int msg_wanted(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, size_t msg_bytes,
+                      int staged, unsigned rt_ns) {
   weft__fp_call call;
   memset(&call, 0, sizeof(call));
   call.fp.coll = (uint8_t)(coll + 1);
   call.fp.count = count;
   call.fp.type = (uint8_t)WEFT_FLOAT32;
   weft__req r;
-  weft__req_init_send(&r, NULL, NULL, 1 << 20);
+  weft__req_init_send(&r, NULL, NULL, msg_bytes);
   r.call = &call;
-  return weft__req_single_copy_wanted(comm, &r, 0);
+  r.staged = staged;
+  return weft__req_single_copy_wanted(comm, &r, rt_ns);
+}
+
+/* A 1 MiB message of a call of count floats, the probe not measured yet. */
+static int wanted_on(const struct weft_comm *comm, weft__coll_t coll, uint64_t count) {
+  return msg_wanted(comm, coll, count, 1 << 20, 0, 0);
 }
 
 static int wanted(weft__coll_t coll, uint64_t count) { return wanted_on(&comm2, coll, count); }
@@ -66,15 +75,7 @@ static void reductions_and_one_way_calls_keep_two_copies(void **state) {
  * far apart (a round trip of 100 ns or more); not before it measured, not between near
  * cores, not above 1 MiB, not with more ranks than cores. */
 static int broadcast_wanted(const struct weft_comm *comm, size_t bytes, unsigned rt_ns) {
-  weft__fp_call call;
-  memset(&call, 0, sizeof(call));
-  call.fp.coll = (uint8_t)(WEFT__COLL_BROADCAST + 1);
-  call.fp.count = bytes / 4;
-  call.fp.type = (uint8_t)WEFT_FLOAT32;
-  weft__req r;
-  weft__req_init_send(&r, NULL, NULL, bytes);
-  r.call = &call;
-  return weft__req_single_copy_wanted(comm, &r, rt_ns);
+  return msg_wanted(comm, WEFT__COLL_BROADCAST, bytes / 4, bytes, 0, rt_ns);
 }
 
 static void broadcast_goes_single_copy_up_to_1_mib_between_far_cores(void **state) {
@@ -87,29 +88,12 @@ static void broadcast_goes_single_copy_up_to_1_mib_between_far_cores(void **stat
   assert_false(broadcast_wanted(&comm2, (1 << 20) + 4, 380));
   assert_false(broadcast_wanted(&comm4_on_2, 256 << 10, 380));
   /* a 512 KiB chunk of an 8 MiB broadcast (the chain's): the call's size decides */
-  weft__fp_call call;
-  memset(&call, 0, sizeof(call));
-  call.fp.coll = (uint8_t)(WEFT__COLL_BROADCAST + 1);
-  call.fp.count = (8u << 20) / 4;
-  call.fp.type = (uint8_t)WEFT_FLOAT32;
-  weft__req r;
-  weft__req_init_send(&r, NULL, NULL, 512 << 10);
-  r.call = &call;
-  assert_false(weft__req_single_copy_wanted(&comm2, &r, 380));
+  assert_false(msg_wanted(&comm2, WEFT__COLL_BROADCAST, (8u << 20) / 4, 512 << 10, 0, 380));
 }
 
-/* A message of `bytes` of an all-gather of `count` floats, staged or not. */
+/* A message of `bytes` in a call of as many bytes, staged or not, between far cores. */
 static int small_wanted(const struct weft_comm *comm, weft__coll_t coll, size_t bytes, int staged) {
-  weft__fp_call call;
-  memset(&call, 0, sizeof(call));
-  call.fp.coll = (uint8_t)(coll + 1);
-  call.fp.count = bytes / 4;
-  call.fp.type = (uint8_t)WEFT_FLOAT32;
-  weft__req r;
-  weft__req_init_send(&r, NULL, NULL, bytes);
-  r.call = &call;
-  r.staged = staged;
-  return weft__req_single_copy_wanted(comm, &r, 380);
+  return msg_wanted(comm, coll, bytes / 4, bytes, staged, 380);
 }
 
 /* Below 64 KiB: out-of-place all-gather and all-to-all with a core per rank go single copy;
