@@ -48,9 +48,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "perf/size_arg.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
-#include "perf/size_arg.h"
 #endif
 
 typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, ALL_REDUCE_FUSED,

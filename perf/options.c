@@ -37,9 +37,6 @@ int perf_env_rank(void) {
   return -1;
 }
 
-/* Sizes as nccl-tests takes them (perf/size_arg.h). */
-static int parse_size(const char *s, size_t *out) { return perf_parse_size(s, out); }
-
 /* An index into names, -1 for "all", -2 when unknown. */
 static int parse_name(const char *s, const char *const *names, int n) {
   if (strcmp(s, "all") == 0)
@@ -97,9 +94,9 @@ static const char *parse_option(perf_opts_t *o, int ch, const char *arg) {
   case 'g': return v != 1 ? "weft runs one rank per process: -t and -g must be 1" : NULL;
   case 'G': case 'x': case 'D': case 'V': return gpu_only(ch, v);
   case 'p': o->parallel_init = v != 0; return NULL;
-  case 'b': return parse_size(arg, &o->minbytes) ? "invalid size specified for 'minbytes'" : NULL;
-  case 'e': return parse_size(arg, &o->maxbytes) ? "invalid size specified for 'maxbytes'" : NULL;
-  case 'i': return parse_size(arg, &o->stepbytes) ? "invalid size specified for 'stepBytes'" : NULL;
+  case 'b': return perf_parse_size(arg, &o->minbytes) ? "invalid size specified for 'minbytes'" : NULL;
+  case 'e': return perf_parse_size(arg, &o->maxbytes) ? "invalid size specified for 'maxbytes'" : NULL;
+  case 'i': return perf_parse_size(arg, &o->stepbytes) ? "invalid size specified for 'stepBytes'" : NULL;
   case 'f': o->stepfactor = v > 0 ? (size_t)v : 1; return NULL;
   case 'n': o->iters = (int)v; return v < 1 ? "-n needs at least 1 iteration" : NULL;
   case 'm': o->agg = (int)v; return v < 1 ? "-m needs at least 1" : NULL;
