@@ -32,6 +32,8 @@ typedef struct {
   direct_desc *descs;  /* [nranks] */
   weft__req *reqs;     /* [4 * nranks]: descriptor send, descriptor recv, done send, done recv */
   char **in, **out;    /* [nranks] */
+  struct weft_window *send_w, *recv_w; /* this rank's windows holding its buffers, or NULL */
+  size_t send_bytes, recv_bytes;       /* this rank's extents */
 } direct_state;
 
 static const weft__direct_ops *ops_of(weft__coll_t coll) {
@@ -67,11 +69,16 @@ void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n
   weft__mem_copy(t->mem, dst, src, n, weft__mem_nt_flag(out_bytes, 0));
 }
 
-/* Where this rank's buffer [p, p + bytes) is: its window id and offset, or window 0. */
-static void locate(struct weft_comm *comm, const void *p, size_t bytes, uint64_t *win, uint64_t *off) {
-  const struct weft_window *w = bytes > 0 ? weft__window_find(comm, p, bytes) : NULL;
+/* Where this rank's buffer [p, p + bytes) is: its window id and offset, or window 0; the
+ * window, and the buffer's edges copied into its view when the window is adopted plain
+ * memory (peers read them there: lib/window.h). */
+static struct weft_window *locate(struct weft_comm *comm, const void *p, size_t bytes, uint64_t *win,
+                                  uint64_t *off) {
+  struct weft_window *w = bytes > 0 ? weft__window_find(comm, p, bytes) : NULL;
   *win = w != NULL ? w->id : 0;
   *off = w != NULL ? (uint64_t)((const char *)p - w->base) : 0;
+  weft__window_sync(w, p, bytes, 1);
+  return w;
 }
 
 weft_status_t weft__direct_start(weft__task *t) {
@@ -95,9 +102,11 @@ weft_status_t weft__direct_start(weft__task *t) {
   if (st->ops == NULL || !st->ops->extents(t, comm->rank, &send_bytes, &recv_bytes)) {
     m->send_win = m->recv_win = 0; /* every rank falls back */
   } else {
-    locate(comm, t->recvbuf, recv_bytes, &m->recv_win, &m->recv_off);
+    st->recv_w = locate(comm, t->recvbuf, recv_bytes, &m->recv_win, &m->recv_off);
     if (send_bytes == 0) m->send_win = NOT_NEEDED;
-    else locate(comm, t->sendbuf, send_bytes, &m->send_win, &m->send_off);
+    else st->send_w = locate(comm, t->sendbuf, send_bytes, &m->send_win, &m->send_off);
+    st->send_bytes = send_bytes;
+    st->recv_bytes = recv_bytes;
   }
   for (int j = 0; j < n; j++) {
     if (j == comm->rank) continue;
@@ -174,9 +183,9 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
   for (int j = 0; j < n; j++) {
     const direct_desc *d = &st->descs[j];
     size_t send_bytes, recv_bytes;
-    if (j == comm->rank) {
-      st->in[j] = (char *)t->sendbuf;
-      st->out[j] = t->recvbuf;
+    if (j == comm->rank) { /* through our view where a window is adopted memory */
+      st->in[j] = st->send_w != NULL ? weft__window_self(st->send_w, t->sendbuf) : (char *)t->sendbuf;
+      st->out[j] = weft__window_self(st->recv_w, t->recvbuf);
       continue;
     }
     st->ops->extents(t, j, &send_bytes, &recv_bytes);
@@ -213,5 +222,7 @@ weft_status_t weft__direct_progress(weft__task *t) {
     weft_status_t s = run_work(t, st);
     if (s != WEFT_IN_PROGRESS || t->algo != direct) return s; /* error, or fell back */
   }
-  return phase_complete(t, st, 2) ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
+  if (!phase_complete(t, st, 2)) return WEFT_IN_PROGRESS;
+  weft__window_sync(st->recv_w, t->recvbuf, st->recv_bytes, 0); /* peers are done writing */
+  return WEFT_SUCCESS;
 }

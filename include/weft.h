@@ -442,28 +442,42 @@ WEFT_API weft_status_t weft_mem_free(void *ptr);
 typedef struct weft_window *weft_window_t;
 
 /*
- * weft_comm_window_register: registers buff (size bytes, inside one weft_mem_alloc block)
- * as a window of comm. Collective: every rank calls it, in the same order relative to
- * comm's other collectives, each with its own buffer (sizes may differ). Every rank maps
- * every peer's buffer; a collective whose send and receive buffers lie in windows on every
- * rank, with at least WEFT_DIRECT_MIN_BYTES bytes, then runs the "direct" algorithm
- * (algos/direct.c): each rank reduces or copies its share straight between the mapped
- * buffers. Each rank's buffers are checked at each call, so a call with any buffer outside
- * a window runs the tuner's usual algorithm (on every rank alike). Windows are usable
- * for direct collectives only when all ranks share one host and may open each other's
- * memfds (/proc/PID/fd: same user, ptrace read access); otherwise registration still
- * succeeds and one info line says why collectives take the usual path. flags: 0.
+ * weft_comm_window_register: registers buff (size bytes) as a window of comm. Collective:
+ * every rank calls it, in the same order relative to comm's other collectives, each with
+ * its own buffer (sizes may differ). Every rank maps every peer's buffer; a collective
+ * whose send and receive buffers lie in windows on every rank, with at least
+ * WEFT_DIRECT_MIN_BYTES bytes, then runs the "direct" algorithm (algos/direct.c): each
+ * rank reduces or copies its share straight between the mapped buffers. Each rank's
+ * buffers are checked at each call, so a call with any buffer outside a window runs the
+ * tuner's usual algorithm (on every rank alike). Windows are usable for direct
+ * collectives only when all ranks share one host and may open each other's memfds
+ * (/proc/PID/fd: same user, ptrace read access); otherwise registration still succeeds
+ * and one info line says why collectives take the usual path. flags: 0.
+ * The buffer: inside one weft_mem_alloc block, or the program's own private memory
+ * (malloc, new, mmap MAP_PRIVATE | MAP_ANONYMOUS: a tensor's storage, say), as
+ * ncclCommRegister takes the user's buffers. Private memory is adopted: the whole pages
+ * inside buff..buff+size move into a memfd mapped at the same address with the same
+ * bytes (about one memcpy of size and its page faults, once), the partial pages at the
+ * two ends stay private and are copied (at most 8 KiB) around each direct call
+ * (mem/host_adopt.h). Until deregistration, do not free, realloc, munmap or madvise
+ * such a buffer, and know that a child forked meanwhile shares those pages instead of
+ * getting a copy; deregistration gives private pages back, with the latest bytes.
  * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL comm, buff or win; size 0; nonzero flags;
- * buff..buff+size not inside one weft_mem_alloc block: on any rank, named, and every rank
- * returns the error), WEFT_ERR_NO_MEMORY, WEFT_ERR_SYSTEM (mmap of a peer's buffer), and
- * the errors of a collective (it exchanges descriptors with one all-gather).
- * Thread safety: as a collective on comm.
+ * buff..buff+size neither inside one weft_mem_alloc block nor private memory (a file or
+ * shared mapping, the stack), or overlapping another registered plain buffer without
+ * lying inside it, or its pages could not be moved (memfd_create, mmap or mremap failed:
+ * the rank's log says why): on any rank, named, and every rank returns the error),
+ * WEFT_ERR_NO_MEMORY, WEFT_ERR_SYSTEM (mmap of a peer's buffer), and the errors of a
+ * collective (it exchanges descriptors with one all-gather).
+ * Thread safety: as a collective on comm; no thread may touch buff during the call.
  */
 WEFT_API weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t size,
                                                  weft_window_t *win, int flags);
 
 /*
- * weft_comm_window_deregister: removes win from comm and unmaps the peers' buffers.
+ * weft_comm_window_deregister: removes win from comm and unmaps the peers' buffers; an
+ * adopted buffer (above) gets private pages back once no window of any communicator
+ * holds it.
  * Collective (every rank, same order), so no peer still writes into the buffer when it
  * returns; synchronize the streams whose operations use the window first. NULL win is a
  * no-op. Errors: WEFT_ERR_INVALID_ARGUMENT (win not of comm), and

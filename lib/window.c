@@ -2,13 +2,15 @@
  *
  * Registration is collective. Every rank all-gathers a descriptor of its buffer (the
  * handle its memory space exports: for host memory the pid and the memfd behind it from
- * weft_mem_alloc, the offset and length) and imports each peer's buffer through its space
- * (host: opening /proc/<pid>/fd/<fd>, mem/host.c). Windows are usable for direct
+ * weft_mem_alloc, the offset and length; plain host memory is first adopted, its pages
+ * moved into a memfd of its own, mem/host_adopt.h) and imports each peer's buffer through
+ * its space (host: opening /proc/<pid>/fd/<fd>, mem/host.c). Windows are usable for direct
  * collectives only when every peer's transport lets this rank reach that peer's memory
  * (WEFT__TRANSPORT_CAP_PEER_MEMORY, transports/transport.h: shm) and every rank's buffer
  * is of the same memory kind. A second
  * all-gather agrees on the outcome, so a window is usable for direct collectives on every
- * rank or on none; an unusable window stays registered, and one info line says why.
+ * rank or on none; an unusable window stays registered (plain memory is not adopted then,
+ * or given back), and one info line says why.
  * Windows get ids in registration order, the same on every rank, so a call can name a
  * peer's buffer as (window id, offset). Like NCCL's ncclCommWindowRegister (symmetric
  * memory); no code taken.
@@ -48,7 +50,11 @@ typedef struct {
 
 static const char *const reasons[] = {
     "ok", "buff is NULL", "win is NULL", "size is 0", "flags must be 0",
-    "the buffer is not inside one weft_mem_alloc block"};
+    "the buffer is not inside one weft_mem_alloc block, nor private memory weft can share "
+    "(malloc'd memory; not a file or shared mapping, not the stack)",
+    "the buffer overlaps a registered plain buffer without lying inside it",
+    "sharing the buffer's pages failed (memfd_create, mmap or mremap: this rank's log says why)"};
+enum { REASON_NOT_SHAREABLE = 5, REASON_OVERLAP = 6, REASON_ADOPT_FAILED = 7 };
 
 struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, size_t bytes) {
   uintptr_t a = (uintptr_t)p;
@@ -86,6 +92,7 @@ static void window_free(struct weft_window *w) {
   for (int t = 0; weft__transports[t] != NULL; t++)
     if (w->tr_handles[t] != NULL) weft__transports[t]->dereg(w->comm, w->tr_handles[t]);
   unmap_peers(w);
+  weft__host_adopt_release(w->adopted);
   free(w->peer_base);
   free(w->peer_bytes);
   free(w->maps);
@@ -116,6 +123,7 @@ static struct weft_window *window_new(struct weft_comm *comm, void *buff, size_t
   size_t n = (size_t)comm->nranks;
   if (w == NULL) return NULL;
   w->comm = comm;
+  w->comm_rank = comm->rank;
   w->base = buff;
   w->bytes = size;
   w->space = space;
@@ -151,6 +159,22 @@ static int map_all(struct weft_window *w, const window_desc *all, int *bad_peer,
   return 1;
 }
 
+/* Adopts plain memory (mem/host_adopt.h) and exports it; returns 0 or a reasons[] index. */
+static int adopt(const struct weft_comm *comm, void *buff, size_t size, weft__adopted **a, weft__mem_handle *h) {
+  int r = weft__host_adopt(buff, size, a);
+  if (r == 0 && weft__adopted_export(*a, buff, size, h)) return 0;
+  if (r == 0) {
+    weft__host_adopt_release(*a);
+    *a = NULL;
+    return REASON_ADOPT_FAILED;
+  }
+  if (r == WEFT__ADOPT_NOT_PRIVATE) return REASON_NOT_SHAREABLE;
+  if (r == WEFT__ADOPT_OVERLAP) return REASON_OVERLAP;
+  WEFT_INFO("window: rank %d could not share the pages of its plain buffer %p (%zu bytes): %s",
+            comm->rank, buff, size, strerror(r));
+  return REASON_ADOPT_FAILED;
+}
+
 weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t size,
                                         weft_window_t *win, int flags) {
   if (comm == NULL)
@@ -159,21 +183,28 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   WEFT_TRY(weft__comm_wait_ready(comm));
   /* A rank with bad arguments still joins the exchange, so every rank fails at once with
    * the same message instead of its peers waiting for a deadline. */
-  int reason = 0;
+  int reason = 0, n = comm->nranks;
   const weft__mem_space *space = weft__mem_space_of(buff);
   weft__mem_handle handle = {0};
+  weft__adopted *adopted = NULL;
+  int direct = weft__env_long("WEFT_DIRECT", 1) != 0;
   if (buff == NULL) reason = 1;
   else if (win == NULL) reason = 2;
   else if (size == 0) reason = 3;
   else if (flags != 0) reason = 4;
-  else if (!space->export_buf(space, buff, size, &handle)) reason = 5;
-  window_desc mine = {.reason = reason, .kind = (int32_t)space->kind,
-                      .direct = weft__env_long("WEFT_DIRECT", 1) != 0, .handle = handle,
+  else if (!space->export_buf(space, buff, size, &handle)) {
+    /* Plain memory: adopted only where this rank could use the window (else it stays as
+     * it is, and the window is unusable on every rank anyway). */
+    if (space != &weft__mem_host || !weft__host_adoptable(buff, size)) reason = REASON_NOT_SHAREABLE;
+    else if (direct && n > 1 && all_peer_memory(comm)) reason = adopt(comm, buff, size, &adopted, &handle);
+  }
+  window_desc mine = {.reason = reason, .kind = (int32_t)space->kind, .direct = direct, .handle = handle,
                       .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES_DEFAULT)};
-  int n = comm->nranks;
   window_desc *all = calloc((size_t)n, sizeof *all);
-  if (all == NULL)
+  if (all == NULL) {
+    weft__host_adopt_release(adopted);
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: window register: out of memory", comm->rank);
+  }
   weft_status_t st = weft_all_gather(&mine, all, sizeof mine, WEFT_UINT8, comm, NULL);
   for (int j = 0; st == WEFT_SUCCESS && j < n; j++) {
     int r = all[j].reason;
@@ -187,9 +218,16 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   }
   if (st != WEFT_SUCCESS) {
     free(all);
+    weft__host_adopt_release(adopted);
     return st;
   }
   struct weft_window *w = window_new(comm, buff, size, space);
+  if (w != NULL && adopted != NULL) {
+    w->adopted = adopted;
+    w->peer_base[comm->rank] = weft__adopted_view(adopted, buff);
+  } else {
+    weft__host_adopt_release(adopted);
+  }
   /* A failed registration counts as "not registered here": every rank then fails alike. */
   weft_status_t reg = w != NULL ? register_with_transports(w) : WEFT_SUCCESS;
   if (reg != WEFT_SUCCESS) {
@@ -223,7 +261,12 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
     window_free(w);
     return st;
   }
-  if (!usable) unmap_peers(w);
+  if (!usable) {
+    unmap_peers(w);
+    weft__host_adopt_release(w->adopted); /* private pages again: nothing will map them */
+    w->adopted = NULL;
+    w->peer_base[comm->rank] = buff;
+  }
   if (want && !mapped)
     WEFT_INFO("window: rank %d cannot map the buffer of peer %d (%s%s); collectives on this "
               "window take the usual path", comm->rank, bad_peer, strerror(err),

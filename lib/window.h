@@ -1,33 +1,48 @@
 /* window.h: registered windows (weft_comm_window_register): a rank's buffer in memory from
- * weft_mem_alloc (or another space's alloc, mem/space.h), with every peer's buffer of the
- * same registration imported here through that space, so the direct algorithms
- * (algos/direct.h) read and write peers' buffers in place. */
+ * weft_mem_alloc (or another space's alloc, mem/space.h), or plain host memory adopted
+ * (mem/host_adopt.h), with every peer's buffer of the same registration imported here
+ * through that space, so the direct algorithms (algos/direct.h) read and write peers'
+ * buffers in place. */
 #ifndef WEFT_LIB_WINDOW_H
 #define WEFT_LIB_WINDOW_H
 #include <stddef.h>
 #include <stdint.h>
 #include "weft.h"
+#include "mem/host_adopt.h"
 #include "mem/space.h"
 
 struct weft_comm;
 
 struct weft_window {
   struct weft_comm *comm;
+  int comm_rank;     /* comm's rank here */
   uint64_t id;       /* registration number on comm, from 1: the same on every rank */
   char *base;        /* this rank's buffer */
   size_t bytes;
   int usable;        /* every rank mapped every peer's buffer (agreed at registration) */
   const weft__mem_space *space; /* the space of base, which imported the peers' buffers */
-  char **peer_base;  /* [nranks]: rank j's buffer as mapped here (ours: base); NULL if not */
+  char **peer_base;  /* [nranks]: rank j's buffer as mapped here (ours: base, or our view of
+                        it when adopted); NULL if not */
   size_t *peer_bytes;  /* [nranks] */
   weft__mem_mapping *maps; /* [nranks]: what the space imported (ours: none) */
   void *tr_handles[8];  /* each transport's registration (its reg), by registry index */
+  weft__adopted *adopted; /* plain memory made importable (host_adopt.h), or NULL */
   struct weft_window *next;
 };
 
 /* The window of comm holding [p, p + bytes) on this rank, usable for direct collectives,
  * or NULL. Caller holds comm->lock. */
 struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, size_t bytes);
+/* Where this rank's p (inside w) is reached by the direct algorithms: p itself, or its
+ * place in our view of an adopted buffer (whose edges weft__window_sync moves). */
+static inline char *weft__window_self(const struct weft_window *w, const void *p) {
+  return w->peer_base[w->comm_rank] + ((const char *)p - w->base);
+}
+/* For an adopted window: copies the edges of [p, p + n) into our view before a direct
+ * call (to_view 1) or back after it (0); nothing otherwise (host_adopt.h). */
+static inline void weft__window_sync(const struct weft_window *w, const void *p, size_t n, int to_view) {
+  if (w != NULL && w->adopted != NULL) weft__adopted_sync(w->adopted, p, n, to_view);
+}
 /* The window of comm registered with id, or NULL. Caller holds comm->lock. */
 struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id);
 /* Unmaps and frees every window of comm (at destroy; peers are gone or going). */

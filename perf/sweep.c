@@ -416,25 +416,27 @@ static long resident_bytes(void) {
   return rss * sysconf(_SC_PAGESIZE);
 }
 
-/* Page-aligned and touched, so the first timed call does not pay the page faults. -R 1
- * and 2: from weft_mem_alloc (memory peers can map); -R 2 also registered as a window. */
+/* Page-aligned and touched, so the first timed call does not pay the page faults. -R 1:
+ * the program's own (private) memory registered as a window, which weft adopts (as
+ * nccl-tests' -R 1 registers its own buffers); -R 2: from weft_mem_alloc (memory peers
+ * can map) registered as a window. */
 static char *alloc_buffer(perf_ctx_t *c, size_t bytes, int reg) {
   if (bytes == 0)
     bytes = 1;
-  if (reg) {
-    void *m;
-    weft_window_t w;
-    PERF_CHECK(c, "weft_mem_alloc of a benchmark buffer (-R)", weft_mem_alloc(&m, bytes));
-    memset(m, 0, bytes);
-    if (reg == 2)
-      PERF_CHECK(c, "registering a benchmark buffer as a window (-R 2)",
-                 weft_comm_window_register(c->comm, m, bytes, &w, 0));
-    return m;
+  void *p;
+  weft_window_t w;
+  if (reg == 2) {
+    PERF_CHECK(c, "weft_mem_alloc of a benchmark buffer (-R 2)", weft_mem_alloc(&p, bytes));
+  } else {
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      die(c, "mmap of the benchmark buffers", WEFT_ERR_NO_MEMORY);
   }
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED)
-    die(c, "mmap of the benchmark buffers", WEFT_ERR_NO_MEMORY);
   memset(p, 0, bytes);
+  if (reg)
+    PERF_CHECK(c, reg == 1 ? "registering the benchmark's own buffer as a window (-R 1)"
+                           : "registering a benchmark buffer as a window (-R 2)",
+               weft_comm_window_register(c->comm, p, bytes, &w, 0));
   return p;
 }
 

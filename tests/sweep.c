@@ -161,6 +161,7 @@ static struct {
   int live;
   int plain_every; /* every plain_every-th buffer from malloc instead; 0: never */
   long allocs;
+  void *malloced;  /* windows mode 3: the malloc'd block holding base, else NULL */
 } arena;
 
 static int in_arena(const uint8_t *p) {
@@ -406,8 +407,15 @@ static void sweep_one(sweep *s, weft_datatype_t dt, size_t count, size_t block, 
 static int open_window(harness_rank *r, const sweep_params *prm, weft_window_t *win) {
   setenv("WEFT_DIRECT_MIN_BYTES", "1", 1); /* read at registration: every size goes direct */
   void *m;
-  weft_status_t st = harness_guarded_memory() ? weft__mem_guarded.alloc(&weft__mem_guarded, ARENA_BYTES, &m)
-                                             : weft_mem_alloc(&m, ARENA_BYTES);
+  weft_status_t st = WEFT_SUCCESS;
+  if (prm->windows == 3) { /* 64 bytes into a page: the head edge holds the first buffers */
+    arena.malloced = malloc(ARENA_BYTES + 4096);
+    if (arena.malloced == NULL) return harness_fail(r, "malloc of the arena failed") + 1;
+    m = (char *)arena.malloced + (4096 + 64 - (uintptr_t)arena.malloced % 4096) % 4096;
+  } else {
+    st = harness_guarded_memory() ? weft__mem_guarded.alloc(&weft__mem_guarded, ARENA_BYTES, &m)
+                                  : weft_mem_alloc(&m, ARENA_BYTES);
+  }
   if (st != WEFT_SUCCESS) return harness_fail(r, "weft_mem_alloc: %s", harness_status_name(st)) + 1;
   arena.base = m;
   arena.plain_every = prm->windows == 2 && r->rank == r->nranks - 1 ? 3 : 0;
@@ -471,8 +479,10 @@ static int sweep_body(harness_rank *r) {
     check_direct_ran(r, prm);
     weft_status_t st = weft_comm_window_deregister(r->comm, win);
     if (st != WEFT_SUCCESS) s->fatal = harness_fail(r, "window deregister: %s", harness_status_name(st)) + 1;
+    else if (arena.malloced != NULL) free(arena.malloced);
     else if (weft_mem_free(arena.base) != WEFT_SUCCESS) harness_fail(r, "weft_mem_free failed");
     arena.base = NULL;
+    arena.malloced = NULL;
   }
   if (s->fatal && r->comm) {
     weft_comm_abort(r->comm); /* the others then fail fast instead of waiting for us */

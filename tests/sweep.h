@@ -16,7 +16,10 @@ typedef struct {
   int windows;        /* 1: buffers come from a registered window, so collectives run
                          direct (algos/direct.h) from 1 byte on; 2: the same, but the last
                          rank takes every 3rd buffer outside the window, so calls with it
-                         fall back to the usual algorithm on every rank */
+                         fall back to the usual algorithm on every rank; 3: as 1, but
+                         the window is plain malloc'd memory starting mid-page, which
+                         registration adopts (mem/host_adopt.h), so the first buffers lie
+                         in its head edge */
   int guarded;        /* 1: every user buffer lies in the guarded memory space
                          (mem/guarded.h): any direct touch by weft faults */
   const char *algo;   /* WEFT_ALGO for the ranks (NULL: the tuner's choice) */

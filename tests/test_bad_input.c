@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <cmocka.h>
 
@@ -473,20 +474,23 @@ static void unique_id_reused_for_a_second_communicator_is_refused_at_once(void *
   harness_run_simple(2, "shm", reuse_id_body, NULL);
 }
 
-/* Window registration with memory not from weft_mem_alloc fails on every rank, naming
- * the rank that passed it; the communicator still works, and a proper window registers.
+/* Window registration with memory weft can neither map nor adopt (a shared anonymous
+ * mapping: not from weft_mem_alloc, not private) fails on every rank, naming the rank
+ * that passed it; the communicator still works, and a proper window registers.
  * weft_mem_free refuses a pointer it did not hand out. */
 static int bad_window_body(harness_rank *r) {
   static float plain[1024];
+  float *shared = mmap(NULL, sizeof plain, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return harness_fail(r, "mmap of a shared anonymous buffer failed");
   void *mem = NULL;
   weft_window_t w = NULL;
   harness_expect_status(r, weft_mem_alloc(&mem, 0), WEFT_ERR_INVALID_ARGUMENT, "weft_mem_alloc of 0 bytes");
   harness_expect_status(r, weft_mem_free(plain), WEFT_ERR_INVALID_ARGUMENT, "weft_mem_free of static memory");
   if (!harness_expect_status(r, weft_mem_alloc(&mem, 1 << 16), WEFT_SUCCESS, "weft_mem_alloc"))
     return r->failures;
-  void *buf = r->rank == 1 ? (void *)plain : mem;
+  void *buf = r->rank == 1 ? (void *)shared : mem;
   weft_status_t st = weft_comm_window_register(r->comm, buf, sizeof plain, &w, 0);
-  harness_expect_status(r, st, WEFT_ERR_INVALID_ARGUMENT, "window register with rank 1's static buffer");
+  harness_expect_status(r, st, WEFT_ERR_INVALID_ARGUMENT, "window register with rank 1's shared mapping");
   const char *msg = weft_get_last_error(r->comm);
   const char *want = r->rank == 1 ? "not inside one weft_mem_alloc block" : "peer 1";
   if (strstr(msg, want) == NULL) harness_fail(r, "window register error \"%s\" lacks \"%s\"", msg, want);
@@ -502,6 +506,7 @@ static int bad_window_body(harness_rank *r) {
     harness_expect_status(r, weft_comm_window_deregister(r->comm, w), WEFT_SUCCESS, "window deregister");
   }
   harness_expect_status(r, weft_mem_free(mem), WEFT_SUCCESS, "weft_mem_free");
+  munmap(shared, sizeof plain);
   return r->failures;
 }
 

@@ -10,7 +10,9 @@ target is judged on those per-round ratios when present). Prints one table per t
 PASS / MISS, then a summary line per target. A missing sweep or peer is reported as
 "not measured", never as a pass. When DIR/shm_registered and DIR/np4_registered exist
 (weft's buffers registered as windows, -R 2), the np=2 and 4-rank targets are reported a
-second time for them, with their own summary.
+second time for them, with their own summary; DIR/shm_plain_registered (the program's own
+buffers registered, -R 1) likewise, and DIR/floor_ab's -R 1 runs give the floor target for
+them even without that sweep.
 
 The np=2 shm tables also give the ratio over the rounds in which the two CPUs shared an
 L3 and over those in which they did not (perf/l3_probe, run around every sweep): on the
@@ -179,8 +181,9 @@ def interleaved_floor_rows(d, reg):
             for size, v in sorted(per.items())]
 
 
-def np2_targets(d, shm_name, floors, floor, tag, results):
-    """The np=2 shm targets on sweep DIR/shm_name, into results (names suffixed by tag)."""
+def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
+    """The np=2 shm targets on sweep DIR/shm_name, into results (names suffixed by tag);
+    the floor target from DIR/floor_ab's weft runs with -R floor_reg."""
     shm_path = os.path.join(d, shm_name, "compare.jsonl")
     shm = load(shm_path)
     results["all-reduce busbw >= 3x Open MPI, 16-256 MiB (np=2)" + tag] = table(
@@ -188,7 +191,7 @@ def np2_targets(d, shm_name, floors, floor, tag, results):
         ratio_rows(shm, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"), 3.0, "GB/s",
         lambda size: floor_of(floors, "all_reduce", size),
         placement_ratios(shm_path, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"))
-    frows = interleaved_floor_rows(d, 2 if tag else 0)
+    frows = interleaved_floor_rows(d, floor_reg)
     how = "fused floor and weft interleaved, ratio per round, medians"
     if not frows:
         how = "floor measured after the sweeps"
@@ -245,7 +248,7 @@ def ab_section(d):
     size, weft/base (base time / weft time: above 1, this build is faster) beside both builds'
     ratio to Open MPI, which was measured in the same alternating rounds. Nothing when no
     sweep ran a baseline."""
-    sweeps = [n for n in ("shm", "socket", "np4", "shm_registered", "np4_registered")
+    sweeps = [n for n in ("shm", "socket", "np4", "shm_registered", "np4_registered", "shm_plain_registered")
               if any(lib == "base" for (_, lib, _) in load(os.path.join(d, n, "compare.jsonl")))]
     if not sweeps:
         return
@@ -299,9 +302,17 @@ def main(d):
     tag = " [registered buffers, -R 2]"
     if os.path.isdir(os.path.join(d, "shm_registered")):
         print("\n# The same targets with weft's buffers registered as windows (-R 2: direct collectives)")
-        np2_targets(d, "shm_registered", floors, floor, tag, reg)
+        np2_targets(d, "shm_registered", floors, floor, tag, reg, 2)
     if os.path.isdir(os.path.join(d, "np4_registered")):
         np4_targets(d, "np4_registered", tag, reg)
+    tag = " [the program's own buffers registered, -R 1]"
+    if os.path.isdir(os.path.join(d, "shm_plain_registered")):
+        print("\n# The same targets with the program's own buffers registered as windows (-R 1: weft adopts them)")
+        np2_targets(d, "shm_plain_registered", floors, floor, tag, reg, 1)
+    elif interleaved_floor_rows(d, 1):
+        reg["all-reduce busbw >= 0.7 x memory-bandwidth floor" + tag] = table(
+            "all-reduce busbw vs the two-thread memory-bandwidth floor (fused floor and weft interleaved, "
+            "ratio per round, medians)" + tag, interleaved_floor_rows(d, 1), 0.7, "GB/s")
     ab_section(d)
     print("\n# Summary")
     for name, ok in list(results.items()) + list(reg.items()):

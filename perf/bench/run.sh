@@ -6,7 +6,9 @@
 # two-thread memory-bandwidth floor of each collective (perf/membw_floor.c). Two more
 # sweeps run weft and Open MPI with weft's buffers from weft_mem_alloc, registered as
 # windows (the perf tools' -R 2, as nccl-tests' -R with ncclMemAlloc), so its collectives
-# run direct (algos/direct.h): np=2 over shm and 4 ranks on 2 cores.
+# run direct (algos/direct.h): np=2 over shm and 4 ranks on 2 cores. The optional sweep
+# shm_plain_registered runs np=2 with the program's own buffers registered as windows
+# (-R 1: weft adopts them, mem/host_adopt.h).
 # BENCH_QUICK=1 runs small sizes and one round. BENCH_SWEEPS picks sweeps (default: shm
 # socket np4 shm_registered np4_registered; the floors always run).
 # Takes ~25-45 minutes in full on the 2-core VM (45 on the Intel VM of 2026-11-26). Needs Open MPI
@@ -48,6 +50,7 @@ for name in $sweeps; do
     np4) sweep np4 COMPARE_NP=4 COMPARE_LIBS="${base}weft mpi gloo" ;;
     shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_LIBS="${base}weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
     np4_registered) sweep np4_registered COMPARE_NP=4 COMPARE_LIBS="${base}weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
+    shm_plain_registered) sweep shm_plain_registered COMPARE_NP=2 COMPARE_LIBS="${base}weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 1" ;;
     *) echo "bench: unknown sweep '$name' in BENCH_SWEEPS"; rc=1 ;;
   esac
 done
@@ -65,7 +68,8 @@ done
 # The "0.7 x floor" target, interleaved: the floors above run minutes apart from weft's
 # sweeps, and these VMs' memory bandwidth moves 30% and more between launches, so each
 # round runs the fused floor, weft's all-reduce and weft's all-reduce on registered
-# buffers back to back; the report takes the ratio within each round, then the median.
+# buffers (the program's own, -R 1, and weft_mem_alloc's, -R 2) back to back; the report
+# takes the ratio within each round, then the median.
 echo "bench: all-reduce against its floor, interleaved"
 ab=$out/floor_ab
 rm -rf "$ab"
@@ -80,7 +84,7 @@ for round in $(seq 1 "$COMPARE_ROUNDS"); do
   for size in $ab_sizes; do
     echo "bench: floor_ab round $round: $size"
     ./membw_floor -c all_reduce_fused -b "$size" -e "$size" -n 10 >> "$ab/floor.r$round.jsonl" || rc=1
-    for reg in 0 2; do
+    for reg in 0 1 2; do
       ./weftrun -n 2 --bind-to core ./all_reduce_perf -b "$size" -e "$size" -n 10 -w 3 -z 2 \
         -R $reg -J "$ab/weft_R$reg.r$round.$size.json" >> "$ab/weft_R$reg.r$round.txt" 2>&1 || rc=1
     done
