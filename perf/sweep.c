@@ -486,7 +486,7 @@ static void teardown(perf_ctx_t *c) {
     PERF_CHECK(c, "weft_stream_destroy", weft_stream_destroy(c->stream));
   PERF_CHECK(c, "weft_comm_destroy", weft_comm_destroy(c->comm));
   c->comm = NULL;
-  if (c->o.local_register) { /* the windows went with the communicator */
+  if (c->o.local_register == 2) { /* the windows went with the communicator */
     PERF_CHECK(c, "weft_mem_free", weft_mem_free(c->sendbuf));
     PERF_CHECK(c, "weft_mem_free", weft_mem_free(c->recvbuf));
   } else {

@@ -41,7 +41,7 @@ check_perf() {
   fi
 }
 
-echo "1..35"
+echo "1..37"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -83,6 +83,12 @@ else
 fi
 check_perf "gather_perf on 3 ranks over socket, every root" WEFT_TRANSPORT=socket -- \
   -n 3 ./gather_perf -b 8 -e 64K -f 8 -n 2 -w 1 -d bfloat16 -r -1
+# Registered buffers: -R 1 (the tool's own, misaligned: weft adopts them) and -R 2
+# (weft_mem_alloc); both run direct and must tear down cleanly.
+check_perf "all_reduce_perf on 3 ranks, its own buffers registered, misaligned" -- \
+  -n 3 ./all_reduce_perf -b 8 -e 1M -f 8 -n 2 -w 1 -R 1 -u 1 -d float
+check_perf "alltoall_perf on 2 ranks, buffers from weft_mem_alloc registered" -- \
+  -n 2 ./alltoall_perf -b 8 -e 1M -f 8 -n 2 -w 1 -R 2 -d int32
 
 # -J: nccl-tests' JSON document (its format is checked in tests/nccl_tests_format.sh); here
 # weft's own fields under "weft": the algorithm each row ran, the run's configuration.
