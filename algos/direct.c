@@ -7,11 +7,23 @@
 #include "lib/dtype.h"
 #include "lib/select.h"
 #include "lib/log.h"
+#include "lib/reg.h"
 #include "lib/status.h"
 #include "lib/window.h"
 
 #define DESC_MAGIC 0x57444952u /* "WDIR" */
 #define NOT_NEEDED UINT64_MAX  /* window id of a buffer this rank does not use */
+#define LOCAL_REG (UINT64_MAX - 1) /* "window id" of a buffer in a registration (lib/reg.h) */
+
+/* Where one of a rank's buffers is: a window id and offset, or a registration of its
+ * process (what a peer imports to reach it, lib/reg.h) and the offset in it. */
+typedef struct {
+  uint64_t win;          /* window id; 0: in no window or registration; NOT_NEEDED; LOCAL_REG */
+  uint64_t off;          /* of the buffer in the window or the registration */
+  uint64_t serial;       /* LOCAL_REG: the registration, in process pid */
+  int32_t pid, fd;       /* LOCAL_REG: its memfd ... */
+  uint64_t h_off, h_bytes; /* ... holds it at h_off, h_bytes long */
+} buf_desc;
 
 /* Phase 1's message: where this rank's buffers are, and which call it is in (a peer in a
  * different call gets an error naming both, not a wrong result). */
@@ -19,9 +31,14 @@ typedef struct {
   uint32_t magic;
   uint32_t coll;
   uint64_t count;
-  uint64_t send_win, send_off; /* window id (0: in no window; NOT_NEEDED) and offset */
-  uint64_t recv_win, recv_off;
+  buf_desc send, recv;
 } direct_desc;
+
+/* One of this rank's buffers as its own share of the work reaches it. */
+typedef struct {
+  char *self;             /* the buffer, or its place in our view of adopted memory */
+  weft__adopted *adopted; /* the adoption whose edges move around the call, or NULL */
+} own_buf;
 
 enum { PHASE_EXCHANGE, PHASE_DONE };
 
@@ -32,8 +49,9 @@ typedef struct {
   direct_desc *descs;  /* [nranks] */
   weft__req *reqs;     /* [4 * nranks]: descriptor send, descriptor recv, done send, done recv */
   char **in, **out;    /* [nranks] */
-  struct weft_window *send_w, *recv_w; /* this rank's windows holding its buffers, or NULL */
-  size_t send_bytes, recv_bytes;       /* this rank's extents */
+  own_buf send_own, recv_own;
+  size_t recv_bytes;   /* this rank's receive extent */
+  weft__fp_call call;  /* the call's fingerprint marked WEFT__FP_DIRECT, on every message */
 } direct_state;
 
 static const weft__direct_ops *ops_of(weft__coll_t coll) {
@@ -47,9 +65,19 @@ static const weft__direct_ops *ops_of(weft__coll_t coll) {
   }
 }
 
+/* Whether this rank registered both of t's buffers (weft_comm_register, lib/reg.h). */
+static int registered_here(const weft__task *t, const weft__direct_ops *ops) {
+  struct weft_comm *comm = t->comm;
+  size_t send_bytes, recv_bytes;
+  if (!ops->extents(t, comm->rank, &send_bytes, &recv_bytes) || recv_bytes == 0) return 0;
+  if (weft__reg_find(comm, t->recvbuf, recv_bytes) == NULL) return 0;
+  return send_bytes == 0 || weft__reg_find(comm, t->sendbuf, send_bytes) != NULL;
+}
+
 int weft__direct_wanted(const weft__task *t) {
   const struct weft_comm *comm = t->comm;
-  if (comm->direct_windows == 0 || ops_of(t->coll) == NULL) return 0;
+  const weft__direct_ops *ops = ops_of(t->coll);
+  if ((comm->direct_windows == 0 && comm->regs == NULL) || ops == NULL) return 0;
   /* The larger buffer (nccl-tests' size): all-gather, reduce-scatter and all-to-all move
    * n blocks of count elements, all-reduce and broadcast count elements. */
   size_t bytes = t->count * weft__dtype_size(t->dtype);
@@ -60,8 +88,15 @@ int weft__direct_wanted(const weft__task *t) {
    * cores measured ~6 us per direct call at any small size, so the usual algorithms win up
    * to 4-64 KiB (all-reduce 6.5 / 5.0-8.2 us at 4 KiB, broadcast 8.2-11.3 / 8.5-10.1 at
    * 64 KiB, all-to-all 8.7 / 10.2-16.7 at 64 KiB). */
-  size_t min = comm->oversubscribed ? comm->direct_min_bytes * 16 : comm->direct_min_bytes;
-  return bytes >= min && bytes > 0;
+  if (comm->direct_windows > 0) { /* the same on every rank (registration was collective) */
+    size_t min = comm->oversubscribed ? comm->direct_min_bytes * 16 : comm->direct_min_bytes;
+    if (bytes >= min && bytes > 0) return 1;
+  }
+  /* Registrations are this rank's own: as NCCL requires, every rank passes registered
+   * buffers or none does, so each decides alike (and a rank that does not is caught by the
+   * fingerprint: lib/reg.h). */
+  size_t min = comm->oversubscribed ? comm->reg_min_bytes * 16 : comm->reg_min_bytes;
+  return comm->regs != NULL && bytes >= min && bytes > 0 && registered_here(t, ops);
 }
 
 void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n, size_t out_bytes) {
@@ -69,16 +104,39 @@ void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n
   weft__mem_copy(t->mem, dst, src, n, weft__mem_nt_flag(out_bytes, 0));
 }
 
-/* Where this rank's buffer [p, p + bytes) is: its window id and offset, or window 0; the
- * window, and the buffer's edges copied into its view when the window is adopted plain
- * memory (peers read them there: lib/window.h). */
-static struct weft_window *locate(struct weft_comm *comm, const void *p, size_t bytes, uint64_t *win,
-                                  uint64_t *off) {
-  struct weft_window *w = bytes > 0 ? weft__window_find(comm, p, bytes) : NULL;
-  *win = w != NULL ? w->id : 0;
-  *off = w != NULL ? (uint64_t)((const char *)p - w->base) : 0;
-  weft__window_sync(w, p, bytes, 1);
-  return w;
+/* Describes this rank's buffer [p, p + bytes) for its peers in *d, and how our own share
+ * of the work reaches it in *o; copies its edges into our view when it is adopted plain
+ * memory (peers read them there: mem/host_adopt.h). */
+static void locate(struct weft_comm *comm, const void *p, size_t bytes, buf_desc *d, own_buf *o) {
+  memset(d, 0, sizeof *d);
+  o->self = (char *)p;
+  o->adopted = NULL;
+  if (bytes == 0) return;
+  struct weft_window *w = weft__window_find(comm, p, bytes);
+  struct weft_reg *r = w == NULL ? weft__reg_find(comm, p, bytes) : NULL;
+  if (w != NULL) {
+    d->win = w->id;
+    d->off = (uint64_t)((const char *)p - w->base);
+    o->self = weft__window_self(w, p);
+    o->adopted = w->adopted;
+  } else if (r != NULL) {
+    d->win = LOCAL_REG;
+    d->off = (uint64_t)((const char *)p - r->base);
+    d->serial = r->serial;
+    d->pid = r->handle.pid;
+    d->fd = r->handle.fd;
+    d->h_off = r->handle.offset;
+    d->h_bytes = r->handle.bytes;
+    o->adopted = r->adopted;
+    if (r->adopted != NULL) o->self = weft__adopted_view(r->adopted, p);
+  }
+  if (o->adopted != NULL) weft__adopted_sync(o->adopted, p, bytes, 1);
+}
+
+/* Posts r on the connection to peer j with the call's direct fingerprint. */
+static void post(weft__task *t, direct_state *st, int j, weft__req *r) {
+  r->call = &st->call;
+  weft__req_post(weft__comm_conn(t->comm, j), r);
 }
 
 weft_status_t weft__direct_start(weft__task *t) {
@@ -94,26 +152,28 @@ weft_status_t weft__direct_start(weft__task *t) {
   st->out = st->in + n;
   st->ops = ops_of(t->coll);
   st->phase = PHASE_EXCHANGE;
+  st->call = comm->call;
+  st->call.fp.type |= WEFT__FP_DIRECT;
+  st->call.hash = weft__fp_hash(&st->call.fp);
   direct_desc *m = &st->mine;
   m->magic = DESC_MAGIC;
   m->coll = (uint32_t)t->coll;
   m->count = t->count;
   size_t send_bytes, recv_bytes;
   if (st->ops == NULL || !st->ops->extents(t, comm->rank, &send_bytes, &recv_bytes)) {
-    m->send_win = m->recv_win = 0; /* every rank falls back */
+    m->send.win = m->recv.win = 0; /* every rank falls back */
   } else {
-    st->recv_w = locate(comm, t->recvbuf, recv_bytes, &m->recv_win, &m->recv_off);
-    if (send_bytes == 0) m->send_win = NOT_NEEDED;
-    else st->send_w = locate(comm, t->sendbuf, send_bytes, &m->send_win, &m->send_off);
-    st->send_bytes = send_bytes;
+    locate(comm, t->recvbuf, recv_bytes, &m->recv, &st->recv_own);
     st->recv_bytes = recv_bytes;
+    if (send_bytes == 0) m->send.win = NOT_NEEDED;
+    else locate(comm, t->sendbuf, send_bytes, &m->send, &st->send_own);
   }
   for (int j = 0; j < n; j++) {
     if (j == comm->rank) continue;
     weft__req_init_recv(&st->reqs[n + j], &weft__mem_host, &st->descs[j], NULL, sizeof(direct_desc), WEFT_UINT8, WEFT_SUM);
-    weft__req_post(weft__comm_conn(comm, j), &st->reqs[n + j]);
+    post(t, st, j, &st->reqs[n + j]);
     weft__req_init_send(&st->reqs[j], &weft__mem_host, m, sizeof *m);
-    weft__req_post(weft__comm_conn(comm, j), &st->reqs[j]);
+    post(t, st, j, &st->reqs[j]);
   }
   st->descs[comm->rank] = *m;
   return WEFT_SUCCESS;
@@ -129,20 +189,37 @@ static int phase_complete(const weft__task *t, const direct_state *st, int first
   return 1;
 }
 
-/* Rank j's buffer of bytes at (win, off), as mapped here; NULL with an error raised in
- * *status when the descriptor names something it did not register. */
-static char *resolve(weft__task *t, int j, uint64_t win, uint64_t off, size_t bytes, const char *what,
+/* Rank j's buffer of bytes that d describes, as mapped here (a registration imported on
+ * first use: lib/reg.h); NULL with an error raised in *status when d names something j did
+ * not register or this rank cannot map. */
+static char *resolve(weft__task *t, int j, const buf_desc *d, size_t bytes, const char *what,
                      weft_status_t *status) {
   struct weft_comm *comm = t->comm;
-  struct weft_window *w = weft__window_by_id(comm, win);
-  if (w != NULL && w->usable && w->peer_base[j] != NULL && weft__span_fits(off, bytes, w->peer_bytes[j]))
-    return w->peer_base[j] + off;
   char desc[160];
+  if (d->win == LOCAL_REG) {
+    int err = 0;
+    char *base = NULL;
+    if (d->pid == comm->peers[j].pid && weft__span_fits(d->off, bytes, d->h_bytes)) {
+      weft__mem_handle h = {.pid = d->pid, .fd = d->fd, .offset = d->h_off, .bytes = d->h_bytes};
+      base = weft__reg_import(comm, j, d->serial, &h, &err);
+      if (base != NULL) return base + d->off;
+    }
+    *status = weft__error(comm, err != 0 ? WEFT_ERR_SYSTEM : WEFT_ERR_INTERNAL,
+                          "rank %d: %s direct: peer %d's registered %s buffer (%zu bytes at offset %llu of "
+                          "%llu, pid %d) %s%s", comm->rank, weft__task_describe(t, desc, sizeof desc), j, what,
+                          bytes, (unsigned long long)d->off, (unsigned long long)d->h_bytes, (int)d->pid,
+                          err != 0 ? "cannot be mapped here: " : "is not what it registered",
+                          err != 0 ? strerror(err) : "");
+    return NULL;
+  }
+  struct weft_window *w = weft__window_by_id(comm, d->win);
+  if (w != NULL && w->usable && w->peer_base[j] != NULL && weft__span_fits(d->off, bytes, w->peer_bytes[j]))
+    return w->peer_base[j] + d->off;
   *status = weft__error(comm, WEFT_ERR_INTERNAL,
                         "rank %d: %s direct: peer %d's %s buffer (window %llu, offset %llu, %zu "
                         "bytes) is not inside what it registered", comm->rank,
                         weft__task_describe(t, desc, sizeof desc), j, what,
-                        (unsigned long long)win, (unsigned long long)off, bytes);
+                        (unsigned long long)d->win, (unsigned long long)d->off, bytes);
   return NULL;
 }
 
@@ -176,23 +253,22 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
                          comm->rank, weft__task_describe(t, desc, sizeof desc), j,
                          d->magic == DESC_MAGIC ? weft__coll_name((weft__coll_t)d->coll) : "not a direct one",
                          (unsigned long long)d->count);
-    any_missing |= d->send_win == 0 || d->recv_win == 0;
+    any_missing |= d->send.win == 0 || d->recv.win == 0;
   }
   if (any_missing) return fall_back(t);
   weft_status_t status = WEFT_SUCCESS;
   for (int j = 0; j < n; j++) {
     const direct_desc *d = &st->descs[j];
     size_t send_bytes, recv_bytes;
-    if (j == comm->rank) { /* through our view where a window is adopted memory */
-      st->in[j] = st->send_w != NULL ? weft__window_self(st->send_w, t->sendbuf) : (char *)t->sendbuf;
-      st->out[j] = weft__window_self(st->recv_w, t->recvbuf);
+    if (j == comm->rank) { /* through our view where the memory is adopted */
+      st->in[j] = st->send_own.self;
+      st->out[j] = st->recv_own.self;
       continue;
     }
     st->ops->extents(t, j, &send_bytes, &recv_bytes);
-    st->in[j] = d->send_win == NOT_NEEDED ? NULL
-                : resolve(t, j, d->send_win, d->send_off, send_bytes, "send", &status);
+    st->in[j] = d->send.win == NOT_NEEDED ? NULL : resolve(t, j, &d->send, send_bytes, "send", &status);
     if (status != WEFT_SUCCESS) return status;
-    st->out[j] = resolve(t, j, d->recv_win, d->recv_off, recv_bytes, "receive", &status);
+    st->out[j] = resolve(t, j, &d->recv, recv_bytes, "receive", &status);
     if (status != WEFT_SUCCESS) return status;
   }
   weft__direct_bufs b = {st->in, st->out, weft__comm_scratch(t, WEFT__DIRECT_PIECE, &status)};
@@ -206,9 +282,9 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
   for (int j = 0; j < n; j++) {
     if (j == comm->rank) continue;
     weft__req_init_recv(&st->reqs[3 * n + j], &weft__mem_host, NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);
-    weft__req_post(weft__comm_conn(comm, j), &st->reqs[3 * n + j]);
+    post(t, st, j, &st->reqs[3 * n + j]);
     weft__req_init_send(&st->reqs[2 * n + j], &weft__mem_host, NULL, 0);
-    weft__req_post(weft__comm_conn(comm, j), &st->reqs[2 * n + j]);
+    post(t, st, j, &st->reqs[2 * n + j]);
   }
   st->phase = PHASE_DONE;
   return WEFT_IN_PROGRESS;
@@ -223,6 +299,7 @@ weft_status_t weft__direct_progress(weft__task *t) {
     if (s != WEFT_IN_PROGRESS || t->algo != direct) return s; /* error, or fell back */
   }
   if (!phase_complete(t, st, 2)) return WEFT_IN_PROGRESS;
-  weft__window_sync(st->recv_w, t->recvbuf, st->recv_bytes, 0); /* peers are done writing */
+  if (st->recv_own.adopted != NULL) /* peers are done writing its edges in our view */
+    weft__adopted_sync(st->recv_own.adopted, t->recvbuf, st->recv_bytes, 0);
   return WEFT_SUCCESS;
 }

@@ -485,6 +485,42 @@ WEFT_API weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, s
  */
 WEFT_API weft_status_t weft_comm_window_deregister(weft_comm_t comm, weft_window_t win);
 
+typedef struct weft_reg *weft_reg_t;
+
+/*
+ * weft_comm_register: registers buff (size bytes) with comm on this rank only, as NCCL's
+ * ncclCommRegister: not collective, no message. A collective whose send and receive
+ * buffers this rank registered (or registered as windows) and whose larger buffer holds
+ * at least WEFT_DIRECT_MIN_BYTES bytes then runs the direct algorithm (algos/direct.c):
+ * its peers map the registered buffer on first use and keep it mapped (16 registrations
+ * per peer, the least recently used unmapped first), so a buffer used again costs no
+ * system call. The buffer: inside one weft_mem_alloc block, or the program's own private
+ * memory, adopted as weft_comm_window_register describes (same contract until
+ * deregistration: no free, realloc, munmap or madvise; a fork shares its whole pages).
+ * As NCCL requires, when any rank passes registered buffers to a collective, every rank
+ * must: a rank that does not makes the call fail (a call mismatch on some rank, the
+ * others then fail or time out naming it), never return wrong data. Where comm cannot run
+ * direct collectives (one rank, ranks on several hosts or not over shm, WEFT_DIRECT=0) or
+ * the buffer is not host memory (device memory), registration succeeds and changes
+ * nothing. *handle: what weft_comm_deregister takes.
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL comm, buff or handle; size 0; host memory that
+ * is neither from weft_mem_alloc nor private (a file or shared mapping, the stack), or
+ * overlaps a registered plain buffer without lying inside it, or could not be shared:
+ * the message says which), WEFT_ERR_NO_MEMORY, or the failure of a non-blocking init it
+ * waits for. Thread-safe; no thread may touch buff during the call.
+ */
+WEFT_API weft_status_t weft_comm_register(weft_comm_t comm, void *buff, size_t size, weft_reg_t *handle);
+
+/*
+ * weft_comm_deregister: ends a registration of weft_comm_register (NULL handle: a no-op);
+ * adopted memory gets private pages back once nothing holds it. Not collective: call it
+ * when no operation using the buffer is in flight on this rank. Peers keep their mapping
+ * of it until they evict it or comm is destroyed (the pages stay allocated until then).
+ * Errors: WEFT_ERR_INVALID_ARGUMENT (NULL comm; handle not a registration of comm).
+ * Thread-safe.
+ */
+WEFT_API weft_status_t weft_comm_deregister(weft_comm_t comm, weft_reg_t handle);
+
 /* ------------------------------------------------------------------------------------
  * Streams: ordered queues of operations, run by the library's progress thread.
  * ------------------------------------------------------------------------------------ */

@@ -15,6 +15,7 @@
 #include "lib/bootstrap.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
+#include "lib/reg.h"
 #include "lib/window.h"
 #include "lib/select.h"
 #include "lib/env.h"
@@ -89,6 +90,7 @@ static void free_comm(struct weft_comm *c) {
   weft__flight_unlist(c);
   weft__flight_free(c);
   weft__window_free_all(c);
+  weft__reg_free_all(c);
   free(c->scratch);
   free(c->peers);
   free(c->conns);
@@ -236,6 +238,7 @@ static weft_status_t finish(struct weft_comm *c, int goodbye) {
     }
     weft__op_lock_take(&c->lock);
     weft__window_free_all(c); /* before the transports they are registered with close */
+    weft__reg_free_all(c);
     weft__comm_close_transports(c);
     if (goodbye) weft__bootstrap_leave(c);
     weft__op_lock_release(&c->lock);

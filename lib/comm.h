@@ -86,6 +86,13 @@ struct weft_comm {
   int direct_windows;
   size_t direct_min_bytes; /* WEFT_DIRECT_MIN_BYTES, the largest of all ranks' (agreed) */
   uint64_t direct_calls, direct_fallbacks; /* calls that ran direct / fell back (tests) */
+  /* This rank's own registrations (weft_comm_register, lib/reg.h), under lock, and the
+   * peers' registrations mapped here: WEFT__REG_IMPORTS slots per peer, least recently
+   * used (reg_clock) evicted first; NULL until the first direct call needs one. */
+  struct weft_reg *regs;
+  size_t reg_min_bytes;      /* WEFT_DIRECT_MIN_BYTES here, read at registration */
+  struct weft__reg_import_slot *reg_imports;
+  uint64_t reg_clock;
 
   weft__flight flight;       /* the last operations (lib/flight.h), under lock */
 

@@ -37,9 +37,11 @@ const char *weft__fp_describe(const weft__fp *fp, int is_send, int other, char *
   int n = snprintf(buf, len, "%s #%u (count %llu, %s", weft__coll_name((weft__coll_t)coll), fp->seq,
                    (unsigned long long)fp->count, weft__dtype_name((weft_datatype_t)(fp->type & 15)));
   if (n > 0 && (size_t)n < len && is_reduction(coll))
-    n += snprintf(buf + n, len - (size_t)n, ", %s", weft__op_name((weft_redop_t)(fp->type >> 4)));
+    n += snprintf(buf + n, len - (size_t)n, ", %s", weft__op_name((weft_redop_t)((fp->type >> 4) & 7u)));
   if (n > 0 && (size_t)n < len && fp->root != 0)
     n += snprintf(buf + n, len - (size_t)n, ", root %d", fp->root - 1);
+  if (n > 0 && (size_t)n < len && (fp->type & WEFT__FP_DIRECT))
+    n += snprintf(buf + n, len - (size_t)n, ", direct: registered buffers");
   if (n > 0 && (size_t)n < len) snprintf(buf + n, len - (size_t)n, ")");
   return buf;
 }
@@ -47,6 +49,17 @@ const char *weft__fp_describe(const weft__fp *fp, int is_send, int other, char *
 weft_status_t weft__fp_mismatch(struct weft_comm *comm, int peer, const weft__fp *mine,
                                 const weft__fp *theirs) {
   char a[160], b[160];
+  weft__fp m = *mine, th = *theirs;
+  m.type &= (uint8_t)~WEFT__FP_DIRECT;
+  th.type &= (uint8_t)~WEFT__FP_DIRECT;
+  if (weft__fp_equal(&m, &th)) { /* the same call; one side went direct (lib/reg.h) */
+    int mine_direct = (mine->type & WEFT__FP_DIRECT) != 0;
+    return weft__error(comm, WEFT_ERR_INVALID_USAGE,
+                       "rank %d: call mismatch: %s on %s buffers does not match rank %d's on %s ones "
+                       "(weft_comm_register: as NCCL requires, every rank must pass registered buffers or none)",
+                       comm->rank, weft__fp_describe(&m, 0, peer, a, sizeof(a)),
+                       mine_direct ? "registered" : "unregistered", peer, mine_direct ? "unregistered" : "registered");
+  }
   return weft__error(comm, WEFT_ERR_INVALID_USAGE,
                      "rank %d: call mismatch: %s does not match rank %d's %s (the ranks called different "
                      "operations, or the same in another order)",

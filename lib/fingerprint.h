@@ -37,8 +37,14 @@ typedef struct weft__fp {
   uint32_t seq;   /* collective number on the comm, or message number on the pair (low 32 bits) */
   uint16_t root;  /* root + 1, 0 when the call has none (modulo 2^16) */
   uint8_t coll;   /* weft__coll_t + 1; sends and receives all say WEFT__COLL_SEND + 1 */
-  uint8_t type;   /* datatype | op << 4 (op only for reductions) */
+  uint8_t type;   /* datatype | op << 4 (op only for reductions) | WEFT__FP_DIRECT */
 } weft__fp;
+
+/* In fp.type: the direct algorithms' own messages (algos/direct.c), so a rank that runs
+ * the usual algorithm for the same call (its buffers not registered where a peer's are:
+ * lib/reg.h) takes no descriptor for data, nor the other way round. Ops fit in 3 bits. */
+#define WEFT__FP_DIRECT 0x80u
+_Static_assert(WEFT_NUM_OPS <= 8, "op << 4 stays below WEFT__FP_DIRECT");
 
 _Static_assert(sizeof(weft__fp) == 16, "two words on the wire");
 

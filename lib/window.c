@@ -30,12 +30,6 @@
 #include "lib/window.h"
 #include "transports/transport.h"
 
-/* Where the direct algorithms start to win on 2 ranks (buffer bytes, us per call, direct
- * against the usual algorithm): broadcast 0.44-0.66 / 0.31-0.45 at 2 KiB, 0.54-0.61 /
- * 1.15-1.43 at 8 KiB; all-to-all 0.36-0.39 / 0.31-0.33 at 2 KiB, 0.45-0.49 / 0.82-1.19 at
- * 8 KiB; all-reduce 0.39-0.52 / 0.53-0.56 at 2 KiB; all-gather and reduce-scatter even at
- * 2 KiB. */
-#define DIRECT_MIN_BYTES_DEFAULT (4u << 10)
 
 /* What each rank all-gathers at registration. */
 typedef struct {
@@ -199,7 +193,7 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
     else if (direct && n > 1 && all_peer_memory(comm)) reason = adopt(comm, buff, size, &adopted, &handle);
   }
   window_desc mine = {.reason = reason, .kind = (int32_t)space->kind, .direct = direct, .handle = handle,
-                      .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", DIRECT_MIN_BYTES_DEFAULT)};
+                      .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", WEFT__DIRECT_MIN_BYTES_DEFAULT)};
   window_desc *all = calloc((size_t)n, sizeof *all);
   if (all == NULL) {
     weft__host_adopt_release(adopted);

@@ -13,6 +13,13 @@
 
 struct weft_comm;
 
+/* WEFT_DIRECT_MIN_BYTES's default: where the direct algorithms start to win on 2 ranks
+ * (buffer bytes, us per call, direct against the usual algorithm): broadcast 0.44-0.66 /
+ * 0.31-0.45 at 2 KiB, 0.54-0.61 / 1.15-1.43 at 8 KiB; all-to-all 0.36-0.39 / 0.31-0.33 at
+ * 2 KiB, 0.45-0.49 / 0.82-1.19 at 8 KiB; all-reduce 0.39-0.52 / 0.53-0.56 at 2 KiB;
+ * all-gather and reduce-scatter even at 2 KiB. Windows and registrations (lib/reg.h). */
+#define WEFT__DIRECT_MIN_BYTES_DEFAULT (4u << 10)
+
 struct weft_window {
   struct weft_comm *comm;
   int comm_rank;     /* comm's rank here */
@@ -34,14 +41,9 @@ struct weft_window {
  * or NULL. Caller holds comm->lock. */
 struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, size_t bytes);
 /* Where this rank's p (inside w) is reached by the direct algorithms: p itself, or its
- * place in our view of an adopted buffer (whose edges weft__window_sync moves). */
+ * place in our view of an adopted buffer (whose edges algos/direct.c moves). */
 static inline char *weft__window_self(const struct weft_window *w, const void *p) {
   return w->peer_base[w->comm_rank] + ((const char *)p - w->base);
-}
-/* For an adopted window: copies the edges of [p, p + n) into our view before a direct
- * call (to_view 1) or back after it (0); nothing otherwise (host_adopt.h). */
-static inline void weft__window_sync(const struct weft_window *w, const void *p, size_t n, int to_view) {
-  if (w != NULL && w->adopted != NULL) weft__adopted_sync(w->adopted, p, n, to_view);
 }
 /* The window of comm registered with id, or NULL. Caller holds comm->lock. */
 struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id);

@@ -1,6 +1,6 @@
 /* nccl_mem.c: NCCL's memory calls on weft: ncclMemAlloc/Free (memory peers can map),
- * buffer registration (a local handle: host collectives need none) and windows
- * (weft_comm_window_register: direct collectives within a host). */
+ * buffer registration (weft_comm_register: local, direct collectives within a host when
+ * every rank registers) and windows (weft_comm_window_register: collective). */
 #include <stdint.h>
 #include <stdlib.h>
 #include "nccl/nccl_internal.h"
@@ -11,36 +11,22 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
 
 NCCL_API(ncclResult_t, ncclMemFree, void *ptr) { return nccl__from_weft(weft_mem_free(ptr)); }
 
-#define REG_MAGIC 0x77656674726567ull /* "weftreg" */
-typedef struct {
-  uint64_t magic;
-  const struct ncclComm *comm;
-  void *buff;
-  size_t size;
-} reg_handle;
-
+/* Local registration: weft_comm_register, whose handle is the registration itself. */
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size_t size, void **handle) {
   ncclResult_t r = nccl__check_comm(comm, "ncclCommRegister");
   if (r != ncclSuccess) return r;
-  if (buff == NULL || size == 0 || handle == NULL)
-    return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommRegister: NULL buff or handle, or size 0", comm->rank);
-  reg_handle *h = malloc(sizeof(*h));
-  if (h == NULL) return nccl__fail(ncclSystemError, "rank %d: ncclCommRegister: out of memory", comm->rank);
-  h->magic = REG_MAGIC, h->comm = comm, h->buff = buff, h->size = size;
-  *handle = h;
-  return ncclSuccess;
+  weft_reg_t reg = NULL;
+  weft_status_t st = weft_comm_register(comm->w, buff, size, handle == NULL ? NULL : &reg);
+  if (handle != NULL) *handle = reg;
+  return nccl__from_weft(st);
 }
 
 NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle) {
   ncclResult_t r = nccl__check_comm(comm, "ncclCommDeregister");
   if (r != ncclSuccess) return r;
-  reg_handle *h = handle;
-  if (h == NULL || h->magic != REG_MAGIC || h->comm != comm)
-    return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommDeregister: handle not from ncclCommRegister on "
-                      "this communicator", comm->rank);
-  h->magic = 0;
-  free(h);
-  return ncclSuccess;
+  if (handle == NULL)
+    return nccl__fail(ncclInvalidArgument, "rank %d: ncclCommDeregister: NULL handle", comm->rank);
+  return nccl__from_weft(weft_comm_deregister(comm->w, (weft_reg_t)handle));
 }
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,

@@ -47,8 +47,8 @@ static const char *blocking_line(const perf_opts_t *o) {
 
 static const char *register_line(int local_register) {
   switch (local_register) {
-  case 1: return "# Registration (-R 1): the benchmark's own buffers registered as windows "
-                 "(weft_comm_window_register adopts them); collectives from WEFT_DIRECT_MIN_BYTES run direct\n";
+  case 1: return "# Local registration (-R 1): the benchmark's own buffers registered with "
+                 "weft_comm_register (which adopts them); collectives from WEFT_DIRECT_MIN_BYTES run direct\n";
   case 2: return "# Symmetric registration (-R 2): buffers from weft_mem_alloc registered as windows "
                  "(weft_comm_window_register); collectives from WEFT_DIRECT_MIN_BYTES run direct\n";
   default: return "";

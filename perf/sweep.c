@@ -417,9 +417,10 @@ static long resident_bytes(void) {
 }
 
 /* Page-aligned and touched, so the first timed call does not pay the page faults. -R 1:
- * the program's own (private) memory registered as a window, which weft adopts (as
- * nccl-tests' -R 1 registers its own buffers); -R 2: from weft_mem_alloc (memory peers
- * can map) registered as a window. */
+ * the program's own (private) memory registered with weft_comm_register, which adopts it
+ * (as nccl-tests' -R 1 calls ncclCommRegister on its buffers; the registrations go with
+ * the communicator); -R 2: from weft_mem_alloc (memory peers can map) registered as a
+ * window (nccl-tests' -R 2: ncclMemAlloc and ncclCommWindowRegister). */
 static char *alloc_buffer(perf_ctx_t *c, size_t bytes, int reg) {
   if (bytes == 0)
     bytes = 1;
@@ -433,10 +434,11 @@ static char *alloc_buffer(perf_ctx_t *c, size_t bytes, int reg) {
       die(c, "mmap of the benchmark buffers", WEFT_ERR_NO_MEMORY);
   }
   memset(p, 0, bytes);
-  if (reg)
-    PERF_CHECK(c, reg == 1 ? "registering the benchmark's own buffer as a window (-R 1)"
-                           : "registering a benchmark buffer as a window (-R 2)",
-               weft_comm_window_register(c->comm, p, bytes, &w, 0));
+  weft_reg_t r;
+  if (reg == 1)
+    PERF_CHECK(c, "registering the benchmark's own buffer (-R 1)", weft_comm_register(c->comm, p, bytes, &r));
+  if (reg == 2)
+    PERF_CHECK(c, "registering a benchmark buffer as a window (-R 2)", weft_comm_window_register(c->comm, p, bytes, &w, 0));
   return p;
 }
 

@@ -161,7 +161,8 @@ static struct {
   int live;
   int plain_every; /* every plain_every-th buffer from malloc instead; 0: never */
   long allocs;
-  void *malloced;  /* windows mode 3: the malloc'd block holding base, else NULL */
+  void *malloced;  /* windows modes 3 and 4: the malloc'd block holding base, else NULL */
+  weft_reg_t reg;  /* windows mode 4: base's registration (weft_comm_register) */
 } arena;
 
 static int in_arena(const uint8_t *p) {
@@ -408,7 +409,7 @@ static int open_window(harness_rank *r, const sweep_params *prm, weft_window_t *
   setenv("WEFT_DIRECT_MIN_BYTES", "1", 1); /* read at registration: every size goes direct */
   void *m;
   weft_status_t st = WEFT_SUCCESS;
-  if (prm->windows == 3) { /* 64 bytes into a page: the head edge holds the first buffers */
+  if (prm->windows >= 3) { /* 64 bytes into a page: the head edge holds the first buffers */
     arena.malloced = malloc(ARENA_BYTES + 4096);
     if (arena.malloced == NULL) return harness_fail(r, "malloc of the arena failed") + 1;
     m = (char *)arena.malloced + (4096 + 64 - (uintptr_t)arena.malloced % 4096) % 4096;
@@ -419,10 +420,11 @@ static int open_window(harness_rank *r, const sweep_params *prm, weft_window_t *
   if (st != WEFT_SUCCESS) return harness_fail(r, "weft_mem_alloc: %s", harness_status_name(st)) + 1;
   arena.base = m;
   arena.plain_every = prm->windows == 2 && r->rank == r->nranks - 1 ? 3 : 0;
-  st = weft_comm_window_register(r->comm, m, ARENA_BYTES, win, 0);
+  st = prm->windows == 4 ? weft_comm_register(r->comm, m, ARENA_BYTES, &arena.reg)
+                         : weft_comm_window_register(r->comm, m, ARENA_BYTES, win, 0);
   if (st != WEFT_SUCCESS)
-    return harness_fail(r, "weft_comm_window_register: %s: \"%s\"", harness_status_name(st),
-                        weft_get_last_error(r->comm)) + 1;
+    return harness_fail(r, "%s: %s: \"%s\"", prm->windows == 4 ? "weft_comm_register" : "weft_comm_window_register",
+                        harness_status_name(st), weft_get_last_error(r->comm)) + 1;
   return 0;
 }
 
@@ -477,7 +479,9 @@ static int sweep_body(harness_rank *r) {
   }
   if (prm->windows && !s->fatal) {
     check_direct_ran(r, prm);
-    weft_status_t st = weft_comm_window_deregister(r->comm, win);
+    weft_status_t st = prm->windows == 4 ? weft_comm_deregister(r->comm, arena.reg)
+                                          : weft_comm_window_deregister(r->comm, win);
+    arena.reg = NULL;
     if (st != WEFT_SUCCESS) s->fatal = harness_fail(r, "window deregister: %s", harness_status_name(st)) + 1;
     else if (arena.malloced != NULL) free(arena.malloced);
     else if (weft_mem_free(arena.base) != WEFT_SUCCESS) harness_fail(r, "weft_mem_free failed");

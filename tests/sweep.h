@@ -19,7 +19,8 @@ typedef struct {
                          fall back to the usual algorithm on every rank; 3: as 1, but
                          the window is plain malloc'd memory starting mid-page, which
                          registration adopts (mem/host_adopt.h), so the first buffers lie
-                         in its head edge */
+                         in its head edge; 4: as 3, but registered on each rank alone
+                         (weft_comm_register, lib/reg.h) */
   int guarded;        /* 1: every user buffer lies in the guarded memory space
                          (mem/guarded.h): any direct touch by weft faults */
   const char *algo;   /* WEFT_ALGO for the ranks (NULL: the tuner's choice) */

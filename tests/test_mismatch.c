@@ -123,6 +123,29 @@ static weft_status_t windows_sum_vs_max(harness_rank *r) {
   return weft_all_reduce(a, b, n, WEFT_FLOAT32, r->rank == 0 ? WEFT_SUM : WEFT_MAX, r->comm, NULL);
 }
 
+/* Local registration (weft_comm_register): rank 0 registers its buffers, the others do
+ * not, so rank 0 runs the direct algorithm and its peers the usual one. NCCL calls that
+ * undefined; here the descriptors carry their own fingerprint (WEFT__FP_DIRECT), so each
+ * side refuses the other's messages. Over shm only: elsewhere registration changes
+ * nothing and the call is right on every rank. */
+static weft_status_t registered_on_rank_0_only(harness_rank *r) {
+  size_t n = 1 << 14, bytes = n * sizeof(float);
+  float *a = malloc(2 * bytes);
+  if (a == NULL) return WEFT_ERR_NO_MEMORY;
+  for (size_t i = 0; i < 2 * n; i++) a[i] = (float)(r->rank + (int)i);
+  weft_reg_t reg = NULL;
+  if (r->rank == 0) {
+    weft_status_t st = weft_comm_register(r->comm, a, 2 * bytes, &reg);
+    if (st != WEFT_SUCCESS) {
+      harness_fail(r, "weft_comm_register: %s: %s", harness_status_name(st), weft_get_last_error(r->comm));
+      return WEFT_ERR_INTERNAL;
+    }
+  }
+  weft_status_t st = weft_all_reduce(a, a + n, n, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+  weft_comm_deregister(r->comm, reg);
+  return st; /* a stays allocated: a peer may still be reading it */
+}
+
 static const mismatch_case cases[] = {
     {"sum_against_max", op_sum_vs_max, {"sum", "max", "all_reduce #1"}, 0, 0},
     {"float32_against_int32", float_vs_int, {"float,", "int32", NULL}, 0, 0},
@@ -132,6 +155,7 @@ static const mismatch_case cases[] = {
     {"broadcast_from_different_roots", broadcast_roots, {"broadcast #1", "root", NULL}, 0, 1},
     {"send_against_all_reduce", send_vs_all_reduce, {"all_reduce", NULL, NULL}, 1, 1},
     {"sum_against_max_on_registered_windows", windows_sum_vs_max, {"sum", "max", NULL}, 0, 0},
+    {"buffers_registered_on_rank_0_only", registered_on_rank_0_only, {"registered", "all_reduce #1", NULL}, 0, 0},
 };
 
 /* The next call after a mismatched one that succeeded (a deferred case): it must fail. An
@@ -292,6 +316,7 @@ int main(void) {
   int have_emu = harness_verbs_emu_setup("mismatch");
   const struct CMUnitTest tests[] = {
       ALL_CASES(shm, 0, ""),
+      CASE(8, "buffers_registered_on_rank_0_only", shm, 0, ""),
       ALL_CASES(socket, 0, ""),
       ALL_CASES_IB(0, ""),
       ALL_CASES(shm, 1, "_under_WEFT_CHECK"),

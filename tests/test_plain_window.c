@@ -1,4 +1,5 @@
-/* test_plain_window.c: windows of plain malloc'd memory (mem/host_adopt.h, lib/window.c).
+/* test_plain_window.c: windows of plain malloc'd memory (mem/host_adopt.h, lib/window.c)
+ * and each rank's own registrations of it (weft_comm_register, lib/reg.c).
  *
  * Adoption alone (one process): the program's bytes stay where they were, the interior
  * pages become the memfd's (the view and the program see each other's writes there), the
@@ -8,7 +9,8 @@
  * private pages holding the latest bytes. Then 2 ranks over shm: direct all-reduce and
  * all-gather on windows of plain memory whose buffers cover both edges and the interior,
  * in place and out of place, exact, and the window deregistered leaves private memory
- * with the results. */
+ * with the results; the same with weft_comm_register, whose registrations each peer maps
+ * once. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +24,7 @@
 #include <cmocka.h>
 
 #include "lib/comm.h"
+#include "lib/reg.h"
 #include "mem/host_adopt.h"
 #include "tests/harness.h"
 
@@ -185,6 +188,59 @@ static int plain_windows_body(harness_rank *r) {
   return r->failures;
 }
 
+/* weft_comm_register on each rank alone: the same collectives run direct and exact; each
+ * peer maps a registration once however often it is used, and maps it again after it
+ * was deregistered and registered anew (a new registration, a new serial); bad handles
+ * are refused. */
+static int local_registration_body(harness_rank *r) {
+  setenv("WEFT_DIRECT_MIN_BYTES", "1", 1);
+  size_t bytes = 3 * COUNT * sizeof(float);
+  char *block = malloc(bytes + 2 * PAGE);
+  if (block == NULL) return harness_fail(r, "malloc failed");
+  char *base = block + (PAGE + 300 - (uintptr_t)block % PAGE) % PAGE + 4 * (size_t)r->rank;
+  float *a = (float *)base, *b = a + COUNT;
+  for (int round = 0; round < 2 && r->failures == 0; round++) {
+    weft_reg_t reg = NULL;
+    weft_status_t st = weft_comm_register(r->comm, base, bytes, &reg);
+    if (!harness_expect_status(r, st, WEFT_SUCCESS, "weft_comm_register of malloc'd memory")) break;
+    for (int call = 0; call < 3; call++) {
+      for (size_t i = 0; i < COUNT; i++) a[i] = input(r->rank, i) + (float)call, b[i] = -1;
+      uint64_t direct = r->comm->direct_calls;
+      st = weft_all_reduce(a, b + call % 2, COUNT - 2, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL);
+      if (!harness_expect_status(r, st, WEFT_SUCCESS, "all_reduce on registered buffers")) break;
+      if (r->comm->direct_calls != direct + 1) harness_fail(r, "all_reduce on registered buffers did not run direct");
+      for (size_t i = 0; i < COUNT - 2; i++) {
+        float want = 0;
+        for (int j = 0; j < r->nranks; j++) want += input(j, i) + (float)call;
+        if (b[call % 2 + i] != want) {
+          harness_fail(r, "round %d call %d: element %zu got %g, expected %g", round, call, i, b[call % 2 + i], want);
+          break;
+        }
+      }
+    }
+    for (int j = 0; j < r->nranks; j++)
+      if (j != r->rank && weft__reg_imports_held(r->comm, j) != round + 1)
+        harness_fail(r, "round %d: %d registrations of peer %d mapped here, expected %d", round,
+                     weft__reg_imports_held(r->comm, j), j, round + 1);
+    /* Everyone is done reading before anyone deregisters. */
+    harness_expect_status(r, weft_barrier(r->comm, NULL), WEFT_SUCCESS, "barrier");
+    harness_expect_status(r, weft_comm_deregister(r->comm, reg), WEFT_SUCCESS, "weft_comm_deregister");
+    if (is_memfd(base + PAGE)) harness_fail(r, "deregistration left the interior shared");
+  }
+  harness_expect_status(r, weft_comm_deregister(r->comm, (weft_reg_t)block), WEFT_ERR_INVALID_ARGUMENT,
+                        "weft_comm_deregister of a pointer that is no handle");
+  weft_reg_t none = NULL;
+  harness_expect_status(r, weft_comm_register(r->comm, base, 0, &none), WEFT_ERR_INVALID_ARGUMENT,
+                        "weft_comm_register of 0 bytes");
+  free(block);
+  return r->failures;
+}
+
+static void local_registrations_run_direct_and_peers_map_each_once(void **state) {
+  (void)state;
+  harness_run_simple(3, "shm", local_registration_body, NULL);
+}
+
 static void direct_collectives_on_plain_windows_are_exact_at_both_edges(void **state) {
   (void)state;
   harness_run_simple(2, "shm", plain_windows_body, NULL);
@@ -196,6 +252,7 @@ int main(void) {
       cmocka_unit_test(adoption_moves_the_interior_and_keeps_the_edges_private),
       cmocka_unit_test(release_after_the_program_unmapped_the_buffer_maps_nothing),
       cmocka_unit_test(direct_collectives_on_plain_windows_are_exact_at_both_edges),
+      cmocka_unit_test(local_registrations_run_direct_and_peers_map_each_once),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
