@@ -34,15 +34,17 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
  *   2 ranks, 8 MiB (32 MiB touched): 12.4-23.0 GB/s fused, 5.8-7.5 cached;
  *   4 ranks, 4 MiB (32 MiB touched): 8.9-9.9 fused, 3.9-6.7 cached;
  *   2 ranks, 4 MiB (16 MiB touched): the cached path keeps 25-27 against 13-24 fused.
- * In place the message alone counts: there the cached path stores to lines its own loads
- * just brought in, and 4 ranks in place at 8 MiB read 11.1-11.9 cached, 6.8-8.5 fused. */
+ * In place never: there the pass stores to the lines its own loads just brought in, and
+ * the cached path with ordinary stores wins at every size (PyTorch's all-reduce is in
+ * place). Busbw, 5 alternating launches, cached / fused with non-temporal stores (as
+ * before, from 16 MiB): 2 ranks 16 MiB 15.5 / 7.1, 64 MiB 11.3 / 6.9, 256 MiB 10.6 / 7.8;
+ * 4 ranks on 2 cores 11.0 / 5.6, 6.8 / 5.5, 6.7 / 5.4. */
 static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
   int n = t->comm->nranks;
   size_t es = weft__dtype_size(t->dtype);
   double bytes = (double)t->count * (double)es, thr = (double)weft__mem_nt_threshold();
   double touched = 2.0 * n * bytes; /* every rank's send and receive buffer */
-  int past = t->sendbuf == t->recvbuf ? bytes >= thr : touched >= 2.0 * thr;
-  if (!past || n > WEFT__DIRECT_FUSED_MAX) return 0;
+  if (t->sendbuf == t->recvbuf || touched < 2.0 * thr || n > WEFT__DIRECT_FUSED_MAX) return 0;
   char *out[WEFT__DIRECT_FUSED_MAX], *in[WEFT__DIRECT_FUSED_MAX];
   for (int j = 0; j < n; j++) {
     out[j] = b->out[j] + lo * es;
@@ -54,7 +56,8 @@ static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, siz
 static void work(const weft__task *t, const weft__direct_bufs *b) {
   int n = t->comm->nranks;
   size_t es = weft__dtype_size(t->dtype), piece = WEFT__DIRECT_PIECE / es, lo, hi;
-  size_t out_bytes = t->count * es;
+  /* Out of place, non-temporal stores past the cache; in place ordinary ones (above). */
+  unsigned nt = t->sendbuf == t->recvbuf ? 0 : weft__mem_nt_flag(t->count * es, 0);
   weft__direct_block(t->count, n, t->comm->rank, &lo, &hi);
   if (fused(t, b, lo, hi)) return;
   for (size_t at = lo; at < hi; at += piece) {
@@ -62,7 +65,7 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
     weft__mem_reduce(t->mem, b->tmp, b->in[0] + off, b->in[1] + off, k, t->dtype, t->op);
     for (int j = 2; j < n; j++) weft__mem_reduce(t->mem, b->tmp, b->tmp, b->in[j] + off, k, t->dtype, t->op);
     if (t->op == WEFT_AVG) weft__mem_avg(t->mem, b->tmp, k, t->dtype, n);
-    for (int j = 0; j < n; j++) weft__direct_copy(t, b->out[j] + off, b->tmp, k * es, out_bytes);
+    for (int j = 0; j < n; j++) weft__mem_copy(t->mem, b->out[j] + off, b->tmp, k * es, nt);
   }
 }
 
