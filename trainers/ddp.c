@@ -43,7 +43,8 @@ typedef struct ddp {
   ddp_flags f;
   gpt_dp dp; /* data, model, AdamW state, global batch, job, report */
   ddp_reducer red;
-  float *window_grads; /* the gradients in weft_mem_alloc memory, or NULL (--no-register) */
+  weft_reg_t grads_reg; /* the gradients' registration with the communicator, or NULL
+                          (--no-register) */
   long calls;          /* step calls so far, for where the survivors resume (ddp_elastic.h) */
 } ddp;
 
@@ -57,8 +58,8 @@ static void usage(FILE *f) {
           "  --accum K          micro-steps per optimizer step (1); all-reduce on the last only\n"
           "  --bucket-mb X      gradient bucket cap in MiB (25)   --first-bucket-mb X  first one (1)\n"
           "  --no-overlap       all-reduce every bucket after the backward, not during it\n"
-          "  --no-register      keep the gradients in plain memory (default: weft_mem_alloc, registered\n"
-          "                     as a window, so buckets all-reduce directly between ranks of a host)\n"
+          "  --no-register      leave the gradients unregistered (default: registered with\n"
+          "                     weft_comm_register, so buckets all-reduce directly between ranks of a host)\n"
           "  --lr X --wd X --clip X --seed N   as weft-train (3e-4 0.1 1.0 1)\n"
           "  --eval-every K     validation loss every K steps, 0 = only at the end (0)\n"
           "  --eval-batches N   validation batches (of N*accum*B sequences) per evaluation (8)\n"
@@ -163,7 +164,7 @@ static int recover(ddp *d, const char *during, long *at) {
   ddp_reducer_free(&d->red);
   int rc = gpt_elastic_recover(&d->f.elastic, &d->dp, &d->f.accum, during, at, err, sizeof(err));
   size_t mib = 1024 * 1024;
-  if (rc == 0 && d->window_grads) rc = register_grads(d, err, sizeof(err));
+  if (rc == 0 && !d->f.no_register) rc = register_grads(d, err, sizeof(err));
   if (rc == 0)
     rc = ddp_reducer_init(&d->red, &d->dp.base.m->lay, d->dp.base.m->grads, (size_t)(d->f.bucket_mb * mib),
                           (size_t)(d->f.first_bucket_mb * mib), d->dp.dist.comm, err, sizeof(err));
@@ -207,27 +208,18 @@ static int eval(void *self, double *val) {
   return 0;
 }
 
-/* Moves the gradients into memory from weft_mem_alloc, registered as a window of the
- * communicator (collective), so the bucket all-reduces run weft's direct algorithm on one
- * host: each rank averages its share of a bucket straight from its peers' gradients. */
+/* Registers the gradients (the model's own memory) with the communicator, as every rank
+ * does (weft_comm_register: local, as NCCL's ncclCommRegister), so the bucket all-reduces,
+ * in place on slices of them, run weft's direct algorithm on one host: each rank averages
+ * its share of a bucket straight from its peers' gradients. Again on the communicator an
+ * elastic shrink made: the old one took its registration with it. */
 static int register_grads(ddp *d, char *err, size_t errlen) {
   gpt_model *m = d->dp.base.m;
-  size_t bytes = m->lay.total * sizeof(float);
-  void *g;
-  weft_window_t w;
-  if (d->window_grads) /* again, on the communicator an elastic shrink made */
-    return weft_comm_window_register(d->dp.dist.comm, d->window_grads, bytes, &w, 0) == WEFT_SUCCESS
-               ? 0
-               : (snprintf(err, errlen, "registering the gradients: %s", weft_get_last_error(d->dp.dist.comm)), -1);
-  weft_status_t st = weft_mem_alloc(&g, bytes);
-  if (st == WEFT_SUCCESS) st = weft_comm_window_register(d->dp.dist.comm, g, bytes, &w, 0);
+  weft_status_t st = weft_comm_register(d->dp.dist.comm, m->grads, m->lay.total * sizeof(float), &d->grads_reg);
   if (st != WEFT_SUCCESS) {
     snprintf(err, errlen, "registering the gradients: %s", weft_get_last_error(d->dp.dist.comm));
     return -1;
   }
-  memcpy(g, m->grads, bytes);
-  free(m->grads);
-  m->grads = d->window_grads = g;
   return 0;
 }
 
@@ -329,10 +321,10 @@ static int finish(void *self, char *err, size_t errlen) {
 static void teardown(void *self) {
   ddp *d = self;
   if (d->red.buckets) ddp_reducer_free(&d->red);
-  if (d->window_grads) d->dp.base.m->grads = NULL; /* not the model's to free */
+  /* Before the gradients go: registration put their pages in shared memory; this gives
+   * private ones back (a communicator an elastic shrink replaced took its own with it). */
+  if (d->grads_reg && d->dp.dist.comm) weft_comm_deregister(d->dp.dist.comm, d->grads_reg);
   gpt_dp_free(&d->dp);
-  /* The communicator (gone with gpt_dp_free) took the window with it. */
-  if (d->window_grads) weft_mem_free(d->window_grads);
 }
 
 int main(int argc, char **argv) {
