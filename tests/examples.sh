@@ -15,8 +15,8 @@ trap 'rm -rf "$dir"' EXIT
 TAP_LOG=$dir/out
 TAP_TAIL=20
 
-echo "1..5"
-for spec in allreduce_blocking:4 streams_overlap:2 registered_buffers:2 point_to_point:3; do
+echo "1..6"
+for spec in allreduce_blocking:4 streams_overlap:2 registered_buffers:2 registered_own_memory:2 point_to_point:3; do
   prog=${spec%:*} np=${spec#*:}
   timeout 120 ./weftrun -n "$np" "examples/$prog" >"$dir/out" 2>&1
   rc=$?
