@@ -232,7 +232,7 @@ static weft_status_t fall_back(weft__task *t) {
   t->algo = weft__select_modelled(t);
   if (weft__tuner_trace_on()) {
     char what[160];
-    weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct: a buffer on some rank is in no window "
+    weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct: a buffer on some rank is in no window or registration "
                     "(or all-to-all in place): every rank runs %s", weft__task_describe(t, what, sizeof what),
                     t->algo->name);
   }
@@ -274,8 +274,8 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
   weft__direct_bufs b = {st->in, st->out, weft__comm_scratch(t, WEFT__DIRECT_PIECE, &status)};
   if (b.tmp == NULL) return status;
   if (weft__tuner_trace_on())
-    weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct (every rank's buffers in windows)",
-                    weft__task_describe(t, desc, sizeof desc));
+    weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct (every rank's buffers registered: windows "
+                    "or weft_comm_register)", weft__task_describe(t, desc, sizeof desc));
   st->ops->work(t, &b);
   comm->direct_calls++;
   weft__mem_wait(t->mem); /* the (non-temporal) stores land before "done" tells peers to read */

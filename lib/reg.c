@@ -100,7 +100,8 @@ weft_status_t weft_comm_deregister(weft_comm_t comm, weft_reg_t handle) {
   weft__op_lock_release(&comm->lock);
   if (r == NULL)
     return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
-                       "rank %d: weft_comm_deregister: the handle is not a registration of this communicator", comm->rank);
+                       "rank %d: weft_comm_deregister: the handle is not a registration of this communicator",
+                       comm->rank);
   reg_free(r);
   return WEFT_SUCCESS;
 }

@@ -1,5 +1,6 @@
 // module.cpp: the Python module weft_torch._C: the creator function torch.distributed
-// calls for backend "weft", and the split that builds subgroups (weft_torch/__init__.py).
+// calls for backend "weft", the split that builds subgroups, and buffer registration
+// (weft_torch/__init__.py).
 #include <torch/extension.h>
 #include <pybind11/chrono.h>
 
@@ -33,6 +34,31 @@ bool is_weft(const c10::intrusive_ptr<c10d::ProcessGroup> &pg) {
   return dynamic_cast<ProcessGroupWeft *>(pg.get()) != nullptr;
 }
 
+ProcessGroupWeft *weft_group(const c10::intrusive_ptr<c10d::ProcessGroup> &pg, const char *op) {
+  auto *w = dynamic_cast<ProcessGroupWeft *>(pg.get());
+  TORCH_CHECK(w != nullptr, "weft: ", op, ": the group is not a weft process group");
+  return w;
+}
+
+// weft_comm_register of t's elements on pg's communicator (this rank alone); the handle as
+// an integer. The caller (weft_torch.register) keeps t alive until it deregisters.
+uintptr_t register_tensor(const c10::intrusive_ptr<c10d::ProcessGroup> &pg, const at::Tensor &t) {
+  ProcessGroupWeft *w = weft_group(pg, "register");
+  TORCH_CHECK(t.device().is_cpu() && t.layout() == at::kStrided && t.is_contiguous() && t.numel() > 0,
+              "weft: register: a non-empty contiguous CPU tensor is needed");
+  weft_reg_t reg = nullptr;
+  weft_status_t st = weft_comm_register(w->comm(), t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size(),
+                                        &reg);
+  TORCH_CHECK(st == WEFT_SUCCESS, "weft: register: ", weft_get_last_error(w->comm()));
+  return reinterpret_cast<uintptr_t>(reg);
+}
+
+void deregister_tensor(const c10::intrusive_ptr<c10d::ProcessGroup> &pg, uintptr_t handle) {
+  ProcessGroupWeft *w = weft_group(pg, "deregister");
+  weft_status_t st = weft_comm_deregister(w->comm(), reinterpret_cast<weft_reg_t>(handle));
+  TORCH_CHECK(st == WEFT_SUCCESS, "weft: deregister: ", weft_get_last_error(w->comm()));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -42,6 +68,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("split", &split, py::arg("parent"), py::arg("color"), py::arg("key"), py::arg("timeout"),
         py::call_guard<py::gil_scoped_release>());
   m.def("is_weft", &is_weft);
+  m.def("register_tensor", &register_tensor, py::arg("group"), py::arg("tensor"),
+        py::call_guard<py::gil_scoped_release>());
+  m.def("deregister_tensor", &deregister_tensor, py::arg("group"), py::arg("handle"),
+        py::call_guard<py::gil_scoped_release>());
   m.attr("SPLIT_NOCOLOR") = WEFT_SPLIT_NOCOLOR;
   int version = 0;
   weft_get_version(&version);

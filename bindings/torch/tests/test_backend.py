@@ -8,11 +8,13 @@ results on real rank processes. TAP, one line per scenario:
     reduce_scatter, _reduce_scatter_base, all_to_all, all_to_all_single with split sizes,
     send/recv, isend/irecv, barrier; unsupported dtype / op errors name what is wrong;
   - async_op=True: the Work completes by itself and its Future carries the result;
+  - registered tensors (weft_torch.register) and DDP with registered_allreduce_hook;
   - subgroups (weft_comm_split): new_group, non-members, several groups at once;
   - a rank that never joins a collective: the others raise within init_process_group's timeout,
     with weft's message;
   - a rank that dies: the survivor raises an exception naming it.
 Usage: /usr/bin/python3 test_backend.py  (weft_torch on PYTHONPATH)."""
+import copy
 import faulthandler
 import os
 import sys
@@ -24,6 +26,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 import weft_torch  # noqa: F401
 
@@ -203,6 +206,39 @@ def scenario_async(rank, world, method):
         w.wait()
 
 
+def scenario_registered(rank, world, method):
+    """weft_torch.register: an in-place all-reduce on registered tensors is right; DDP with
+    registered_allreduce_hook trains exactly as DDP without it."""
+    init(rank, world, method)
+    n = 1 << 20
+    t = torch.full((n,), float(rank + 1))
+    reg = weft_torch.register(t)
+    dist.all_reduce(t)
+    expect_equal("all_reduce on registered tensors", t, torch.full((n,), float(world * (world + 1) // 2)))
+    reg.deregister()
+    dist.all_reduce(t)  # unregistered again on every rank
+    expect_equal("all_reduce after deregister", t, torch.full((n,), float(world * world * (world + 1) // 2)))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+    ref = copy.deepcopy(model)
+    hooked = DDP(model, bucket_cap_mb=0.25)
+    hooked.register_comm_hook(None, weft_torch.registered_allreduce_hook)
+    plain = DDP(ref, bucket_cap_mb=0.25)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (hooked, plain)]
+    gen = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        x = torch.randn(16, 256, generator=gen)
+        for m, o in zip((hooked, plain), opts):
+            o.zero_grad()
+            m(x).square().mean().backward()
+            o.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+            raise AssertionError("DDP with the registered hook diverged: max diff %g" % (p - q).abs().max())
+    if not weft_torch._hook_registrations:
+        raise AssertionError("the hook registered no bucket")
+
+
 def scenario_subgroups(rank, world, method):
     init(rank, world, method)
     g12 = dist.new_group([1, 2])
@@ -291,6 +327,7 @@ SCENARIOS = [
     ("init_method_tcp_all_reduce_on_2_ranks", scenario_init_method, 2, "tcp"),
     ("every_collective_dtype_and_op_on_3_ranks", scenario_collectives, 3, "file"),
     ("async_op_work_and_future_complete_on_2_ranks", scenario_async, 2, "file"),
+    ("registered_tensors_and_the_ddp_hook_on_2_ranks", scenario_registered, 2, "file"),
     ("subgroups_by_comm_split_on_4_ranks", scenario_subgroups, 4, "env"),
     ("silent_peer_raises_within_the_init_timeout", scenario_timeout, 2, "file"),
     ("dead_peer_raises_naming_it", scenario_peer_dies, 2, "file"),
