@@ -181,6 +181,8 @@ def parse():
     ap.add_argument("--backend", default="gloo",
                     help="torch.distributed backend: gloo, or weft (weft_torch on PYTHONPATH)")
     ap.add_argument("--peak-gflops", type=float, default=0.0, help="per-rank peak for MFU (0: no MFU)")
+    ap.add_argument("--weft-register", action="store_true",
+                    help="with --backend weft: DDP's buckets registered (weft_torch.registered_allreduce_hook)")
     return ap.parse_args()
 
 
@@ -221,6 +223,8 @@ def main():
     torch.manual_seed(a.seed)
     model = GPT(vocab, a.seq, a.layers, a.dmodel, a.heads)
     ddp = nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters
+    if a.weft_register and a.backend == "weft":
+        ddp.register_comm_hook(None, weft_torch.registered_allreduce_hook)
     opt = make_optimizer(model)
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
     fpt = flops_per_token(vocab, a.seq, a.layers, a.dmodel, a.heads)
