@@ -59,25 +59,16 @@ weft_status_t weft_comm_register(weft_comm_t comm, void *buff, size_t size, weft
    * registers decides alike; other kinds (device memory) register as a no-op, as the
    * direct algorithms take host memory only from registrations. */
   if (space == &weft__mem_host && comm_can_go_direct(comm)) {
-    int err = 0;
-    if (space->export_buf(space, buff, size, &r->handle)) {
-      r->direct = 1;
-    } else if (!weft__host_adoptable(buff, size)) {
-      err = -1;
-    } else if ((err = weft__host_adopt(buff, size, &r->adopted)) == 0) {
-      r->direct = weft__adopted_export(r->adopted, buff, size, &r->handle);
-    }
-    if (!r->direct) {
-      weft_status_t st = weft__error(
-          comm, WEFT_ERR_INVALID_ARGUMENT, "rank %d: weft_comm_register: %p (%zu bytes) %s", comm->rank, buff, size,
-          err == -1 || err == WEFT__ADOPT_NOT_PRIVATE
-              ? "is neither inside one weft_mem_alloc block nor private memory weft can share (a file or shared "
-                "mapping, the stack)"
-          : err == WEFT__ADOPT_OVERLAP ? "overlaps a registered plain buffer without lying inside it"
-                                       : "could not be shared (memfd_create, mmap or mremap failed)");
+    int outcome = space->export_buf(space, buff, size, &r->handle)
+                      ? 0 : weft__host_adopt_export(buff, size, &r->adopted, &r->handle);
+    if (outcome != 0) {
+      weft_status_t st = weft__error(comm, WEFT_ERR_INVALID_ARGUMENT, "rank %d: weft_comm_register: %p (%zu bytes) "
+                                     "%s%s%s", comm->rank, buff, size, weft__host_adopt_why(outcome),
+                                     outcome > 0 ? ": " : "", outcome > 0 ? strerror(outcome) : "");
       reg_free(r);
       return st;
     }
+    r->direct = 1;
   }
   size_t min = weft__env_size("WEFT_DIRECT_MIN_BYTES", WEFT__DIRECT_MIN_BYTES_DEFAULT);
   weft__op_lock_take(&comm->lock);

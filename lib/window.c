@@ -50,6 +50,16 @@ static const char *const reasons[] = {
     "sharing the buffer's pages failed (memfd_create, mmap or mremap: this rank's log says why)"};
 enum { REASON_NOT_SHAREABLE = 5, REASON_OVERLAP = 6, REASON_ADOPT_FAILED = 7 };
 
+/* reasons[]'s index for an outcome of weft__host_adopt (mem/host_adopt.h). */
+static int adopt_reason(const struct weft_comm *comm, void *buff, size_t size, int outcome) {
+  if (outcome == 0) return 0;
+  if (outcome == WEFT__ADOPT_NOT_PRIVATE) return REASON_NOT_SHAREABLE;
+  if (outcome == WEFT__ADOPT_OVERLAP) return REASON_OVERLAP;
+  WEFT_INFO("window: rank %d: the buffer %p (%zu bytes) %s: %s", comm->rank, buff, size,
+            weft__host_adopt_why(outcome), strerror(outcome));
+  return REASON_ADOPT_FAILED;
+}
+
 struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, size_t bytes) {
   uintptr_t a = (uintptr_t)p;
   for (struct weft_window *w = comm->windows; w != NULL; w = w->next) {
@@ -153,22 +163,6 @@ static int map_all(struct weft_window *w, const window_desc *all, int *bad_peer,
   return 1;
 }
 
-/* Adopts plain memory (mem/host_adopt.h) and exports it; returns 0 or a reasons[] index. */
-static int adopt(const struct weft_comm *comm, void *buff, size_t size, weft__adopted **a, weft__mem_handle *h) {
-  int r = weft__host_adopt(buff, size, a);
-  if (r == 0 && weft__adopted_export(*a, buff, size, h)) return 0;
-  if (r == 0) {
-    weft__host_adopt_release(*a);
-    *a = NULL;
-    return REASON_ADOPT_FAILED;
-  }
-  if (r == WEFT__ADOPT_NOT_PRIVATE) return REASON_NOT_SHAREABLE;
-  if (r == WEFT__ADOPT_OVERLAP) return REASON_OVERLAP;
-  WEFT_INFO("window: rank %d could not share the pages of its plain buffer %p (%zu bytes): %s",
-            comm->rank, buff, size, strerror(r));
-  return REASON_ADOPT_FAILED;
-}
-
 weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t size,
                                         weft_window_t *win, int flags) {
   if (comm == NULL)
@@ -190,7 +184,8 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
     /* Plain memory: adopted only where this rank could use the window (else it stays as
      * it is, and the window is unusable on every rank anyway). */
     if (space != &weft__mem_host || !weft__host_adoptable(buff, size)) reason = REASON_NOT_SHAREABLE;
-    else if (direct && n > 1 && all_peer_memory(comm)) reason = adopt(comm, buff, size, &adopted, &handle);
+    else if (direct && n > 1 && all_peer_memory(comm))
+      reason = adopt_reason(comm, buff, size, weft__host_adopt_export(buff, size, &adopted, &handle));
   }
   window_desc mine = {.reason = reason, .kind = (int32_t)space->kind, .direct = direct, .handle = handle,
                       .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", WEFT__DIRECT_MIN_BYTES_DEFAULT)};

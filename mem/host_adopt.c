@@ -216,6 +216,26 @@ void weft__host_adopt_release(weft__adopted *a) {
   adopted_free(a);
 }
 
+int weft__host_adopt_export(void *p, size_t bytes, weft__adopted **a, weft__mem_handle *h) {
+  int r = weft__host_adopt(p, bytes, a);
+  if (r == 0 && !weft__adopted_export(*a, p, bytes, h)) { /* cannot be: *a holds p */
+    weft__host_adopt_release(*a);
+    *a = NULL;
+    r = EINVAL;
+  }
+  return r;
+}
+
+const char *weft__host_adopt_why(int outcome) {
+  switch (outcome) {
+    case WEFT__ADOPT_NOT_PRIVATE:
+      return "is neither inside one weft_mem_alloc block nor private memory weft can share (a file or "
+             "shared mapping, the stack)";
+    case WEFT__ADOPT_OVERLAP: return "overlaps a registered plain buffer without lying inside it";
+    default: return "could not be shared (memfd_create, mmap or mremap failed)";
+  }
+}
+
 int weft__adopted_export(const weft__adopted *a, const void *p, size_t bytes, weft__mem_handle *h) {
   const char *b = p;
   if (b < a->p || b > a->end || (size_t)(a->end - b) < bytes) return 0;

@@ -46,6 +46,12 @@ enum {
  * and its page faults (about one memcpy of bytes) on first adoption; setup, never the
  * data path. Returns 0, WEFT__ADOPT_NOT_PRIVATE, WEFT__ADOPT_OVERLAP or an errno. */
 int weft__host_adopt(void *p, size_t bytes, weft__adopted **a);
+/* weft__host_adopt, then *h as weft__adopted_export fills it for the whole buffer: what
+ * the registrations (lib/window.c, lib/reg.c) all do. The same outcomes; *a only on 0. */
+int weft__host_adopt_export(void *p, size_t bytes, weft__adopted **a, weft__mem_handle *h);
+/* Why an outcome of weft__host_adopt other than 0 refused the buffer, as a phrase that
+ * completes "the buffer ...". */
+const char *weft__host_adopt_why(int outcome);
 /* Whether every page of [p, p + bytes) is private anonymous writable memory, the heap
  * included, the main thread's stack not: what adoption takes (reads /proc/self/maps). */
 int weft__host_adoptable(const void *p, size_t bytes);
