@@ -183,9 +183,10 @@ weft_status_t weft_comm_window_register(weft_comm_t comm, void *buff, size_t siz
   else if (!space->export_buf(space, buff, size, &handle)) {
     /* Plain memory: adopted only where this rank could use the window (else it stays as
      * it is, and the window is unusable on every rank anyway). */
-    if (space != &weft__mem_host || !weft__host_adoptable(buff, size)) reason = REASON_NOT_SHAREABLE;
-    else if (direct && n > 1 && all_peer_memory(comm))
+    if (space != &weft__mem_host) reason = REASON_NOT_SHAREABLE;
+    else if (direct && n > 1 && all_peer_memory(comm)) /* adoption checks the memory itself */
       reason = adopt_reason(comm, buff, size, weft__host_adopt_export(buff, size, &adopted, &handle));
+    else if (!weft__host_adoptable(buff, size)) reason = REASON_NOT_SHAREABLE;
   }
   window_desc mine = {.reason = reason, .kind = (int32_t)space->kind, .direct = direct, .handle = handle,
                       .min_bytes = weft__env_size("WEFT_DIRECT_MIN_BYTES", WEFT__DIRECT_MIN_BYTES_DEFAULT)};

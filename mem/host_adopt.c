@@ -2,7 +2,6 @@
 #include "mem/host_adopt.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -109,7 +108,7 @@ static int scan_ours(const vma *v, void *arg) {
  * onto it), or private anonymous memory when fd < 0; the old pages go only on success.
  * src: bytes to fill the new mapping with first (NULL: none). 0 or an errno. */
 static int replace_pages(char *at, size_t len, int fd, size_t off, const char *src) {
-  /* Populated: faulting page by page after the swap cost the program as much again. */
+  /* Populated, so the program's first touches after the swap take no page faults. */
   void *m = fd >= 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)off)
                     : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (m == MAP_FAILED) return errno;
@@ -151,13 +150,9 @@ static int adopt_new(char *p, size_t bytes, weft__adopted **out) {
     free(a);
     return err;
   }
-  /* The memfd's pages allocated in one call and the view's page tables filled in one more,
-   * not one fault per page while copying. */
-  int err = fallocate(a->fd, 0, 0, (off_t)len) != 0 ? errno : 0;
-  a->view = err == 0 ? weft__map_coloured(len, a->fd, 0) : MAP_FAILED; /* why coloured: map_colour.h */
-  if (err == 0 && a->view == MAP_FAILED) err = errno;
+  a->view = weft__map_coloured(len, a->fd, 0); /* why coloured: map_colour.h */
+  int err = a->view == MAP_FAILED ? errno : 0;
   if (a->view == MAP_FAILED) a->view = NULL;
-  if (err == 0) madvise(a->view, len, MADV_POPULATE_WRITE); /* a hint: older kernels say EINVAL */
   size_t in_len = (size_t)(a->in_hi - a->in_lo), in_off = (size_t)(a->in_lo - a->lo);
   if (err == 0 && in_len > 0) {
     memcpy(a->view + in_off, a->in_lo, in_len);
