@@ -15,8 +15,11 @@
  *   5. permute the outputs back, all-to-allv them home (the reverse counts), and
  *      out[t] = sum over kept assignments of gate * row.
  * Backward: dgate = dout[t] . row and dy = gate * dout[t] go out by the forward's counts
- * (all-to-allv), the experts backpropagate (weights accumulate locally), dx rows come
- * back by the reverse all-to-allv and add into dxln after the router's own term.
+ * (all-to-allv; the router's backward runs meanwhile), the experts compute their input
+ * gradients, dx rows go back by the reverse all-to-allv while the experts' weight
+ * gradients accumulate locally, and add into dxln after the router's own term. With a
+ * stream (moe_exchange.cs) those two exchanges overlap that compute; the forward's
+ * exchanges have nothing to overlap (what follows each needs its result).
  * Bytes per layer and step: 4 all-to-allv of the kept rows (<= k * capacity_factor * tokens
  * * d * 4 bytes each, the part to remote experts crossing ranks) and one of the counts.
  */
@@ -27,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainers/comm_stream.h"
 #include "trainers/metrics.h"
 #include "trainers/moe_router.h"
 
@@ -127,17 +131,43 @@ void moe_scratch_free(moe_scratch *s) {
 
 /* ------------------------------------------------------------------ exchange */
 
-static weft_status_t a2av(moe_exchange *ex, const char *what, const float *send, const size_t *sc,
-                          const size_t *sd, float *recv, const size_t *rc, const size_t *rd) {
+/* Starts an exchange; ex_wait finishes it. One rank: a copy. With ex->cs the all-to-allv
+ * is queued on that stream; otherwise it is a blocking call, timed into comm_s. */
+static weft_status_t a2av_start(moe_exchange *ex, const char *what, const float *send, const size_t *sc,
+                                const size_t *sd, float *recv, const size_t *rc, const size_t *rd) {
+  ex->pending = what;
   if (ex->nranks == 1) {
     memcpy(recv + rd[0], send + sd[0], sc[0] * sizeof(float));
     return WEFT_SUCCESS;
   }
-  double t0 = gpt_now_s();
-  weft_status_t st = weft_all_to_allv(send, sc, sd, recv, rc, rd, WEFT_FLOAT32, ex->comm, NULL);
-  ex->comm_s += gpt_now_s() - t0;
+  weft_status_t st;
+  if (ex->cs != NULL) {
+    gpt_comm_stream_begin_op(ex->cs);
+    st = weft_all_to_allv(send, sc, sd, recv, rc, rd, WEFT_FLOAT32, ex->comm, ex->cs->stream);
+    if (st == WEFT_SUCCESS) gpt_comm_stream_enqueued(ex->cs);
+  } else {
+    double t0 = gpt_now_s();
+    st = weft_all_to_allv(send, sc, sd, recv, rc, rd, WEFT_FLOAT32, ex->comm, NULL);
+    ex->comm_s += gpt_now_s() - t0;
+  }
   if (st != WEFT_SUCCESS) ex->failed = what;
   return st;
+}
+
+/* Waits for the exchange in flight, if any. */
+static weft_status_t ex_wait(moe_exchange *ex) {
+  const char *what = ex->pending;
+  ex->pending = NULL;
+  if (what == NULL || ex->nranks == 1 || ex->cs == NULL) return WEFT_SUCCESS;
+  weft_status_t st = gpt_comm_stream_wait(ex->cs);
+  if (st != WEFT_SUCCESS) ex->failed = what;
+  return st;
+}
+
+static weft_status_t a2av(moe_exchange *ex, const char *what, const float *send, const size_t *sc,
+                          const size_t *sd, float *recv, const size_t *rc, const size_t *rd) {
+  weft_status_t st = a2av_start(ex, what, send, sc, sd, recv, rc, rd);
+  return st == WEFT_SUCCESS ? ex_wait(ex) : st;
 }
 
 /* Send order: blocks [p][g][j]; scnt says each block's rows, sc/sd each owner's floats. */
@@ -188,10 +218,22 @@ static weft_status_t exchange_counts(moe_layer *ly, moe_exchange *ex) {
     memcpy(ly->rcount, ly->scnt, n * sizeof(int));
     return WEFT_SUCCESS;
   }
-  double t0 = gpt_now_s();
-  weft_status_t st = weft_all_to_all(ly->scnt, ly->rcount, n, WEFT_INT32, ex->comm, NULL);
-  ex->comm_s += gpt_now_s() - t0;
-  if (st != WEFT_SUCCESS) ex->failed = "all-to-all of the expert row counts";
+  const char *what = "all-to-all of the expert row counts";
+  weft_status_t st;
+  if (ex->cs != NULL) {
+    gpt_comm_stream_begin_op(ex->cs);
+    st = weft_all_to_all(ly->scnt, ly->rcount, n, WEFT_INT32, ex->comm, ex->cs->stream);
+    if (st == WEFT_SUCCESS) {
+      gpt_comm_stream_enqueued(ex->cs);
+      ex->pending = what;
+      st = ex_wait(ex);
+    }
+  } else {
+    double t0 = gpt_now_s();
+    st = weft_all_to_all(ly->scnt, ly->rcount, n, WEFT_INT32, ex->comm, NULL);
+    ex->comm_s += gpt_now_s() - t0;
+  }
+  if (st != WEFT_SUCCESS) ex->failed = what;
   return st;
 }
 
@@ -220,19 +262,29 @@ static void expert_forward(const moe_layer *ly, const gpt_backend *be, const flo
   be->bias_add(y, p + moe_expert_off(c, MOE_FCPROJ_B), M, d);
 }
 
-/* dy [M, d] -> dx [M, d] (writes); accumulates the expert's gradients into g. */
-static void expert_backward(const moe_layer *ly, const gpt_backend *be, const float *p, float *g, size_t lo,
-                            int M, const float *dy, float *da, float *dx) {
+/* The input-gradient half of an expert's backward: dy [M, d] -> da [M, hidden] (through
+ * the GELU) and dx [M, d] (writes both). */
+static void expert_backward_data(const moe_layer *ly, const gpt_backend *be, const float *p, size_t lo, int M,
+                                 const float *dy, float *da, float *dx) {
   const moe_config *c = &ly->c;
   int d = c->dmodel, h = c->hidden;
-  const float *x = ly->xin + lo * d, *hh = ly->h + lo * h, *aa = ly->a + lo * h;
-  be->gemm(true, false, h, d, M, 1.0f, aa, h, dy, d, 1.0f, g + moe_expert_off(c, MOE_FCPROJ_W), d);
-  be->bias_grad(g + moe_expert_off(c, MOE_FCPROJ_B), dy, M, d);
+  const float *hh = ly->h + lo * h;
   be->gemm(false, true, M, h, d, 1.0f, dy, d, p + moe_expert_off(c, MOE_FCPROJ_W), d, 0.0f, da, h);
   be->gelu_bwd(da, hh, da, (size_t)M * h);
+  be->gemm(false, true, M, d, h, 1.0f, da, h, p + moe_expert_off(c, MOE_FC_W), h, 0.0f, dx, d);
+}
+
+/* The weight-gradient half: accumulates the expert's gradients into g from dy and the da
+ * expert_backward_data wrote. */
+static void expert_backward_weights(const moe_layer *ly, const gpt_backend *be, float *g, size_t lo, int M,
+                                    const float *dy, const float *da) {
+  const moe_config *c = &ly->c;
+  int d = c->dmodel, h = c->hidden;
+  const float *x = ly->xin + lo * d, *aa = ly->a + lo * h;
+  be->gemm(true, false, h, d, M, 1.0f, aa, h, dy, d, 1.0f, g + moe_expert_off(c, MOE_FCPROJ_W), d);
+  be->bias_grad(g + moe_expert_off(c, MOE_FCPROJ_B), dy, M, d);
   be->gemm(true, false, d, h, M, 1.0f, x, d, da, h, 1.0f, g + moe_expert_off(c, MOE_FC_W), h);
   be->bias_grad(g + moe_expert_off(c, MOE_FC_B), da, M, h);
-  be->gemm(false, true, M, d, h, 1.0f, da, h, p + moe_expert_off(c, MOE_FC_W), h, 0.0f, dx, d);
 }
 
 /* ------------------------------------------------------------------ layer */
@@ -324,21 +376,27 @@ weft_status_t moe_layer_backward(moe_layer *ly, moe_scratch *s, moe_exchange *ex
                                  const float *router_w, const float *experts, float *g_router,
                                  float *g_experts, const float *xln, const float *dout, float *dxln) {
   pack_output_grads(ly, dout, s->send);
-  moe_router_backward(ly, be, router_w, g_router, xln, s->dlogits, dxln);
-  weft_status_t st = a2av(ex, "backward dispatch all-to-allv", s->send, ly->sc, ly->sd, s->recv, ly->rc, ly->rd);
+  weft_status_t st = a2av_start(ex, "backward dispatch all-to-allv", s->send, ly->sc, ly->sd, s->recv, ly->rc,
+                                ly->rd);
   if (st != WEFT_SUCCESS) return st;
+  moe_router_backward(ly, be, router_w, g_router, xln, s->dlogits, dxln);
+  if ((st = ex_wait(ex)) != WEFT_SUCCESS) return st;
   permute(ly, s->recv, s->dy, 1);
-  size_t esz = moe_expert_size(&ly->c), d = (size_t)ly->c.dmodel;
+  size_t esz = moe_expert_size(&ly->c), d = (size_t)ly->c.dmodel, h = (size_t)ly->c.hidden;
   for (int j = 0; j < ly->nlocal; j++) {
     size_t lo = ly->mstart[j];
     int M = (int)(ly->mstart[j + 1] - lo);
-    if (M > 0)
-      expert_backward(ly, be, experts + j * esz, g_experts + j * esz, lo, M, s->dy + lo * d, s->da,
-                      s->recv + lo * d);
+    if (M > 0) expert_backward_data(ly, be, experts + j * esz, lo, M, s->dy + lo * d, s->da + lo * h, s->recv + lo * d);
   }
   permute(ly, s->recv, s->send, 0);
-  st = a2av(ex, "backward combine all-to-allv", s->send, ly->rc, ly->rd, ly->back, ly->sc, ly->sd);
+  st = a2av_start(ex, "backward combine all-to-allv", s->send, ly->rc, ly->rd, ly->back, ly->sc, ly->sd);
   if (st != WEFT_SUCCESS) return st;
+  for (int j = 0; j < ly->nlocal; j++) {
+    size_t lo = ly->mstart[j];
+    int M = (int)(ly->mstart[j + 1] - lo);
+    if (M > 0) expert_backward_weights(ly, be, g_experts + j * esz, lo, M, s->dy + lo * d, s->da + lo * h);
+  }
+  if ((st = ex_wait(ex)) != WEFT_SUCCESS) return st;
   add_input_grads(ly, be, dxln);
   return WEFT_SUCCESS;
 }

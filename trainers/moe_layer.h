@@ -34,12 +34,20 @@ typedef struct moe_config {
   float capacity_factor, aux_alpha;
 } moe_config;
 
+struct gpt_comm_stream;
+
 /* Where the experts are: nranks == 1 means every expert is local and no weft call is made
- * (comm may then be NULL). comm_s accumulates the time spent in weft calls. */
+ * (comm may then be NULL). With cs, every exchange runs on that stream (comm_stream.h,
+ * which measures its busy and exposed time), so the backward can compute while one is in
+ * flight; without it the exchanges are blocking calls and comm_s accumulates their time.
+ * pending names the exchange started and not yet waited for (also with one rank, where
+ * "exchange" is a copy), so tests can see what the layer computes while one is in flight. */
 typedef struct moe_exchange {
   weft_comm_t comm;
   int rank, nranks;
+  struct gpt_comm_stream *cs;
   double comm_s;
+  const char *pending;
   const char *failed; /* which exchange failed, for the error message */
 } moe_exchange;
 
@@ -90,7 +98,12 @@ weft_status_t moe_layer_forward(moe_layer *ly, moe_scratch *s, moe_exchange *ex,
                                 int rows);
 /* Backward of the last forward, plus the aux loss's gradient (weight 1): dout [rows, d]
  * -> WRITES dxln [rows, d] (must not alias dout); ACCUMULATES g_router and g_experts
- * (the local experts' gradients, unscaled: the caller divides them by nranks). */
+ * (the local experts' gradients, unscaled: the caller divides them by nranks).
+ * Overlap, with ex->cs (the exchanges asynchronous): the router's backward runs while the
+ * output gradients go out, and the experts' weight-gradient products while the input
+ * gradients come back (nothing waits for weight gradients until the optimizer; Megatron-LM
+ * overlaps its tensor-parallel all-reduce of input gradients the same way). Neither
+ * reordering changes a result's bits. */
 weft_status_t moe_layer_backward(moe_layer *ly, moe_scratch *s, moe_exchange *ex, const gpt_backend *be,
                                  const float *router_w, const float *experts, float *g_router,
                                  float *g_experts, const float *xln, const float *dout, float *dxln);

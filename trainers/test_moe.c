@@ -13,6 +13,10 @@
  *    absolute) of ONE process holding every expert, with --groups N on the N ranks' global
  *    batch. As a control, the same process with --groups 1 (capacity over the whole batch,
  *    so other tokens drop) must NOT match, showing the comparison can fail.
+ * 3. The backward's overlap (moe_layer.h): the router's products run while the output
+ *    gradients are out, every expert weight-gradient product while the input gradients
+ *    come back, and no input-gradient product then (it would delay the exchange); and
+ *    weft-train-moe --overlap (the exchanges on a stream) matches one process as in 2.
  * Part 2 launches weftrun from the build directory (WEFT_TOP_BUILDDIR) and passes as
  * "# SKIP" without ../shared/data/tinyshakespeare.txt or the programs.
  */
@@ -134,6 +138,49 @@ static void layer_check(int topk, uint64_t seed) {
                                &rng);
     }
   print_message("largest finite-difference error %.2e (limit %.0e, eps %.0e)\n", fd_worst, fd_tol, (double)fd_eps);
+  layer_free(&c);
+}
+
+/* ----------------------------------------------------------------- overlap */
+
+/* Which exchange was in flight at each matrix product of the backward (layer_ctx.ex). */
+static const moe_exchange *watched;
+static const gpt_backend *cpu;
+static int products_during[2][2]; /* [dispatch, combine][input-gradient, weight-gradient] */
+
+static void watching_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                          const float *b, int ldb, float beta, float *c, int ldc) {
+  const char *p = watched->pending;
+  int which = p == NULL ? -1 : strstr(p, "backward dispatch") ? 0 : strstr(p, "backward combine") ? 1 : -1;
+  /* Weight gradients are the A^T B products that accumulate (beta 1). */
+  if (which >= 0) products_during[which][trans_a && beta == 1.0f]++;
+  cpu->gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void backward_overlaps_the_exchanges_with_independent_products(void **state) {
+  (void)state;
+  layer_ctx c;
+  layer_setup(&c, 2, 5);
+  layer_fn(&c);
+  cpu = c.be;
+  gpt_backend be = *cpu;
+  be.gemm = watching_gemm;
+  watched = &c.ex;
+  memset(products_during, 0, sizeof(products_during));
+  assert_int_equal(moe_layer_backward(&c.ly, &c.s, &c.ex, &be, c.router, c.experts, c.grouter, c.gexperts, c.xln,
+                                      c.r, c.gx),
+                   WEFT_SUCCESS);
+  int active = 0;
+  for (int j = 0; j < c.ly.nlocal; j++) active += c.ly.mstart[j + 1] > c.ly.mstart[j];
+  print_message("%d active experts; products during the dispatch: %d input, %d weight; during the combine: %d "
+                "input, %d weight\n", active, products_during[0][0], products_during[0][1], products_during[1][0],
+                products_during[1][1]);
+  assert_true(active > 0);
+  assert_int_equal(products_during[0][1], 1); /* the router's weight gradient */
+  assert_int_equal(products_during[0][0], 1); /* the router's input gradient */
+  assert_int_equal(products_during[1][1], 2 * active);
+  assert_int_equal(products_during[1][0], 0);
+  assert_null(c.ex.pending);
   layer_free(&c);
 }
 
@@ -261,31 +308,37 @@ static double compare(const run_result *a, const run_result *b, double rel_tol) 
   return tu_max_abs_diff(a->params, b->params, a->n, &at);
 }
 
-/* N ranks with --batch 8/N against one process with every expert and --groups N. */
-static void expect_expert_parallel_matches_one_process(int nranks, int topk) {
+/* N ranks with --batch 8/N (and extra flags) against one process with every expert and
+ * --groups N. */
+static void expect_expert_parallel_matches_one_process(int nranks, int topk, const char *extra) {
   char ep[256], one[256];
-  snprintf(ep, sizeof(ep), "--topk %d --batch %d", topk, GLOBAL_BATCH / nranks);
+  snprintf(ep, sizeof(ep), "--topk %d --batch %d %s", topk, GLOBAL_BATCH / nranks, extra);
   snprintf(one, sizeof(one), "--topk %d --batch %d --groups %d", topk, GLOBAL_BATCH, nranks);
   run_result a, b;
   run_moe(nranks, ep, &a);
   run_moe(1, one, &b);
   double worst = compare(&a, &b, 1e-5);
-  print_message("%d ranks, top-%d: largest parameter difference %.3g (limit 1e-5)\n", nranks, topk, worst);
+  print_message("%d ranks, top-%d%s%s: largest parameter difference %.3g (limit 1e-5)\n", nranks, topk,
+                *extra ? ", " : "", extra, worst);
   assert_true(worst <= 1e-5);
   free(a.params);
   free(b.params);
 }
 
 static void two_ranks_top1_match_one_process_with_two_groups(void **state) {
-  expect_expert_parallel_matches_one_process(2, 1);
+  expect_expert_parallel_matches_one_process(2, 1, "");
 }
 
 static void two_ranks_top2_match_one_process_with_two_groups(void **state) {
-  expect_expert_parallel_matches_one_process(2, 2);
+  expect_expert_parallel_matches_one_process(2, 2, "");
+}
+
+static void two_ranks_overlapped_match_one_process_with_two_groups(void **state) {
+  expect_expert_parallel_matches_one_process(2, 2, "--overlap");
 }
 
 static void four_ranks_top2_match_one_process_with_four_groups(void **state) {
-  expect_expert_parallel_matches_one_process(4, 2);
+  expect_expert_parallel_matches_one_process(4, 2, "");
 }
 
 /* Capacity over the whole batch instead of per rank drops other tokens: the runs differ. */
@@ -310,13 +363,15 @@ int main(int argc, char **argv) {
       cmocka_unit_test_setup(top2_layer_backward_matches_finite_differences, fd_setup),
       cmocka_unit_test_setup(top1_model_gradient_matches_finite_differences, fd_setup),
       cmocka_unit_test_setup(top2_model_gradient_matches_finite_differences, fd_setup),
+      cmocka_unit_test(backward_overlaps_the_exchanges_with_independent_products),
       /* From here on, weft-train-moe runs: skipped without the data or the program. */
       cmocka_unit_test(two_ranks_top1_match_one_process_with_two_groups),
       cmocka_unit_test(two_ranks_top2_match_one_process_with_two_groups),
+      cmocka_unit_test(two_ranks_overlapped_match_one_process_with_two_groups),
       cmocka_unit_test(four_ranks_top2_match_one_process_with_four_groups),
       cmocka_unit_test(one_group_does_not_match_two_ranks),
   };
-  enum { FIRST_RUN = 4 };
+  enum { FIRST_RUN = 5 };
   size_t n = sizeof(tests) / sizeof(tests[0]);
   if (why) tu_skip(tests, FIRST_RUN, n, why);
   return _cmocka_run_group_tests("test_moe", tests, n, NULL, NULL);

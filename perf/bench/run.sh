@@ -65,7 +65,7 @@ for coll in all_reduce all_reduce_fused all_gather reduce_scatter all_to_all bro
   ./membw_floor -c "$coll" $floor_args >> "$out/floor.jsonl" || {
     echo "bench: membw_floor -c $coll failed"; rc=1; }
 done
-# The "0.7 x floor" target, interleaved: the floors above run minutes apart from weft's
+# The "0.8 x floor" target, interleaved: the floors above run minutes apart from weft's
 # sweeps, and these VMs' memory bandwidth moves 30% and more between launches, so each
 # round runs the fused floor, weft's all-reduce and weft's all-reduce on registered
 # buffers (the program's own, -R 1, and weft_mem_alloc's, -R 2) back to back; the report
