@@ -135,9 +135,9 @@ void moe_scratch_free(moe_scratch *s) {
  * is queued on that stream; otherwise it is a blocking call, timed into comm_s. */
 static weft_status_t a2av_start(moe_exchange *ex, const char *what, const float *send, const size_t *sc,
                                 const size_t *sd, float *recv, const size_t *rc, const size_t *rd) {
-  ex->pending = what;
   if (ex->nranks == 1) {
     memcpy(recv + rd[0], send + sd[0], sc[0] * sizeof(float));
+    ex->pending = what;
     return WEFT_SUCCESS;
   }
   weft_status_t st;
@@ -150,7 +150,8 @@ static weft_status_t a2av_start(moe_exchange *ex, const char *what, const float 
     st = weft_all_to_allv(send, sc, sd, recv, rc, rd, WEFT_FLOAT32, ex->comm, NULL);
     ex->comm_s += gpt_now_s() - t0;
   }
-  if (st != WEFT_SUCCESS) ex->failed = what;
+  if (st == WEFT_SUCCESS) ex->pending = what;
+  else ex->failed = what;
   return st;
 }
 
