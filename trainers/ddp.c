@@ -129,13 +129,16 @@ static int micro_steps(ddp *d, double *loss, double *exposed_s, double *comm_s) 
   return st == WEFT_SUCCESS ? 0 : gpt_dist_fail(&d->dp.dist, "gradient all-reduce", st);
 }
 
+enum { STEP_FAILED_BEFORE_UPDATE = 1, STEP_FAILED_AFTER_UPDATE = 2 };
+
 /* One optimizer step on the averaged gradients. They hold the SUM of the K micro-batch
  * means, so the norm and the update divide by K. Every rank holds bit-identical averaged
- * gradients, so every rank computes the same norm and the same update. */
+ * gradients, so every rank computes the same norm and the same update. 0, or where it
+ * failed: before its update (in the gradient all-reduce) or after (in the statistics). */
 static int try_step(ddp *d, gpt_step_stats *s) {
   gpt_model *m = d->dp.base.m;
   double loss, exposed_s, comm_s, K = d->f.accum;
-  if (micro_steps(d, &loss, &exposed_s, &comm_s)) return -1;
+  if (micro_steps(d, &loss, &exposed_s, &comm_s)) return STEP_FAILED_BEFORE_UPDATE;
   double sumsq = gpt_grad_sumsq(m->grads, m->lay.total) / (K * K);
   s->gnorm = (float)sqrt(sumsq);
   float scale = gpt_clip_factor(sumsq, d->dp.base.o.clip) / (float)K;
@@ -145,8 +148,9 @@ static int try_step(ddp *d, gpt_step_stats *s) {
   double v[4] = {loss, comm_s, exposed_s, gpt_peak_rss_mib()};
   /* This rank's own figures, kept if the average fails after the others finished it. */
   *s = (gpt_step_stats){.loss = v[0], .comm_s = v[1], .exposed_s = v[2], .peak_mib = v[3], .gnorm = s->gnorm};
-  if (gpt_dist_average(&d->dp.dist, v, 4, "step statistics")) return -1;
-  if (gpt_elastic_fault(&d->f.elastic, &d->dp, "statistics")) return -1;
+  if (gpt_elastic_fault(&d->f.elastic, &d->dp, "update")) return STEP_FAILED_AFTER_UPDATE;
+  if (gpt_dist_average(&d->dp.dist, v, 4, "step statistics")) return STEP_FAILED_AFTER_UPDATE;
+  if (gpt_elastic_fault(&d->f.elastic, &d->dp, "statistics")) return STEP_FAILED_AFTER_UPDATE;
   /* loss is now the global batch's loss */
   *s = (gpt_step_stats){.loss = v[0], .comm_s = v[1], .exposed_s = v[2], .peak_mib = v[3], .gnorm = s->gnorm};
   return 0;
@@ -173,15 +177,21 @@ static int recover(ddp *d, const char *during, long *at) {
 }
 
 /* One optimizer step; with --elastic a step that failed because a rank died is dropped and
- * run again, with the next batch, on the ranks left. When the others had finished it (only
- * this rank's statistics average failed), it is done, with this rank's own statistics. */
+ * run again, with the next batch, on the ranks left. It is done, with this rank's own
+ * statistics, when the others had finished it (only this rank's statistics average
+ * failed), or when the state every survivor took from the new rank 0 holds its update (the
+ * rank died in the statistics average, after every update: running it again would apply
+ * a second update and end one step late; test_elastic's rank_dies_after_every_update). */
 static int step(void *self, gpt_step_stats *s) {
   ddp *d = self;
-  long here = gpt_elastic_step_at(++d->calls);
-  while (try_step(d, s)) {
+  long here = gpt_elastic_step_at(++d->calls), before = d->dp.base.st.step;
+  int failed;
+  while ((failed = try_step(d, s)) != 0) {
     long at = here;
-    if (!d->f.elastic.on || recover(d, NULL, &at)) return -1;
-    if (at > here) return 0;
+    if (!d->f.elastic.on ||
+        recover(d, failed == STEP_FAILED_AFTER_UPDATE ? "statistics average" : NULL, &at))
+      return -1;
+    if (at > here || d->dp.base.st.step > before) return 0;
   }
   gpt_elastic_step_done(&d->f.elastic, &d->dp);
   return 0;

@@ -20,8 +20,10 @@ int gpt_elastic_check(gpt_elastic *e, int max_batch, char *err, size_t errlen) {
   const char *fault = getenv("WEFT_TRAIN_FAULT");
   if (fault && fault[0] &&
       (sscanf(fault, "%15[a-z]:%ld:%d:%d", e->fault.phase, &e->fault.step, &e->fault.victim, &e->fault.laggard) != 4 ||
-       (strcmp(e->fault.phase, "validation") != 0 && strcmp(e->fault.phase, "statistics") != 0))) {
-    snprintf(err, errlen, "WEFT_TRAIN_FAULT must be validation|statistics:STEP:VICTIM:LAGGARD, got \"%s\"", fault);
+       (strcmp(e->fault.phase, "validation") != 0 && strcmp(e->fault.phase, "statistics") != 0 &&
+        strcmp(e->fault.phase, "update") != 0))) {
+    snprintf(err, errlen, "WEFT_TRAIN_FAULT must be validation|statistics|update:STEP:VICTIM:LAGGARD, got \"%s\"",
+             fault);
     return -1;
   }
   return 0;

@@ -30,7 +30,7 @@ typedef struct gpt_elastic {
   int lost;          /* ranks lost so far */
   double first_step_pending_s; /* when the last recovery ended; 0 after its first step */
   struct {                     /* WEFT_TRAIN_FAULT (tests only; see gpt_elastic_fault) */
-    char phase[16];            /* "validation" or "statistics"; "" when none */
+    char phase[16];            /* "validation", "statistics" or "update"; "" when none */
     long step;
     int victim, laggard;
   } fault;
@@ -62,13 +62,15 @@ int gpt_elastic_recover(gpt_elastic *e, gpt_dp *dp, int *accum, const char *duri
                         size_t errlen);
 
 /* Fault injection for tests (test_elastic.c), from WEFT_TRAIN_FAULT=PHASE:STEP:VICTIM:LAGGARD
- * (ranks of the first communicator): once, when PHASE ("validation" after step STEP, or the
- * "statistics" average of step STEP) has succeeded and no rank was lost yet, every rank
+ * (ranks of the first communicator): once, when PHASE ("validation" after step STEP, the
+ * "statistics" average of step STEP, or its "update" of the parameters, just before that
+ * average) has succeeded and no rank was lost yet, every rank
  * all-gathers its pid (so all have finished the phase), rank VICTIM SIGKILLs itself, and
  * this returns 1 on rank LAGGARD once the victim's process has ended (at most 30 s), which
  * then acts as if its call had failed: the race in which a rank dies after some survivors
- * got its part of a collective and others did not, made certain. 0 otherwise, and always
- * without --elastic. */
+ * got its part of a collective and others did not, made certain. With "update" and no
+ * such LAGGARD (e.g. -1), every survivor fails in the statistics average after its update.
+ * 0 otherwise, and always without --elastic. */
 int gpt_elastic_fault(gpt_elastic *e, const gpt_dp *dp, const char *phase);
 
 /* Called after each successful step: the first one after a recovery prints when it ended

@@ -183,6 +183,15 @@ static void rank_dies_after_the_others_but_rank_0_finished_the_step(void **state
   run_split("statistics", 25, 1, 0); /* the others are in step 26 */
 }
 
+/* Rank 2 dies after every rank applied step 25's update, before the statistics average
+ * that ends the step: every survivor fails in that average, none is ahead, and the state
+ * they take from the new rank 0 holds the update. The step is done; running it again
+ * applied a second update and ended on step 61, as a random kill in run() once did. */
+static void rank_dies_after_every_update(void **state) {
+  (void)state;
+  run_split("update", 25, 2, -1);
+}
+
 static void rank_2_killed_survivors_keep_their_batch(void **state) {
   (void)state;
   run(2, "per-rank");
@@ -204,6 +213,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(rank_dies_after_the_others_but_rank_0_finished_validation),
       cmocka_unit_test(rank_dies_after_the_others_but_rank_1_finished_the_step),
       cmocka_unit_test(rank_dies_after_the_others_but_rank_0_finished_the_step),
+      cmocka_unit_test(rank_dies_after_every_update),
   };
   size_t n = sizeof(tests) / sizeof(tests[0]);
   if (why) tu_skip(tests, 0, n, why);
