@@ -53,7 +53,7 @@ def load(path, l3=None):
 
 def placement_ratios(path, coll, peer, lo, hi, key, higher_better=True):
     """{placement: {size: ratio}} over the rounds where both libraries ran in it."""
-    return {w: {size: q for size, _, _, q in ratio_rows(load(path, w), coll, peer, lo, hi, key,
+    return {w: {size: q for size, _, _, q, _ in ratio_rows(load(path, w), coll, peer, lo, hi, key,
                                                         higher_better)} for w in PLACEMENTS}
 
 
@@ -65,7 +65,9 @@ def fmt_size(s):
 
 
 def ratio_rows(rows, coll, peer, lo, hi, key, higher_better=True):
-    """[(size, weft, peer, ratio)] for sizes in [lo, hi] where both were measured."""
+    """[(size, weft, peer, ratio, spread)] for sizes in [lo, hi] where both were measured;
+    spread is (lowest, highest) of the ratio taken within each round (the libraries ran
+    back to back in a round), from the rows' round_us, for time_us only; else None."""
     out = []
     for (c, lib, size), r in sorted(rows.items(), key=lambda kv: kv[0][2]):
         if c != coll or lib != "weft" or not (lo <= size <= hi):
@@ -74,7 +76,13 @@ def ratio_rows(rows, coll, peer, lo, hi, key, higher_better=True):
         if p is None or not r.get(key) or not p.get(key):
             continue
         w, q = r[key], p[key]
-        out.append((size, w, q, (w / q) if higher_better else (q / w)))
+        spread = None
+        if key == "time_us":
+            wr, pr = r.get("round_us") or {}, p.get("round_us") or {}
+            per = [(pr[k] / wr[k]) if not higher_better else (wr[k] / pr[k])
+                   for k in wr if k in pr and wr[k] and pr[k]]
+            spread = (min(per), max(per)) if len(per) >= 2 else None
+        out.append((size, w, q, (w / q) if higher_better else (q / w), spread))
     return out
 
 
@@ -98,25 +106,35 @@ def floor_of(floors, coll, size):
     return max(found) if found else None
 
 
-def table(title, rows, need, unit, floor=None, by_l3=None):
+def table(title, rows, need, unit, floor=None, by_l3=None, spread_counts=False):
     """floor: size -> floor busbw (or None) adds weft/floor, MPI/floor and ceiling columns;
-    by_l3: {placement: {size: ratio}} adds the ratio over each placement's rounds."""
+    by_l3: {placement: {size: ratio}} adds the ratio over each placement's rounds; rows
+    with a spread (ratio_rows) add the lowest and highest ratio within one round.
+    spread_counts: a row whose median ratio misses but whose ratio reached the target in at
+    least one round (the gap is inside the launch-to-launch spread, shown beside it) counts
+    as met, "met in spread": issue 20 counts such rows as met when the spread is shown."""
     print(f"\n## {title}")
     if not rows:
         print("not measured (sweep or peer missing)")
         return None
+    spreads = any(r[4] for r in rows)
     extra = " weft/floor | MPI/floor | ceiling |" if floor else ""
+    if spreads:
+        extra += " per round |"
     if by_l3:
         extra += " shared L3 | split L3 |"
     print(f"| size | weft {unit} | peer {unit} | ratio | target |{extra} |")
     print("|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if floor else "") +
-          ("---:|---:|" if by_l3 else "") + "---|")
+          ("---:|" if spreads else "") + ("---:|---:|" if by_l3 else "") + "---|")
     ok = True
-    above = misses = beaten = floored = 0
-    for size, w, q, ratio in rows:
+    above = misses = beaten = floored = in_spread = 0
+    for size, w, q, ratio, spread in rows:
         good = ratio >= need
-        ok &= good
         verdict, cols = ("PASS" if good else "MISS"), ""
+        if not good and spread_counts and spread and spread[1] >= need:
+            good, verdict = True, "met in spread"
+            in_spread += 1
+        ok &= good
         if floor:
             f = floor(size)
             ceiling = f / q if f and q else None
@@ -129,12 +147,16 @@ def table(title, rows, need, unit, floor=None, by_l3=None):
                 if ceiling is not None and ceiling < need:
                     above += 1
                     verdict = "MISS (above floor)"
+        if spreads:
+            cols += f" {spread[0]:.2f}-{spread[1]:.2f}x |" if spread else " - |"
         for where in PLACEMENTS if by_l3 else ():
             r = by_l3.get(where, {}).get(size)
             cols += f" {r:.2f}x |" if r else " - |"
         print(f"| {fmt_size(size)} | {w:.3g} | {q:.3g} | {ratio:.2f}x | {need}x |{cols} {verdict} |")
     worst = min(r[3] for r in rows)
-    print(f"- {'PASS' if ok else 'MISS'}: worst ratio {worst:.2f}x (target {need}x)")
+    print(f"- {'PASS' if ok else 'MISS'}: worst ratio {worst:.2f}x (target {need}x)" +
+          (f"; {in_spread} row(s) met only inside the spread of the ratio between rounds"
+           if in_spread else ""))
     if floor and not floored:
         print("- no memory-bandwidth floor measured at these sizes (floor.jsonl): no ceiling")
     elif floor:
@@ -147,7 +169,7 @@ def table(title, rows, need, unit, floor=None, by_l3=None):
 
 
 def interleaved_floor_rows(d, reg):
-    """(size, weft busbw, floor busbw, ratio) from DIR/floor_ab: weft's all-reduce (-R reg)
+    """(size, weft busbw, floor busbw, ratio, spread) from DIR/floor_ab: weft's all-reduce (-R reg)
     and the fused floor run back to back in each round; the ratio is taken within a round,
     then the median over rounds (busbw columns: medians too). [] when not measured."""
     ab = os.path.join(d, "floor_ab")
@@ -177,7 +199,8 @@ def interleaved_floor_rows(d, reg):
     def median(xs):
         xs = sorted(xs)
         return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
-    return [(size, median([w for w, _ in v]), median([f for _, f in v]), median([w / f for w, f in v]))
+    return [(size, median([w for w, _ in v]), median([f for _, f in v]), median([w / f for w, f in v]),
+             (min(w / f for w, f in v), max(w / f for w, f in v)) if len(v) >= 2 else None)
             for size, v in sorted(per.items())]
 
 
@@ -197,7 +220,7 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
         how = "floor measured after the sweeps"
         for (c, lib, size), r in sorted(shm.items(), key=lambda kv: kv[0][2]):
             if c == "all_reduce" and lib == "weft" and size in floor and 16 * MIB <= size <= 256 * MIB:
-                frows.append((size, r["busbw"], floor[size], r["busbw"] / floor[size]))
+                frows.append((size, r["busbw"], floor[size], r["busbw"] / floor[size], None))
     results["all-reduce busbw >= 0.8 x memory-bandwidth floor" + tag] = table(
         f"all-reduce busbw vs the two-thread memory-bandwidth floor (perf/membw_floor; {how})" + tag,
         frows, 0.8, "GB/s")
@@ -206,7 +229,8 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         ok = table(f"{coll}: latency vs Open MPI at every size, np=2 (ratio = MPI time / weft time)" + tag,
                    ratio_rows(shm, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
-                   by_l3=placement_ratios(shm_path, coll, "mpi", 0, 1 << 40, "time_us", False))
+                   by_l3=placement_ratios(shm_path, coll, "mpi", 0, 1 << 40, "time_us", False),
+                   spread_counts=True)
         if ok is not None:
             measured = True
             every &= ok
@@ -231,7 +255,8 @@ def np4_targets(d, np4_name, tag, results):
     measured = False
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         ok = table(f"4 ranks on 2 cores: {coll} vs Open MPI at every size (ratio = MPI time / weft time)" + tag,
-                   ratio_rows(np4, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us")
+                   ratio_rows(np4, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
+                   spread_counts=True)
         if ok is not None:
             measured = True
             four &= ok

@@ -26,7 +26,8 @@ is red for a peer's bug says nothing about weft.
 L3 placement: a round whose probes before and after both said "shared" (or "split") is
 labelled so, else "mixed". Besides the medians over all rounds, compare.md gives weft/MPI
 over the rounds of one placement only (both libraries measured in it), and compare.jsonl
-adds rows with "l3": "shared" / "split" for those medians.
+adds rows with "l3": "shared" / "split" for those medians. Every compare.jsonl row also
+carries round_us, its time per call in each round, for the spread of a ratio.
 """
 import argparse
 import json
@@ -179,18 +180,22 @@ def load(raw):
         for r in rows or []:
             if r["size"] > 0:
                 r["l3"] = l3
+                r["round"] = int(rnd)
                 per_size.setdefault(r["size"], []).append(r)
     return data, banners
 
 
 def summarize(rounds):
-    """Median over rounds; wrong is the largest count seen (None: not checked)."""
+    """Median over rounds; wrong is the largest count seen (None: not checked); round_us:
+    each round's time per call by round number, so that a reader can pair the libraries'
+    rounds (they ran back to back) and show the launch-to-launch spread of a ratio."""
     wrongs = [r["wrong"] for r in rounds if r["wrong"] is not None]
     p50 = [r["p50_us"] for r in rounds if r["p50_us"] is not None]
     return {"time_us": statistics.median(r["time_us"] for r in rounds),
             "busbw": statistics.median(r["busbw"] for r in rounds),
             "p50_us": statistics.median(p50) if p50 else None,
-            "wrong": max(wrongs) if wrongs else None, "rounds": len(rounds)}
+            "wrong": max(wrongs) if wrongs else None, "rounds": len(rounds),
+            "round_us": {str(r["round"]): r["time_us"] for r in rounds if "round" in r}}
 
 
 def fmt_bw(s):
