@@ -6,7 +6,7 @@
  *    say that ranks 0-2 are in all_reduce #6, that rank 3 is idle after #5, and name rank 3
  *    as the one they wait for.
  * 2. SIGSTOP mid-call: 4 ranks loop on 256 KiB all-reduces; rank 0 stops rank 3 with
- *    SIGSTOP after 20 calls. The others time out and write records; then rank 3 is
+ *    SIGSTOP after 20 calls. The others time out and write records; a timeout later rank 3 is
  *    continued, times out itself, and writes its record. The reader must name rank 3.
  * 3. weft_comm_flight_record: the public call returns the JSON (sizes, the too-small-
  *    buffer error) and it parses as the reader expects.
@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -78,6 +79,13 @@ static int stop_body(harness_rank *r) {
     atomic_store(&r->shared->flags[FLAG_FAILED + r->rank], 1);
     if (r->rank == 0) {
       if (!wait_others(r)) harness_fail(r, "ranks 1-2 never failed");
+      /* Stopped a while longer, as a stopped rank is. Where the stop caught rank 3 in the
+       * same call as the others, all four wait in a cycle and its late failure is the only
+       * trace the reader has (more than half a timeout after the first); continued at once,
+       * it failed with the others and the reader could not name it (a CI run on the AMD
+       * VM, 2026-11-27). */
+      struct timespec pause = {TIMEOUT_MS / 1000, (TIMEOUT_MS % 1000) * 1000000L};
+      nanosleep(&pause, NULL);
       kill((pid_t)atomic_load(&r->shared->values[VAL_PID + 3]), SIGCONT);
     }
     harness_wait_flag(r, FLAG_GO, 1, 30 * TIMEOUT_MS);
