@@ -216,7 +216,7 @@ static void populate(void *addr, size_t len) {
  * the probe line only in a probe, which both ends enter). */
 static void write_each_page(void *addr, size_t len) {
   volatile char *p = addr;
-  for (size_t off = 0; off < len; off += 4096) p[off] = p[off];
+  for (size_t off = 0; off < len; off += WEFT__SHM_PAGE) p[off] = p[off];
 }
 
 static void populate_small_paths(const weft__shm_fifo *f) {
