@@ -335,8 +335,12 @@ WEFT_API weft_status_t weft_comm_revoke(weft_comm_t comm);
  *     saw different failures build the same communicator, or fail alike. A rank alive but
  *     silent for comm's timeout is counted as failed; a rank that learns the others left it
  *     out returns WEFT_ERR_REMOTE. When another rank dies while the new communicator is being
- *     built, every survivor's init fails and they agree again (up to 4 times), so the result
- *     is a smaller communicator or an error, never a hang.
+ *     built, the survivors drop it alike (below) and agree again (up to 4 times), so the
+ *     result is a smaller communicator or an error, never a hang.
+ * Both modes end in a commit: the members agree once more, over comm, on the failed ranks
+ * and on whether every member's init succeeded (a member that dies midway can leave some
+ * members initialized and others not). Every member keeps the new communicator, or every
+ * member drops it: WEFT_ERR_REMOTE naming the lost rank (n >= 0), or agreeing again.
  * Collective over the remaining ranks (NCCL and ULFM alike). config: the new communicator's
  * options (NULL, or a timeout left undefined: comm's timeout); blocking is ignored: shrink
  * returns once the new communicator is ready, since it watches the members while it is

@@ -10,8 +10,10 @@
  * Since a rank sends one set to all in a round, two ranks that both finish a round without
  * change hold the same set. A rank that saw a death the deciders did not see goes on to the
  * next round; the deciders' watchers answer its AGREE with the decided set (DECIDED), and it
- * adopts that set. That set may still name a dead rank as alive: building the new
- * communicator then fails on every survivor alike, and shrink agrees again (comm_shrink.c).
+ * adopts that set. That set may still name a dead rank as alive: the commit that ends the
+ * new communicator's build (a second agreement) then drops it on every survivor alike, and
+ * shrink agrees again (comm_shrink.c). Survivors may also raise flags (ft.h), ORed like the
+ * ranks' bits: the commit learns that way whether any survivor's build failed.
  * Sets only grow, so there are at most nranks + 1 rounds. A live rank that sends nothing for
  * the communicator's timeout is counted as failed, so every wait has a deadline. */
 #include <stdlib.h>
@@ -127,7 +129,7 @@ static weft_status_t run_round(round_state *s, uint32_t round, uint8_t *mask, in
 }
 
 weft_status_t weft__agree_failed(struct weft_comm *comm, uint32_t epoch, uint8_t *mask) {
-  round_state s = {comm, epoch, ((size_t)comm->nranks + 7) / 8, NULL, NULL, NULL, 0};
+  round_state s = {comm, epoch, weft__agree_mask_bytes(comm->nranks), NULL, NULL, NULL, 0};
   s.set = malloc(s.mb);
   s.next = malloc(s.mb);
   s.pending = calloc((size_t)comm->nranks, 1);

@@ -6,9 +6,16 @@
  * process hosts the new bootstrap root, and sends it over the fault-tolerance channel (ft.h),
  * authenticated with the old communicator's secret; neither the old communicator's data
  * connections (maybe broken mid-message) nor its bootstrap root (maybe in the dead rank's
- * process) are used. New ranks follow the old ranks' order. When a rank dies while the new
- * communicator is built, every survivor's init fails (the new root or the connections tell
- * them), and in WEFT_SHRINK_FAILED mode they agree again without it, a few times at most. */
+ * process) are used. New ranks follow the old ranks' order.
+ *
+ * Every build ends in a commit (an agreement over the old communicator): each member's init
+ * ends on its own, so a rank that dies while the new communicator is built can leave some
+ * members holding it (they finished their connections with it) and the others an error.
+ * The new communicator is kept only when every member built it and no rank was lost
+ * meanwhile; otherwise every member drops it alike, and in WEFT_SHRINK_FAILED mode they
+ * agree again without the lost, a few times at most (as ULFM's MPI_Comm_shrink ends in an
+ * agreement on the result). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -84,8 +91,7 @@ static weft_status_t await_init(struct weft_comm *comm, const uint8_t *mask, str
     nanosleep(&nap, NULL);
     uint64_t now = weft__now_ns();
     /* Once this rank has joined (peers are allocated right after the root's READY), every
-     * member has, and the root itself reports a death; a member may even have returned and
-     * closed the old communicator, which a probe would mistake for a death. */
+     * member has, and the root itself reports a death; one that dies later is the commit's. */
     if (dropped || now - last_probe < PROBE_EVERY_NS || __atomic_load_n(&next->peers, __ATOMIC_ACQUIRE) != NULL)
       continue;
     last_probe = now;
@@ -120,9 +126,66 @@ static weft_status_t build(struct weft_comm *comm, uint32_t epoch, const uint8_t
   st = weft_comm_init_rank_config(newcomm, size, id, newrank, &background);
   if (st == WEFT_IN_PROGRESS) st = await_init(comm, mask, *newcomm);
   if (st != WEFT_SUCCESS && *newcomm != NULL) {
+    /* The init ran on a thread of its own, which logged its error: carry the message to
+     * this thread, saying that its rank numbers are the new communicator's. */
+    weft__error_quiet(1);
+    weft__error(comm, st, "rank %d: shrink: building the new communicator (as its rank %d of %d): %s", comm->rank,
+                newrank, size, weft_get_last_error(*newcomm));
+    weft__error_quiet(0);
     weft_comm_abort(*newcomm);
     *newcomm = NULL;
   }
+  return st;
+}
+
+/* The commit: the members agree again on the failed ranks, and on whether any member's
+ * build failed (the agreement's flags). built: this rank's build status. Keeps *newcomm
+ * (WEFT_SUCCESS) only when every member built it and no rank was lost meanwhile; else drops
+ * it (NULL) and returns this rank's own build error, or WEFT_ERR_REMOTE naming what another
+ * member saw. *again: 1 when the members may agree again (a rank was lost: mask now holds
+ * it, flags cleared), 0 when they keep it or give up alike (a timeout would only repeat). */
+static weft_status_t commit(struct weft_comm *comm, weft_status_t built, uint8_t *mask, weft_comm_t *newcomm,
+                            int *again) {
+  size_t mb = weft__agree_mask_bytes(comm->nranks);
+  int failed_bit = WEFT__AGREE_BUILD_FAILED(comm->nranks), gave_up_bit = WEFT__AGREE_BUILD_GAVE_UP(comm->nranks);
+  uint8_t *seen = malloc(mb);
+  char why[256] = ""; /* this rank's own build error, for a message naming the lost rank */
+  if (built != WEFT_SUCCESS) snprintf(why, sizeof why, " (here: %s)", weft__thread_last_error());
+  weft_status_t st = seen != NULL ? WEFT_SUCCESS
+                                  : weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shrink: out of memory", comm->rank);
+  *again = 0;
+  if (st == WEFT_SUCCESS) {
+    memcpy(seen, mask, mb);
+    if (built != WEFT_SUCCESS) weft__mask_set(seen, built == WEFT_ERR_REMOTE ? failed_bit : gave_up_bit);
+    st = weft__agree_failed(comm, weft__ft_next_epoch(comm), seen);
+  }
+  int lost = -1;
+  for (int p = 0; st == WEFT_SUCCESS && p < comm->nranks && lost < 0; p++)
+    if (weft__mask_has(seen, p) && !weft__mask_has(mask, p)) lost = p;
+  if (st == WEFT_SUCCESS && lost < 0 && built == WEFT_SUCCESS && !weft__mask_has(seen, failed_bit) &&
+      !weft__mask_has(seen, gave_up_bit)) {
+    free(seen);
+    return WEFT_SUCCESS;
+  }
+  if (*newcomm != NULL) {
+    weft_comm_abort(*newcomm);
+    *newcomm = NULL;
+  }
+  if (st == WEFT_SUCCESS) {
+    *again = !weft__mask_has(seen, gave_up_bit);
+    if (lost >= 0)
+      st = weft__error(comm, WEFT_ERR_REMOTE, "rank %d: shrink: rank %d failed while the new communicator "
+                       "was built; every member drops it%s", comm->rank, lost, why);
+    else if (built == WEFT_SUCCESS)
+      st = weft__error(comm, WEFT_ERR_REMOTE, "rank %d: shrink: another member could not build the new "
+                       "communicator (its log says why); every member drops it", comm->rank);
+    else
+      st = built; /* its message stays this thread's last error (build carried it here) */
+    memcpy(mask, seen, mb);
+    mask[failed_bit >> 3] &= (uint8_t)~(1u << (failed_bit & 7));
+    mask[gave_up_bit >> 3] &= (uint8_t)~(1u << (gave_up_bit & 7));
+  }
+  free(seen);
   return st;
 }
 
@@ -159,12 +222,14 @@ weft_status_t weft_comm_shrink(weft_comm_t comm, const int *exclude_ranks, int n
   weft_config_t cfg = WEFT_CONFIG_INITIALIZER;
   if (config != NULL) cfg = *config;
   if (cfg.timeout_ms == WEFT_CONFIG_UNDEF_INT) cfg.timeout_ms = comm->timeout_ms;
-  uint8_t *mask = calloc(((size_t)comm->nranks + 7) / 8, 1);
+  uint8_t *mask = calloc(weft__agree_mask_bytes(comm->nranks), 1);
   if (mask == NULL) return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: weft_comm_shrink: out of memory", comm->rank);
   weft_status_t st;
-  if (n >= 0) { /* NCCL's shrink: the caller names the ranks; no agreement */
+  int again = 0;
+  if (n >= 0) { /* NCCL's shrink: the caller names the ranks; no agreement on them */
     for (int i = 0; i < n; i++) weft__mask_set(mask, exclude_ranks[i]);
     st = build(comm, weft__ft_next_epoch(comm), mask, &cfg, newcomm);
+    st = commit(comm, st, mask, newcomm, &again);
   } else {
     /* Calls still blocked on comm (this rank's other threads, the other ranks) must end,
      * and the survivors must come here: revoke it everywhere. */
@@ -175,8 +240,9 @@ weft_status_t weft_comm_shrink(weft_comm_t comm, const int *exclude_ranks, int n
       st = weft__agree_failed(comm, epoch, mask);
       if (st != WEFT_SUCCESS) break;
       st = build(comm, epoch, mask, &cfg, newcomm);
-      if (st != WEFT_ERR_REMOTE) break; /* a timeout would only repeat */
-      WEFT_WARN("rank %d: shrink: building the new communicator failed (%s); agreeing again", comm->rank,
+      st = commit(comm, st, mask, newcomm, &again);
+      if (!again) break;
+      WEFT_WARN("rank %d: shrink: the new communicator was dropped (%s); agreeing again", comm->rank,
                 weft__thread_last_error());
     }
   }

@@ -63,7 +63,7 @@ int weft__ft_probe(struct weft_comm *comm, int rank, int wait_ms);
 weft__ft_msg *weft__ft_take(struct weft_comm *comm, uint32_t type, uint32_t epoch, uint32_t round,
                             int from, int wait_ms);
 /* Records the agreement's decision for epoch, so the watcher answers a survivor still in
- * that agreement (its late AGREE) with DECIDED. mask: (nranks + 7) / 8 bytes. */
+ * that agreement (its late AGREE) with DECIDED. mask: weft__agree_mask_bytes(nranks) bytes. */
 void weft__ft_set_decided(struct weft_comm *comm, uint32_t epoch, const uint8_t *mask);
 /* The next shrink epoch of comm (every caller of shrink counts the same). */
 uint32_t weft__ft_next_epoch(struct weft_comm *comm);
@@ -76,10 +76,18 @@ void weft__comm_mark_revoked(struct weft_comm *comm, int by, int broadcast);
 weft_status_t weft__comm_revoked_error(struct weft_comm *comm, const char *what);
 
 /* The agreement (lib/agree.c): survivors agree on the set of failed ranks. mask (in and
- * out, (nranks + 7) / 8 bytes): the ranks known failed on entry; on success the set every
- * survivor decided. Errors: WEFT_ERR_REMOTE (the survivors excluded this rank),
+ * out, weft__agree_mask_bytes(nranks) bytes): the ranks known failed on entry, and the
+ * flags this rank raises; on success the set every survivor decided, with the union of
+ * every survivor's flags. Errors: WEFT_ERR_REMOTE (the survivors excluded this rank),
  * WEFT_ERR_TIMEOUT never: a rank that does not answer in time is counted as failed. */
 weft_status_t weft__agree_failed(struct weft_comm *comm, uint32_t epoch, uint8_t *mask);
+
+/* An agreement's mask: a bit per rank (set: failed), then two flags that survivors raise
+ * and that the agreement ORs like the ranks' bits: comm_shrink.c's commit of a new
+ * communicator uses them to learn whether any survivor's build of it failed. */
+#define WEFT__AGREE_BUILD_FAILED(nranks) (nranks)       /* retry: a rank was lost meanwhile */
+#define WEFT__AGREE_BUILD_GAVE_UP(nranks) ((nranks) + 1) /* no retry: a timeout, no memory */
+static inline size_t weft__agree_mask_bytes(int nranks) { return ((size_t)nranks + 2 + 7) / 8; }
 
 static inline int weft__mask_has(const uint8_t *m, int r) { return (m[r >> 3] >> (r & 7)) & 1; }
 static inline void weft__mask_set(uint8_t *m, int r) { m[r >> 3] |= (uint8_t)(1u << (r & 7)); }

@@ -51,7 +51,7 @@ struct weft__ft {
   uint32_t epoch;
 };
 
-static size_t mask_bytes(const struct weft_comm *comm) { return ((size_t)comm->nranks + 7) / 8; }
+static size_t mask_bytes(const struct weft_comm *comm) { return weft__agree_mask_bytes(comm->nranks); }
 
 /* Constant time, so a wrong secret's timing tells nothing of the right one. */
 static int same_secret(const uint8_t *a, const uint8_t *b) {

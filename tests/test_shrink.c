@@ -1,9 +1,11 @@
 /* test_shrink.c: weft_comm_revoke and weft_comm_shrink (issue 22) on real rank processes:
  * a revoke reaching ranks blocked in a call (timed), NCCL's explicit exclude list, and
  * WEFT_SHRINK_FAILED after a SIGKILL of a non-zero rank and of rank 0 (whose process hosts
- * the bootstrap root in these runs), on shm, socket and two emulated hosts, and with a second
- * rank dying while the survivors shrink. Every new communicator is checked: its size, which
- * old rank each new rank is (old order kept), and exact all-reduce and all-gather results. */
+ * the bootstrap root in these runs), on shm, socket and two emulated hosts, with a second
+ * rank dying while the survivors shrink, and with a member dying midway through the build
+ * of the new communicator (every survivor must end alike). Every new communicator is
+ * checked: its size, which old rank each new rank is (old order kept), and exact all-reduce
+ * and all-gather results. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -13,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -152,6 +156,69 @@ static int member_dies_body(harness_rank *r) {
   return r->failures;
 }
 
+/* ---- a member dies while the new communicator is built ---------------------------------- */
+
+/* Each member's init of the new communicator ends on its own; a member that dies midway
+ * can leave some members with it built and the others failing. Made certain here: the
+ * victim (the last rank) stalls before its second shm setup answer (the message carrying
+ * its segment, which a peer needs to finish), so one member finishes and returns, then dies
+ * 300 ms later; the others never get its segment. sendmsg is interposed at link time
+ * (libweft's calls resolve to this definition) and acts only in the victim's process. */
+static int stall_at_answer; /* > 0: stall before this rank's answer number N, then die */
+static int answers_sent;
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags) {
+  if (stall_at_answer > 0 && msg->msg_controllen > 0 && ++answers_sent == stall_at_answer) {
+    harness_sleep_ms(300);
+    kill(getpid(), SIGKILL);
+  }
+  return syscall(SYS_sendmsg, fd, msg, flags);
+}
+
+/* r->arg: the shrink's n (0: NCCL's explicit list, excluding nobody; WEFT_SHRINK_FAILED).
+ * The survivors must end alike: explicit, all WEFT_ERR_REMOTE naming the victim; FAILED,
+ * all holding the same communicator of the survivors (checked by check_new). */
+static int dies_while_built_body(harness_rank *r) {
+  int victim = r->nranks - 1, n = *(const int *)r->arg;
+  if (r->rank == victim) stall_at_answer = 2;
+  weft_comm_t next = NULL;
+  weft_status_t st = weft_comm_shrink(r->comm, NULL, n, &next, NULL);
+  if (r->rank == victim) harness_sleep_ms(10000); /* dies meanwhile */
+  int size = 0;
+  if (st == WEFT_SUCCESS) weft_comm_count(next, &size);
+  harness_note(r, "shrink: %s, size %d", harness_status_name(st), size);
+  r->shared->values[r->rank] = st == WEFT_SUCCESS ? size : -1;
+  atomic_store(&r->shared->flags[r->rank], 1);
+  for (int p = 0; p < victim; p++)
+    if (!harness_wait_flag(r, p, 1, 20000)) harness_fail(r, "rank %d never returned from shrink", p);
+    else if (r->shared->values[p] != r->shared->values[r->rank])
+      harness_fail(r, "the survivors ended differently: this rank %s, rank %d %s", harness_status_name(st), p,
+                   r->shared->values[p] >= 0 ? "kept a new communicator" : "failed");
+  if (n == WEFT_SHRINK_FAILED && harness_expect_status(r, st, WEFT_SUCCESS, "shrink of the failed")) {
+    int members[HARNESS_MAX_RANKS];
+    for (int p = 0; p < victim; p++) members[p] = p;
+    check_new(r, next, members, victim, "after the victim died mid-build");
+  }
+  if (n >= 0 && harness_expect_status(r, st, WEFT_ERR_REMOTE, "explicit shrink with the victim dead mid-build") &&
+      !harness_names_rank(weft_get_last_error(NULL), victim))
+    harness_fail(r, "the error does not name rank %d: \"%s\"", victim, weft_get_last_error(NULL));
+  if (next != NULL) weft_comm_abort(next);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void run_dies_while_built(void **state) {
+  const void **p = (const void **)*state;
+  harness_opts o = {0};
+  o.nranks = (int)(intptr_t)p[0];
+  o.transport = p[1];
+  o.timeout_ms = TIMEOUT_MS;
+  o.deadline_s = 60;
+  o.may_be_killed = 1u << (o.nranks - 1);
+  harness_run(&o, dies_while_built_body, (void *)p[2]);
+}
+
 /* ---- SIGKILL, then WEFT_SHRINK_FAILED ---------------------------------------------------- */
 
 typedef struct {
@@ -250,6 +317,7 @@ static void run_plain(void **state) {
 
 static const kill_params kill2 = {2, -1, NULL}, kill0 = {0, -1, NULL}, kill3_hosts = {3, -1, "AABB"},
                          kill0_hosts = {0, -1, "AABB"}, kill1_then3 = {1, 3, NULL};
+static const int explicit_none = 0, failed_mode = WEFT_SHRINK_FAILED;
 
 #define T(name, n, tr, fn, arg) {name "_" #n "_ranks_" tr, fn, NULL, NULL, (void *)(const void *[]){(void *)(intptr_t)n, tr, arg}}
 
@@ -268,6 +336,8 @@ int main(void) {
       T("sigkill_rank3_two_emulated_hosts", 4, "auto", run_kill, &kill3_hosts),
       T("sigkill_rank0_two_emulated_hosts", 4, "auto", run_kill, &kill0_hosts),
       T("second_rank_dies_during_shrink", 5, "shm", run_kill, &kill1_then3),
+      T("member_dies_mid_build_explicit_all_fail", 4, "shm", run_dies_while_built, &explicit_none),
+      T("member_dies_mid_build_shrink_failed_agrees_again", 4, "shm", run_dies_while_built, &failed_mode),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
