@@ -182,8 +182,8 @@ static weft_status_t commit(struct weft_comm *comm, weft_status_t built, uint8_t
     else
       st = built; /* its message stays this thread's last error (build carried it here) */
     memcpy(mask, seen, mb);
-    mask[failed_bit >> 3] &= (uint8_t)~(1u << (failed_bit & 7));
-    mask[gave_up_bit >> 3] &= (uint8_t)~(1u << (gave_up_bit & 7));
+    weft__mask_clear(mask, failed_bit);
+    weft__mask_clear(mask, gave_up_bit);
   }
   free(seen);
   return st;

@@ -91,4 +91,5 @@ static inline size_t weft__agree_mask_bytes(int nranks) { return ((size_t)nranks
 
 static inline int weft__mask_has(const uint8_t *m, int r) { return (m[r >> 3] >> (r & 7)) & 1; }
 static inline void weft__mask_set(uint8_t *m, int r) { m[r >> 3] |= (uint8_t)(1u << (r & 7)); }
+static inline void weft__mask_clear(uint8_t *m, int r) { m[r >> 3] &= (uint8_t)~(1u << (r & 7)); }
 #endif

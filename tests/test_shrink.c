@@ -161,7 +161,7 @@ static int member_dies_body(harness_rank *r) {
 /* Each member's init of the new communicator ends on its own; a member that dies midway
  * can leave some members with it built and the others failing. Made certain here: the
  * victim (the last rank) stalls before its second shm setup answer (the message carrying
- * its segment, which a peer needs to finish), so one member finishes and returns, then dies
+ * its segment, which a peer needs to finish), so one member finishes its init, then dies
  * 300 ms later; the others never get its segment. sendmsg is interposed at link time
  * (libweft's calls resolve to this definition) and acts only in the victim's process. */
 static int stall_at_answer; /* > 0: stall before this rank's answer number N, then die */
