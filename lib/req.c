@@ -59,14 +59,20 @@ enum { OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES = 16 << 20 };
 enum { SINGLE_COPY_SMALL_BYTES = 64 << 10 };
 enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 1 << 20 };
 
-int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns) {
+int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
+                                 unsigned copy_verdict) {
   if (r->call == NULL || r->call->fp.coll == 0) return 0;
   weft__coll_t coll = (weft__coll_t)(r->call->fp.coll - 1);
   size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
-  if (coll == WEFT__COLL_BROADCAST) /* the call's size: the chain's chunks of larger ones stay */
-    return !comm->oversubscribed && peer_rt_ns >= BROADCAST_SINGLE_COPY_MIN_RT_NS &&
-           r->bytes >= SINGLE_COPY_SMALL_BYTES && r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
+  int measured = (copy_verdict & WEFT__SINGLE_COPY_MEASURED) != 0;
+  if (coll == WEFT__COLL_BROADCAST) { /* the call's size: the chain's chunks of larger ones stay */
+    int far = measured ? (copy_verdict & WEFT__SINGLE_COPY_ONE_WAY) != 0
+                       : peer_rt_ns >= BROADCAST_SINGLE_COPY_MIN_RT_NS;
+    return !comm->oversubscribed && far && r->bytes >= SINGLE_COPY_SMALL_BYTES &&
+           r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
+  }
   if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
+  if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY)) return 0;
   if (r->bytes < SINGLE_COPY_SMALL_BYTES && (comm->oversubscribed || r->staged)) return 0;
   if (!comm->oversubscribed) return 1;
   /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,

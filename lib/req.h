@@ -109,10 +109,20 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * send (r->staged), not a broadcast. A broadcast message of at most 1 MiB goes single copy
  * when the cores are far apart: peer_rt_ns, the transport's last measured cache-line round
  * trip to the receiver (transports/shm/shm_placement.h; 0: not measured), of 100 ns or more
- * (the FIFO's lines then cross that distance as dirty lines). WEFT_SHM_CMA_CALLS=all
- * overrides it in the shm transport. Thread safety: reads comm's settings, r and its call
- * only. */
-int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns);
+ * (the FIFO's lines then cross that distance as dirty lines). Where the transport measured
+ * both paths to the receiver (copy_verdict, a WEFT__SINGLE_COPY_* mask, 0: not measured;
+ * transports/shm/shm_copy_probe.h), the measurement overrides the guesses: all-gather and
+ * all-to-all(v) stay on two copies unless WEFT__SINGLE_COPY_TWO_WAY, and a broadcast goes
+ * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, whatever peer_rt_ns.
+ * WEFT_SHM_CMA_CALLS=all overrides it in the shm transport. Thread safety: reads comm's
+ * settings, r and its call only. */
+enum {
+  WEFT__SINGLE_COPY_MEASURED = 1, /* the transport measured both paths to this peer ... */
+  WEFT__SINGLE_COPY_TWO_WAY = 2,  /* ... and one copy was faster than copy-in plus copy-out */
+  WEFT__SINGLE_COPY_ONE_WAY = 4,  /* ... and faster than the slower of the two (a pipeline) */
+};
+int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
+                                 unsigned copy_verdict);
 /* weft__req_post's long way (lib/req.c): a space whose operations may still run (a send's
  * bytes are completed first, weft__mem_wait), a reducing receive on a transport that cannot
  * reduce on arrival (staged), a transport that wants to know at once (its post). */

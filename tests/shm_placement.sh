@@ -2,12 +2,14 @@
 # The shm placement probe (transports/shm/shm_placement.h) runs at the first large
 # collective and every 16th after it, on every rank alike, completes (no hang: the test
 # harness's timeout and the comm's deadline bound it), and leaves results exact whatever
-# it decides; it does not run when ranks outnumber cores. TAP output.
+# it decides; it does not run when ranks outnumber cores. The copy probe that follows it
+# (transports/shm/shm_copy_probe.h) runs at the first probe on every rank, times both paths
+# and leaves the same exact results; with more ranks than cores it runs once, alone. TAP output.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1
-echo "1..3"
+echo "1..5"
 ncpu=$(nproc)
 if [ "$ncpu" -lt 2 ]; then
-  for i in 1 2 3; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
+  for i in 1 2 3 4 5; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
   exit 0
 fi
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -22,10 +24,36 @@ p0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
 p1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
 if [ "$p0" -ge 2 ] && [ "$p0" = "$p1" ]; then echo "ok 2 - both ranks ran the same probes ($p0 each)"
 else echo "not ok 2 - probes per rank: rank 0 ran $p0, rank 1 ran $p1 (want equal, >= 2)"; fi
+# The copy probe's times, "... bytes in I ns, out O ns, read R ns": each rank's first probe
+# measured all three (R may be the unusable path's maximum, never 0).
+copy_probes_ok() { # log ranks: every rank's first copy probe line has nonzero times
+  r=0
+  while [ "$r" -lt "$2" ]; do
+    grep -m1 "copy probe 1: rank $r -> peer" "$1" | grep -Eq "in [1-9][0-9]* ns, out [1-9][0-9]* ns, read [1-9][0-9]* ns" || return 1
+    r=$((r + 1))
+  done
+}
+c0=$(grep -c "copy probe [0-9]*: rank 0 -> peer 1" "$log")
+if copy_probes_ok "$log" 2 && [ "$c0" -ge 1 ] && [ "$c0" -le "$p0" ]; then
+  echo "ok 3 - the copy probe ran at the first placement probe on both ranks ($c0 of $p0 probes on rank 0)"
+else
+  echo "not ok 3 - copy probe: rank 0 ran $c0 of $p0 (want the first at least), times:"
+  grep "copy probe" "$log" | head -n 4 | sed 's/^/# /'
+fi
 over=$((ncpu + 1))
-if [ "$over" -gt 9 ]; then echo "ok 3 # SKIP $ncpu cores: $over ranks would take too long here"; exit 0; fi
-WEFT_DEBUG=TRACE ./weftrun -n "$over" ./all_reduce_perf -b 256K -e 256K -n 5 -w 1 -c 1 >"$log" 2>&1
+if [ "$over" -gt 9 ]; then
+  for i in 4 5; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
+  exit 0
+fi
+WEFT_DEBUG=TRACE ./weftrun -n "$over" ./all_reduce_perf -b 256K -e 256K -n 20 -w 1 -c 1 >"$log" 2>&1
 rc=$?
 n=$(grep -c "placement probe" "$log")
-if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 3 - $over ranks on $ncpu cores: no probe"
-else echo "not ok 3 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
+if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 4 - $over ranks on $ncpu cores: no round-trip probe"
+else echo "not ok 4 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
+c=$(grep -c "copy probe" "$log")
+if [ "$rc" = 0 ] && [ "$c" = "$over" ] && copy_probes_ok "$log" "$over"; then
+  echo "ok 5 - $over ranks on $ncpu cores: one copy probe per rank, over 21 large calls"
+else
+  echo "not ok 5 - $over ranks on $ncpu cores: exit $rc, $c copy probe lines (want $over, times nonzero)"
+  grep "copy probe" "$log" | head -n 4 | sed 's/^/# /'
+fi

@@ -4,6 +4,8 @@
  * with more ranks than cores, only calls receiving at most 16 MiB per rank; broadcast
  * messages of at most 1 MiB do when the cores are far apart (a measured round trip >= 100 ns).
  * Below 64 KiB only out-of-place all-gather and all-to-all messages with a core per rank.
+ * Where the transport measured both paths (its copy verdict), the measurement decides
+ * instead of the guesses, within the same bounds.
  * The figures behind the policy are in lib/req.c; the single-copy path itself is swept by
  * tests/cma_collectives.sh and test_guarded. */
 #include <setjmp.h>
@@ -19,9 +21,10 @@
 static struct weft_comm comm2 = {.nranks = 2}, comm4_on_2 = {.nranks = 4, .oversubscribed = 1};
 
 /* Whether a send of msg_bytes (staged or not) in a call of coll over count floats goes single
- * copy, with a measured round trip of rt_ns to the receiver. */
-static int msg_wanted(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, size_t msg_bytes,
-                      int staged, unsigned rt_ns) {
+ * copy, with a measured round trip of rt_ns to the receiver and the transport's copy verdict
+ * (WEFT__SINGLE_COPY_*, 0: not measured). */
+static int msg_wanted_measured(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, size_t msg_bytes,
+                               int staged, unsigned rt_ns, unsigned verdict) {
   weft__fp_call call;
   memset(&call, 0, sizeof(call));
   call.fp.coll = (uint8_t)(coll + 1);
@@ -31,7 +34,12 @@ static int msg_wanted(const struct weft_comm *comm, weft__coll_t coll, uint64_t 
   weft__req_init_send(&r, NULL, NULL, msg_bytes);
   r.call = &call;
   r.staged = staged;
-  return weft__req_single_copy_wanted(comm, &r, rt_ns);
+  return weft__req_single_copy_wanted(comm, &r, rt_ns, verdict);
+}
+
+static int msg_wanted(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, size_t msg_bytes,
+                      int staged, unsigned rt_ns) {
+  return msg_wanted_measured(comm, coll, count, msg_bytes, staged, rt_ns, 0);
 }
 
 /* A 1 MiB message of a call of count floats, the probe not measured yet. */
@@ -110,15 +118,54 @@ static void below_64_kib_only_unstaged_messages_with_a_core_per_rank(void **stat
   assert_true(small_wanted(&comm2, WEFT__COLL_BROADCAST, 64 << 10, 0));
 }
 
+/* The transport measured two copies faster (the AMD VM): all-gather and all-to-all stay on
+ * two copies at every size, with a core per rank or not, and broadcast too, whatever the
+ * round trip says. */
+static void measured_two_copies_faster_keeps_every_call_on_two_copies(void **state) {
+  (void)state;
+  const unsigned two = WEFT__SINGLE_COPY_MEASURED;
+  const weft__coll_t both_ways[] = {WEFT__COLL_ALL_GATHER, WEFT__COLL_ALL_TO_ALL};
+  for (size_t i = 0; i < 2; i++) {
+    assert_false(msg_wanted_measured(&comm2, both_ways[i], 8 << 10, 32 << 10, 0, 380, two));
+    assert_false(msg_wanted_measured(&comm2, both_ways[i], 1 << 18, 1 << 20, 0, 380, two));
+    assert_false(msg_wanted_measured(&comm2, both_ways[i], (uint64_t)1 << 26, 1 << 20, 0, 380, two));
+    assert_false(msg_wanted_measured(&comm4_on_2, both_ways[i], 1 << 16, 1 << 20, 0, 0, two));
+  }
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_ALL_TO_ALLV, 0, 1 << 20, 0, 380, two));
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (256 << 10) / 4, 256 << 10, 0, 380, two));
+  /* one copy faster only when both sides send: broadcast stays on two */
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (256 << 10) / 4, 256 << 10, 0, 380,
+                                   two | WEFT__SINGLE_COPY_TWO_WAY));
+}
+
+/* The transport measured one copy faster (the Intel VM's case): the rules' bounds stay, and
+ * broadcast follows the measurement instead of the round trip. */
+static void measured_one_copy_faster_keeps_the_rules_bounds(void **state) {
+  (void)state;
+  const unsigned both = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY,
+                 all = both | WEFT__SINGLE_COPY_ONE_WAY;
+  assert_true(msg_wanted_measured(&comm2, WEFT__COLL_ALL_GATHER, 1 << 18, 1 << 20, 0, 60, both));
+  assert_true(msg_wanted_measured(&comm2, WEFT__COLL_ALL_TO_ALL, 8 << 10, 32 << 10, 0, 60, both));
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_ALL_TO_ALL, 8 << 10, 32 << 10, 1, 60, both));
+  assert_false(msg_wanted_measured(&comm4_on_2, WEFT__COLL_ALL_TO_ALL, 1 << 22, 1 << 20, 0, 0, both));
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_ALL_REDUCE, 1 << 18, 1 << 20, 0, 380, all));
+  assert_true(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (256 << 10) / 4, 256 << 10, 0, 60, all));
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (2 << 20) / 4, 512 << 10, 0, 60, all));
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (32 << 10) / 4, 32 << 10, 0, 60, all));
+  assert_false(msg_wanted_measured(&comm4_on_2, WEFT__COLL_BROADCAST, (256 << 10) / 4, 256 << 10, 0, 0, all));
+}
+
 static void a_request_outside_a_call_keeps_two_copies(void **state) {
   (void)state;
   weft__req r;
   weft__req_init_send(&r, NULL, NULL, 1 << 20);
-  assert_false(weft__req_single_copy_wanted(&comm2, &r, 500)); /* call NULL */
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 500, 0)); /* call NULL */
   weft__fp_call none;
   memset(&none, 0, sizeof(none)); /* fp.coll 0: no call */
   r.call = &none;
-  assert_false(weft__req_single_copy_wanted(&comm2, &r, 500));
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 500, 0));
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 500, WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY |
+                                                                 WEFT__SINGLE_COPY_ONE_WAY));
 }
 
 int main(void) {
@@ -128,6 +175,8 @@ int main(void) {
       cmocka_unit_test(oversubscribed_ranks_go_single_copy_up_to_16_mib),
       cmocka_unit_test(broadcast_goes_single_copy_up_to_1_mib_between_far_cores),
       cmocka_unit_test(below_64_kib_only_unstaged_messages_with_a_core_per_rank),
+      cmocka_unit_test(measured_two_copies_faster_keeps_every_call_on_two_copies),
+      cmocka_unit_test(measured_one_copy_faster_keeps_the_rules_bounds),
       cmocka_unit_test(a_request_outside_a_call_keeps_two_copies),
   };
   return cmocka_run_group_tests_name("test_single_copy", tests, NULL, NULL);

@@ -46,6 +46,13 @@ typedef struct {
   unsigned peer_rt_ns;                /* the last probe's cache-line round trip (0: none yet),
                                          whatever nt_mode: the core's single-copy policy
                                          reads it (weft__req_single_copy_wanted) */
+  /* The copy probe (shm_copy_probe.h): which path moved its test payload to this peer
+   * faster, a WEFT__SINGLE_COPY_* mask (lib/req.h; 0: not measured). copy_verdict_own: it
+   * was measured on this connection, not taken from another of ours. */
+  unsigned copy_verdict;
+  int copy_verdict_own;
+  uint64_t copy_probe_gen;            /* the placement probe that last ran it (0: none) */
+  int copy_probe_split;               /* nt_out when it ran */
 } weft__shm_conn;
 
 /* Wakes the peer if it sleeps, after what we just published (shm_doorbell.h). */

@@ -40,6 +40,10 @@ typedef struct {
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t ll_done; /* receiver: last LL chunk consumed */
   /* written by both: the sender's placement probe bounces it off the receiver (shm_placement.c) */
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t probe;
+  /* beside it, the copy probe's exchange (shm_copy_probe.h), ordered by probe's steps */
+  uint64_t copy_probe_src;           /* sender: its buffer's address; 0: no copy probe now */
+  uint32_t copy_probe_out_ns;        /* receiver: copying the payload out of the FIFO */
+  uint32_t copy_probe_read_ns;       /* receiver: reading copy_probe_src by single copy */
 } weft__shm_fifo_ctrl;
 
 /* Messages of up to this many bytes travel inside their slot header: one cache line moves

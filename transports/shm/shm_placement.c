@@ -20,6 +20,7 @@
 #include "lib/status.h"
 #include "lib/task.h"
 #include "transports/shm/shm_conn.h"
+#include "transports/shm/shm_copy_probe.h"
 #include "transports/shm/shm_placement.h"
 #include "transports/shm/shm_state.h"
 #include "transports/transport.h"
@@ -38,6 +39,7 @@ int weft__shm_nt_mode(void) {
 typedef struct {
   _Atomic uint64_t *line;
   uint64_t gen;
+  int trips;          /* round trips in all: TRIPS_TOTAL, or 1 (a rendezvous) when oversubscribed */
   int step;           /* initiator: round trips done; responder: answers given */
   int done;
   uint64_t batch_at;  /* initiator: when the current batch of round trips began */
@@ -63,7 +65,7 @@ static int initiate(probe_side *p) {
     if (timed > 0 && mean < p->best_ns) p->best_ns = mean;
     p->batch_at = now;
   }
-  if (p->step == TRIPS_TOTAL) {
+  if (p->step == p->trips) {
     p->done = 1;
     return 1;
   }
@@ -77,7 +79,7 @@ static int respond(probe_side *p) {
   if (atomic_load_explicit(p->line, memory_order_acquire) != word(p->gen, 2 * (uint64_t)p->step + 1))
     return 0;
   atomic_store_explicit(p->line, word(p->gen, 2 * (uint64_t)p->step + 2), memory_order_release);
-  if (++p->step == TRIPS_TOTAL) p->done = 1;
+  if (++p->step == p->trips) p->done = 1;
   return 1;
 }
 
@@ -129,15 +131,15 @@ static weft_status_t probe_blocked(struct weft_comm *comm, int peer) {
 #define PROBE_SPIN_NS 2000000ull
 #define PROBE_NAP_NS 100000L
 
-/* One role until done, the deadline, an abort or the partner's failure. The hot loop reads
- * no clock (a read would distort the timed round trips): only every 1024 idle polls. */
-static weft_status_t run_side(struct weft_comm *comm, probe_side *p, int initiator, int peer) {
+/* Polls until *done, the deadline, an abort or the partner's failure; poll(arg) returns 1
+ * when it moved. The hot loop reads no clock (a read would distort the timed round trips):
+ * only every 1024 idle polls. */
+static weft_status_t drive(struct weft_comm *comm, int peer, int (*poll)(void *), void *arg, const int *done) {
   uint64_t now = weft__now_ns(), deadline = now + (uint64_t)comm->timeout_ms * 1000000ull;
   uint64_t idle_since = now, checked_at = now;
   int moved_since_look = 0;
-  if (initiator) atomic_store_explicit(p->line, word(p->gen, 1), memory_order_release);
-  for (unsigned polls = 1; !p->done; polls++) {
-    if (initiator ? initiate(p) : respond(p)) {
+  for (unsigned polls = 1; !*done; polls++) {
+    if (poll(arg)) {
       moved_since_look = 1;
       continue;
     }
@@ -163,6 +165,33 @@ static weft_status_t run_side(struct weft_comm *comm, probe_side *p, int initiat
   return WEFT_SUCCESS;
 }
 
+static int poll_initiate(void *p) { return initiate(p); }
+static int poll_respond(void *p) { return respond(p); }
+
+/* One role of the round trips until done (or an error, as drive's). */
+static weft_status_t run_side(struct weft_comm *comm, probe_side *p, int initiator, int peer) {
+  if (initiator) atomic_store_explicit(p->line, word(p->gen, 1), memory_order_release);
+  return drive(comm, peer, initiator ? poll_initiate : poll_respond, p, &p->done);
+}
+
+typedef struct {
+  _Atomic uint64_t *line;
+  uint64_t want;
+  int done;
+} awaited;
+
+static int poll_awaited(void *arg) {
+  awaited *a = arg;
+  if (atomic_load_explicit(a->line, memory_order_acquire) != a->want) return 0;
+  a->done = 1;
+  return 1;
+}
+
+weft_status_t weft__shm_probe_await(struct weft_comm *comm, _Atomic uint64_t *line, uint64_t value, int peer) {
+  awaited a = {line, value, 0};
+  return drive(comm, peer, poll_awaited, &a, &a.done);
+}
+
 static int probes_due(const weft__task *t) {
   switch (t->coll) {
   case WEFT__COLL_ALL_REDUCE: case WEFT__COLL_BROADCAST: case WEFT__COLL_REDUCE:
@@ -175,33 +204,13 @@ static int probes_due(const weft__task *t) {
   return t->count * weft__dtype_size(t->dtype) >= WEFT__SHM_PROBE_MIN;
 }
 
-weft_status_t weft__shm_placement_check(weft__task *t) {
-  struct weft_comm *comm = t->comm;
-  if (comm->nranks < 2 || comm->oversubscribed || !probes_due(t)) return WEFT_SUCCESS;
-  weft__shm_state *state = weft__shm_state_of(comm);
-  if (state == NULL) return WEFT_SUCCESS;
-  if (state->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
-  int next, prev, n = comm->nranks;
-  int pos = ring_neighbours(comm, &next, &prev);
-  weft__shm_conn *to = shm_peer(comm, next), *from = shm_peer(comm, prev);
-  /* Every rank takes part whatever its WEFT_SHM_NT_COPY: its partners cannot know it. */
-  uint64_t gen = ++state->placement_probes;
-  probe_side out = {.gen = gen, .best_ns = UINT64_MAX}, in = {.gen = gen};
-  for (int phase = 0; phase < 3; phase++) {
-    if (to != NULL && phase_of(pos, n) == phase) {
-      out.line = &to->out.ctrl->probe;
-      WEFT_TRY(run_side(comm, &out, 1, next));
-    }
-    if (from != NULL && phase_of((pos + n - 1) % n, n) == phase) {
-      in.line = &from->in.ctrl->probe;
-      WEFT_TRY(run_side(comm, &in, 0, prev));
-    }
-  }
-  if (to == NULL) return WEFT_SUCCESS;
+/* The initiator's conclusion from the round trips with its successor: the round trip and,
+ * in auto mode, how large payloads are written (shm_placement.h). */
+static void take_placement(struct weft_comm *comm, weft__shm_conn *to, int next, const probe_side *out) {
   /* The fastest batch: a disturbance (an interrupt, the partner descheduled) only ever
    * makes a batch slower, and two L3s never make one fast. One probe in the 2-rank
    * all-reduce runs measured a median batch of 2109 ns with one L3. */
-  unsigned best = out.best_ns > UINT32_MAX ? UINT32_MAX : (unsigned)out.best_ns;
+  unsigned best = out->best_ns > UINT32_MAX ? UINT32_MAX : (unsigned)out->best_ns;
   int split = best > WEFT__SHM_SPLIT_NS;
   to->peer_rt_ns = best;
   if (to->nt_mode == WEFT__SHM_NT_AUTO && to->nt_out != split) {
@@ -211,6 +220,38 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
     to->nt_out = split;
   }
   WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %u ns per round trip",
-             (unsigned long long)gen, comm->rank, next, best);
+             (unsigned long long)out->gen, comm->rank, next, best);
+}
+
+weft_status_t weft__shm_placement_check(weft__task *t) {
+  struct weft_comm *comm = t->comm;
+  if (comm->nranks < 2 || !probes_due(t)) return WEFT_SUCCESS;
+  weft__shm_state *state = weft__shm_state_of(comm);
+  if (state == NULL) return WEFT_SUCCESS;
+  if (state->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
+  /* With more ranks than cores the round trips say nothing (a partner not running makes
+   * each one a context switch): the first probe only, a rendezvous for the copy probe. */
+  if (comm->oversubscribed && state->placement_probes > 0) return WEFT_SUCCESS;
+  int next, prev, n = comm->nranks;
+  int pos = ring_neighbours(comm, &next, &prev);
+  weft__shm_conn *to = shm_peer(comm, next), *from = shm_peer(comm, prev);
+  /* Every rank takes part whatever its WEFT_SHM_NT_COPY: its partners cannot know it. */
+  uint64_t gen = ++state->placement_probes;
+  int trips = comm->oversubscribed ? 1 : TRIPS_TOTAL;
+  uint32_t copy_step = 2u * (uint32_t)trips; /* the responder's last answer */
+  probe_side out = {.gen = gen, .trips = trips, .best_ns = UINT64_MAX}, in = {.gen = gen, .trips = trips};
+  for (int phase = 0; phase < 3; phase++) {
+    if (to != NULL && phase_of(pos, n) == phase) {
+      out.line = &to->out.ctrl->probe;
+      WEFT_TRY(run_side(comm, &out, 1, next));
+      if (!comm->oversubscribed) take_placement(comm, to, next, &out);
+      WEFT_TRY(weft__shm_copy_probe_send(comm, state, to, next, gen, copy_step, to->nt_out));
+    }
+    if (from != NULL && phase_of((pos + n - 1) % n, n) == phase) {
+      in.line = &from->in.ctrl->probe;
+      WEFT_TRY(run_side(comm, &in, 0, prev));
+      WEFT_TRY(weft__shm_copy_probe_answer(comm, state, from, prev, gen, copy_step));
+    }
+  }
   return WEFT_SUCCESS;
 }

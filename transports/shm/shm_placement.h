@@ -33,7 +33,9 @@
  * because its partners cannot know it. */
 #ifndef WEFT_SHM_PLACEMENT_H
 #define WEFT_SHM_PLACEMENT_H
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "weft.h"
 
 struct weft__task;
@@ -60,4 +62,9 @@ int weft__shm_nt_mode(void);
  * Waits longer than 2 ms sleep rather than spin. Caller holds comm->lock. Not thread-safe
  * per communicator. */
 weft_status_t weft__shm_placement_check(struct weft__task *t);
+
+/* Waits until *line holds value, with the probe's deadline, liveness checks and waiting
+ * policy (spins, then yields, then sleeps; errors as weft__shm_placement_check's, naming
+ * peer). For the steps that follow the round trips (shm_copy_probe.h). */
+weft_status_t weft__shm_probe_await(struct weft_comm *comm, _Atomic uint64_t *line, uint64_t value, int peer);
 #endif

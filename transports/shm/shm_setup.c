@@ -239,6 +239,7 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   long us = weft__env_long("WEFT_SHM_SLEEP_MAX_US", (long)(SHM_SLEEP_MAX_NS / 1000));
   st->sleep_max_ns = us > 0 ? (uint64_t)us * 1000 : SHM_SLEEP_MAX_NS;
   st->nt_mode = weft__shm_nt_mode();
+  st->copy_probe_on = weft__env_long("WEFT_SHM_COPY_PROBE", 1) != 0;
   st->probe = ((uint64_t)getpid() << 32 ^ weft__now_ns() ^ (uint64_t)(uintptr_t)st) | 1;
   if (st->npeers == 0) return WEFT_SUCCESS;
   st->fifo_bytes = weft__shm_fifo_bytes(st->nslots, st->slot_bytes);
@@ -585,5 +586,6 @@ void weft__shm_close(struct weft_comm *comm) {
   free(st->accepted);
   free(st->nonces);
   free(st->scratch);
+  free(st->copy_probe_buf);
   free(st);
 }

@@ -29,6 +29,8 @@ typedef struct {
                                  ones the core wants on one copy (weft__req_single_copy_wanted) */
   uint64_t probe;             /* a random word peers read to test CMA on us */
   char *scratch;              /* SHM_CMA_REDUCE_PIECE bytes, allocated on first use */
+  char *copy_probe_buf;       /* WEFT__SHM_COPY_PROBE_BYTES, allocated on first use */
+  int copy_probe_on;          /* WEFT_SHM_COPY_PROBE (default 1; 0: the rules of lib/req.c alone) */
   int ll_on;                  /* WEFT_PROTO allows LL: messages of <= ll_max bytes to us use it */
   uint64_t ll_max;
   int nt_mode;                /* WEFT_SHM_NT_COPY (shm_placement.h) */

@@ -1,0 +1,141 @@
+/* shm_copy_probe.c: the copy probe; see shm_copy_probe.h.
+ *
+ * Steps on the probe line (after first_step): the sender writes first_step + 2k + 1 when
+ * round k's payload and address are in place, the receiver first_step + 2k + 2 when its
+ * times are in the line beside it. A skip is round 0 with address 0. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include "lib/clock.h"
+#include "lib/comm.h"
+#include "lib/log.h"
+#include "lib/req.h"
+#include "lib/status.h"
+#include "mem/nt_copy.h"
+#include "transports/shm/shm_copy_probe.h"
+#include "transports/shm/shm_fifo.h"
+#include "transports/shm/shm_placement.h"
+
+static uint64_t word(uint64_t gen, uint64_t step) { return gen << 32 | step; }
+
+/* Bytes of the test message this FIFO holds: its payload slots, at most the probe's size,
+ * whole pages (every rank has the same FIFO settings, so both sides agree). */
+static size_t probe_bytes(const weft__shm_fifo *f) {
+  uint64_t room = f->nslots * f->slot_bytes;
+  size_t n = room < WEFT__SHM_COPY_PROBE_BYTES ? (size_t)room : WEFT__SHM_COPY_PROBE_BYTES;
+  return n / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
+}
+
+static char *probe_buf(weft__shm_state *st) {
+  if (st->copy_probe_buf == NULL) st->copy_probe_buf = aligned_alloc(WEFT__SHM_PAGE, WEFT__SHM_COPY_PROBE_BYTES);
+  return st->copy_probe_buf;
+}
+
+static uint32_t clamp_ns(uint64_t ns) { return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns; }
+
+/* Whether the sender runs the measurement now (shm_copy_probe.h's schedule). */
+static int due(const struct weft_comm *comm, const weft__shm_state *st, const weft__shm_conn *to, uint64_t gen,
+               int split) {
+  if (!st->copy_probe_on || to->cma_send_bytes == 0 || to->cma_all) return 0; /* off, unusable, or chosen */
+  if (to->copy_probe_gen == 0) return 1;
+  if (comm->oversubscribed) return 0;
+  return split != to->copy_probe_split || gen - to->copy_probe_gen >= WEFT__SHM_COPY_PROBE_EVERY;
+}
+
+static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer,
+                          uint32_t in, uint32_t out, uint32_t read) {
+  unsigned v = WEFT__SINGLE_COPY_MEASURED;
+  if ((uint64_t)read < (uint64_t)in + out) v |= WEFT__SINGLE_COPY_TWO_WAY;
+  if (read < (in > out ? in : out)) v |= WEFT__SINGLE_COPY_ONE_WAY;
+  if (v != to->copy_verdict || !to->copy_verdict_own)
+    WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u "
+              "ns: all-gather and all-to-all on %s, broadcast on %s", comm->rank, peer,
+              (unsigned)(WEFT__SHM_COPY_PROBE_BYTES / 1024), in, out, read,
+              v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy" : "two copies",
+              v & WEFT__SINGLE_COPY_ONE_WAY ? "one copy (up to 1 MiB)" : "two copies");
+  to->copy_verdict = v;
+  to->copy_verdict_own = 1;
+  for (int i = 0; i < st->npeers; i++)
+    if (!st->conns[i].copy_verdict_own) st->conns[i].copy_verdict = v;
+}
+
+weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to,
+                                        int peer, uint64_t gen, uint32_t first_step, int split) {
+  weft__shm_fifo_ctrl *ctrl = to->out.ctrl;
+  size_t n = probe_bytes(&to->out);
+  /* Empty: the peer has taken every message we sent (a send completes once it is in the
+   * FIFO, so one may still wait for a receive the peer posts after this call). */
+  int empty = atomic_load_explicit(&ctrl->head, memory_order_acquire) == to->tail;
+  char *buf = NULL;
+  if (due(comm, st, to, gen, split) && empty && n >= WEFT__SHM_COPY_PROBE_MIN_BYTES && (buf = probe_buf(st)) == NULL)
+    return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: shm copy probe with peer %d: allocating %u bytes: %s",
+                       comm->rank, peer, WEFT__SHM_COPY_PROBE_BYTES, strerror(ENOMEM));
+  if (buf == NULL) { /* skipped: the peer learns it from the address 0 */
+    ctrl->copy_probe_src = 0;
+    atomic_store_explicit(&ctrl->probe, word(gen, first_step + 1), memory_order_release);
+    return weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2), peer);
+  }
+  uint32_t in = UINT32_MAX, out = UINT32_MAX, read = UINT32_MAX;
+  for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_REPEATS; k++) {
+    memset(buf, (int)(gen + k) | 1, n); /* a message just produced: its lines dirty in our cache */
+    uint64_t t0 = weft__now_ns();
+    if (to->nt_out) weft__nt_copy(to->out.payload, buf, n); /* as shm.c's sends (shm_placement.h) */
+    else memcpy(to->out.payload, buf, n);
+    uint32_t t = clamp_ns(weft__now_ns() - t0);
+    in = t < in ? t : in;
+    ctrl->copy_probe_src = (uint64_t)(uintptr_t)buf;
+    atomic_store_explicit(&ctrl->probe, word(gen, first_step + 2 * k + 1), memory_order_release);
+    WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2 * k + 2), peer));
+    out = ctrl->copy_probe_out_ns < out ? ctrl->copy_probe_out_ns : out;
+    read = ctrl->copy_probe_read_ns < read ? ctrl->copy_probe_read_ns : read;
+  }
+  to->copy_probe_gen = gen;
+  to->copy_probe_split = split;
+  if (out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
+  WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %zu bytes in %u ns, out %u ns, read %u ns",
+             (unsigned long long)gen, comm->rank, peer, n, in, out, read);
+  apply_verdict(comm, st, to, peer, in, out, read);
+  return WEFT_SUCCESS;
+}
+
+/* Reads n bytes at the sender's address src by single copy; the time, or UINT32_MAX when
+ * the read failed (the path is unusable: two copies win). */
+static uint32_t timed_read(const weft__shm_conn *from, char *dst, uint64_t src, size_t n) {
+  if (!from->cma_recv) return UINT32_MAX;
+  uint64_t t0 = weft__now_ns();
+  while (n > 0) {
+    struct iovec local = {dst, n}, remote = {(void *)(uintptr_t)src, n};
+    ssize_t got = process_vm_readv(from->pid, &local, 1, &remote, 1, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return UINT32_MAX;
+    dst += got;
+    src += (uint64_t)got;
+    n -= (size_t)got;
+  }
+  return clamp_ns(weft__now_ns() - t0);
+}
+
+weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *from,
+                                          int peer, uint64_t gen, uint32_t first_step) {
+  weft__shm_fifo_ctrl *ctrl = from->in.ctrl;
+  size_t n = probe_bytes(&from->in);
+  for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_REPEATS; k++) {
+    WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2 * k + 1), peer));
+    uint64_t src = ctrl->copy_probe_src;
+    char *buf = src != 0 ? probe_buf(st) : NULL;
+    if (buf != NULL) {
+      uint64_t t0 = weft__now_ns();
+      memcpy(buf, from->in.payload, n);
+      ctrl->copy_probe_out_ns = clamp_ns(weft__now_ns() - t0);
+      ctrl->copy_probe_read_ns = timed_read(from, buf, src, n);
+    } else { /* skipped, or no memory here: 0, which no real copy takes, says not measured */
+      ctrl->copy_probe_out_ns = 0;
+      ctrl->copy_probe_read_ns = 0;
+    }
+    atomic_store_explicit(&ctrl->probe, word(gen, first_step + 2 * k + 2), memory_order_release);
+    if (src == 0) return WEFT_SUCCESS;
+  }
+  return WEFT_SUCCESS;
+}

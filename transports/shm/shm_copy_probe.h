@@ -1,0 +1,59 @@
+/* shm_copy_probe.h: which of the shm transport's two paths moves bytes to a peer faster on
+ * this machine, measured on the real path: one copy (the peer reads our buffer with
+ * process_vm_readv) or two (we copy into its FIFO, it copies out).
+ *
+ * Why: the guesses in lib/req.c were measured on one machine and lose on another. On the
+ * Intel VM single copy won all-gather and all-to-all 1.3-2.2x; on the AMD EPYC VM (two
+ * CCDs, 440-490 ns cache-line round trips) process_vm_readv read a peer's freshly written
+ * 256 KiB at 12-18 GB/s where memcpy out of a shared mapping read 33-49, and two copies ran
+ * all-gather 1.4-2.5x, all-to-all 1.1-1.6x and broadcast 1.4-2.2x faster (README,
+ * WEFT_SHM_CMA_BYTES). Neither the round trip nor the CPU's vendor tells the two apart; the
+ * kernel's copy against two user-space copies between these two cores does.
+ *
+ * The measurement, after the placement probe's round trips (shm_placement.h), between a
+ * rank and its ring successor, WEFT__SHM_COPY_PROBE_REPEATS times, fastest of each kept:
+ *   sender    writes WEFT__SHM_COPY_PROBE_BYTES into its private buffer (a message freshly
+ *             produced), times copying it into the successor's FIFO payload as a message
+ *             would be (non-temporal stores when nt_out), publishes the buffer's address;
+ *   receiver  times copying the payload out of the FIFO, then reading the sender's buffer
+ *             by process_vm_readv, into one private buffer, and answers with both times.
+ * The sender keeps for its messages to that peer: one copy for calls where both sides
+ * send (all-gather, all-to-all: each core does its copy in and its copy out) when the read
+ * took less than copy-in plus copy-out; for one-way calls (broadcast: the two copies
+ * overlap on two cores) when less than the slower of the two. The payload area is used
+ * only when the FIFO is empty (every earlier message received), and is not published:
+ * the next message overwrites it.
+ * When: at the first placement probe, again when the probe's placement verdict changed
+ * (nt_out), and every WEFT__SHM_COPY_PROBE_EVERY-th probe; with more ranks than cores
+ * once, at the first (without the round trips). Skipped, the sender says so and both go
+ * on at once. Cost on the AMD VM: about 80 us per run (three 256 KiB rounds).
+ * The verdict of the measured connection also serves this rank's other shm connections
+ * until they are measured themselves (the ring's neighbours are the only ones probed). */
+#ifndef WEFT_SHM_COPY_PROBE_H
+#define WEFT_SHM_COPY_PROBE_H
+#include <stdint.h>
+#include "weft.h"
+#include "transports/shm/shm_conn.h"
+#include "transports/shm/shm_state.h"
+
+#define WEFT__SHM_COPY_PROBE_BYTES (256u * 1024u) /* the test message (bytes) ... */
+#define WEFT__SHM_COPY_PROBE_MIN_BYTES (64u * 1024u) /* ... at least this much FIFO payload */
+#define WEFT__SHM_COPY_PROBE_REPEATS 3
+#define WEFT__SHM_COPY_PROBE_EVERY 8   /* placement probes between runs, the placement unchanged */
+#define WEFT__SHM_COPY_PROBE_STEPS (2 * WEFT__SHM_COPY_PROBE_REPEATS) /* probe-line steps it takes */
+
+/* The sender's side toward its ring successor `peer` over `to`, on the placement probe's
+ * line after step first_step of probe generation gen: runs the measurement when due (see
+ * above; `split` is the placement verdict just measured) and sets to->copy_verdict, or
+ * tells the peer it is skipped. Blocks until the peer answers, at most the communicator's
+ * timeout (WEFT_ERR_TIMEOUT naming rank and peer), WEFT_ERR_REMOTE within a few ms of the
+ * peer's death, WEFT_ERR_ABORTED on weft_comm_abort; WEFT_ERR_SYSTEM when the buffer cannot
+ * be allocated. Caller holds comm->lock. */
+weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to,
+                                        int peer, uint64_t gen, uint32_t first_step, int split);
+/* The receiver's side from its ring predecessor `peer` over `from`: waits for the sender's
+ * first step, then measures and answers each round, or returns when the sender skipped.
+ * Errors as weft__shm_copy_probe_send's. Caller holds comm->lock. */
+weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *from,
+                                          int peer, uint64_t gen, uint32_t first_step);
+#endif
