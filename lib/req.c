@@ -58,6 +58,23 @@ enum { OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES = 16 << 20 };
  * 2.71, 64K 5.94 / 5.61). Hence below 64 KiB only the first two. */
 enum { SINGLE_COPY_SMALL_BYTES = 64 << 10 };
 enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 1 << 20 };
+/* All of the above was measured on the Intel VM. On the AMD EPYC VM (Zen 5, two CCDs,
+ * 440-850 ns round trips) process_vm_readv read a peer's freshly written buffer at 12-18
+ * GB/s against memcpy's 33-49, and two copies won every row: 2 ranks all-gather 1.4-2.5x,
+ * all-to-all 1.1-1.6x, broadcast 1.4-2.2x; 4 ranks on 2 cores all-gather 1.4-1.9x. No rule
+ * on the round trip told the machines apart, so where the transport measured both paths
+ * (copy_verdict, transports/shm/shm_copy_probe.h) the measurement replaces the rules'
+ * guess of which path is faster, and the rules keep only their bounds (sizes, staging),
+ * with one exception: */
+/* With more ranks than cores, an all-to-all whose receivers read straight out of their
+ * senders needs no sender to be running while its peers receive, which the copy probe does
+ * not see: on the AMD VM, where it chose two copies, 4 ranks on 2 cores ran out-of-place
+ * all-to-all (us per call, 3 alternating launches, two copies / one copy) 2M 327-353 /
+ * 250-273, 4M 923-934 / 735-874, 8M 2331-2850 / 1785-2137, 16M 4879-5178 / 4387-4574, and
+ * at 1M 135-150 / 158-161 but 836-1367 / 130-250 in other launches (two copies stall there
+ * for ~15 ms a run, also with WEFT_SHM_CMA_BYTES=0: not explained yet); all-gather, a ring
+ * whose steps wait on each other anyway, ran 1.4-2x faster on two copies at 256K-16M.
+ * Hence there all-to-all(v) keeps the rules whatever the probe says. */
 
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict) {
@@ -72,7 +89,8 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
            r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
   }
   if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
-  if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY)) return 0;
+  if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY) && !(comm->oversubscribed && coll != WEFT__COLL_ALL_GATHER))
+    return 0;
   if (r->bytes < SINGLE_COPY_SMALL_BYTES && (comm->oversubscribed || r->staged)) return 0;
   if (!comm->oversubscribed) return 1;
   /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,

@@ -141,9 +141,7 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
   }
 }
 
-/* Reads n bytes at the peer's address src into dst; 0, or an errno (EIO: the peer's
- * buffer ended early). */
-static int cma_read(pid_t pid, void *dst, uint64_t src, size_t n) {
+int weft__shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t n) {
   while (n > 0) {
     struct iovec local = {dst, n};
     struct iovec remote = {(void *)(uintptr_t)src, n};
@@ -191,7 +189,7 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
     size_t piece = view == NULL ? SHM_CMA_REDUCE_PIECE : SHM_CMA_PIECE;
     if (n > piece) n = piece;
     void *to = view == NULL ? *sc->scratch : view + r->done;
-    int err = cma_read(sc->pid, to, h->cma_src + r->done, n);
+    int err = weft__shm_cma_read(sc->pid, to, h->cma_src + r->done, n);
     if (err != 0) return cma_failed(comm, c, sc, err);
     if (view == NULL) weft__req_deliver(r, to, n);
     else r->done += n;

@@ -81,6 +81,10 @@ weft_status_t weft__shm_ll_note_mismatch(struct weft_comm *comm, weft__conn *c,
  * checks whether the peer sent LL instead). */
 int weft__shm_ll_arrived(const weft__shm_conn *sc);
 
+/* Reads n bytes at address src of process pid into dst by single copy (process_vm_readv,
+ * as often as it takes); 0, or an errno (EIO: the peer's buffer ended early). */
+int weft__shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t n);
+
 /* Whether an empty look should also check the other protocol (1 in 64: off the fast path). */
 static inline int weft__shm_cross_check_due(weft__shm_conn *sc) {
   return (++sc->empty_polls & 63) == 0;

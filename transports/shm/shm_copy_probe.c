@@ -7,7 +7,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/log.h"
@@ -105,15 +104,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
 static uint32_t timed_read(const weft__shm_conn *from, char *dst, uint64_t src, size_t n) {
   if (!from->cma_recv) return UINT32_MAX;
   uint64_t t0 = weft__now_ns();
-  while (n > 0) {
-    struct iovec local = {dst, n}, remote = {(void *)(uintptr_t)src, n};
-    ssize_t got = process_vm_readv(from->pid, &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return UINT32_MAX;
-    dst += got;
-    src += (uint64_t)got;
-    n -= (size_t)got;
-  }
+  if (weft__shm_cma_read(from->pid, dst, src, n) != 0) return UINT32_MAX;
   return clamp_ns(weft__now_ns() - t0);
 }
 

@@ -23,8 +23,10 @@
  * order: at the start of the first large collective (uniform sizes, >= WEFT__SHM_PROBE_MIN
  * bytes per rank) and every WEFT__SHM_PROBE_EVERY-th after it. Each rank initiates toward
  * its ring successor (whose FIFO it writes most) and answers its ring predecessor, in two
- * or three phases so that no rank does both at once. Not when ranks outnumber cores (a partner that is not running makes every round
- * trip a context switch, and says nothing about caches).
+ * or three phases so that no rank does both at once. After the round trips each pair runs
+ * the copy probe (shm_copy_probe.h) on the same line. When ranks outnumber cores there are
+ * no round trips (a partner that is not running makes every one a context switch, and says
+ * nothing about caches): the first large collective only meets for the copy probe.
  *
  * WEFT_SHM_NT_COPY (formerly WEFT_SHM_STREAM, still read): auto (default, the probe
  * decides), 1 (always write payloads of at least WEFT__SHM_NT_MIN bytes with non-temporal
@@ -55,7 +57,8 @@ int weft__shm_nt_mode(void);
 /* The transport's before_collective (WEFT__TRANSPORT_CAP_PLACEMENT): every rank calls it
  * before each collective starts (lib/task.c). When the schedule above
  * says so, runs the probe with the ring successor and predecessor over shm and sets
- * nt_out of the successor's connection; otherwise returns at once. Blocks until the
+ * nt_out and peer_rt_ns of the successor's connection, then the copy probe (its
+ * copy_verdict); otherwise returns at once. Blocks until the
  * partners join, at most the communicator's timeout: WEFT_ERR_TIMEOUT naming the rank and
  * peer; within a few ms of a partner's death (its process gone, or the root's notice)
  * WEFT_ERR_REMOTE naming it, and of weft_comm_abort from another thread WEFT_ERR_ABORTED.
