@@ -35,12 +35,10 @@ static char *probe_buf(weft__shm_state *st) {
 static uint32_t clamp_ns(uint64_t ns) { return ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns; }
 
 /* Whether the sender runs the measurement now (shm_copy_probe.h's schedule). */
-static int due(const struct weft_comm *comm, const weft__shm_state *st, const weft__shm_conn *to, uint64_t gen,
-               int split) {
+static int due(const struct weft_comm *comm, const weft__shm_state *st, const weft__shm_conn *to, int split) {
   if (!st->copy_probe_on || to->cma_send_bytes == 0 || to->cma_all) return 0; /* off, unusable, or chosen */
   if (to->copy_probe_gen == 0) return 1;
-  if (comm->oversubscribed) return 0;
-  return split != to->copy_probe_split || gen - to->copy_probe_gen >= WEFT__SHM_COPY_PROBE_EVERY;
+  return !comm->oversubscribed && split != to->copy_probe_split;
 }
 
 static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer,
@@ -68,7 +66,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
    * FIFO, so one may still wait for a receive the peer posts after this call). */
   int empty = atomic_load_explicit(&ctrl->head, memory_order_acquire) == to->tail;
   char *buf = NULL;
-  if (due(comm, st, to, gen, split) && empty && n >= WEFT__SHM_COPY_PROBE_MIN_BYTES && (buf = probe_buf(st)) == NULL)
+  if (due(comm, st, to, split) && empty && n >= WEFT__SHM_COPY_PROBE_MIN_BYTES && (buf = probe_buf(st)) == NULL)
     return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: shm copy probe with peer %d: allocating %u bytes: %s",
                        comm->rank, peer, WEFT__SHM_COPY_PROBE_BYTES, strerror(ENOMEM));
   if (buf == NULL) { /* skipped: the peer learns it from the address 0 */
@@ -76,6 +74,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     atomic_store_explicit(&ctrl->probe, word(gen, first_step + 1), memory_order_release);
     return weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2), peer);
   }
+  weft__shm_payload_ready(to); /* the FIFO is empty: as before a first message */
   uint32_t in = UINT32_MAX, out = UINT32_MAX, read = UINT32_MAX;
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_REPEATS; k++) {
     memset(buf, (int)(gen + k) | 1, n); /* a message just produced: its lines dirty in our cache */

@@ -23,10 +23,12 @@
  * overlap on two cores) when less than the slower of the two. The payload area is used
  * only when the FIFO is empty (every earlier message received), and is not published:
  * the next message overwrites it.
- * When: at the first placement probe, again when the probe's placement verdict changed
- * (nt_out), and every WEFT__SHM_COPY_PROBE_EVERY-th probe; with more ranks than cores
- * once, at the first (without the round trips). Skipped, the sender says so and both go
- * on at once. Cost on the AMD VM: about 80 us per run (three 256 KiB rounds).
+ * When: at the first placement probe, and again only when the probe's placement verdict
+ * changed (nt_out); with more ranks than cores once, at the first (without the round
+ * trips). Skipped, the sender says so and both go on at once. Cost on the AMD VM: a run
+ * (three 256 KiB rounds each way, the caches it leaves cold) made the calls around it
+ * ~600 us slower in all, which as a periodic re-run (every 8th probe, 128 large calls) cost
+ * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run.
  * The verdict of the measured connection also serves this rank's other shm connections
  * until they are measured themselves (the ring's neighbours are the only ones probed). */
 #ifndef WEFT_SHM_COPY_PROBE_H
@@ -39,7 +41,6 @@
 #define WEFT__SHM_COPY_PROBE_BYTES (256u * 1024u) /* the test message (bytes) ... */
 #define WEFT__SHM_COPY_PROBE_MIN_BYTES (64u * 1024u) /* ... at least this much FIFO payload */
 #define WEFT__SHM_COPY_PROBE_REPEATS 3
-#define WEFT__SHM_COPY_PROBE_EVERY 8   /* placement probes between runs, the placement unchanged */
 #define WEFT__SHM_COPY_PROBE_STEPS (2 * WEFT__SHM_COPY_PROBE_REPEATS) /* probe-line steps it takes */
 
 /* The sender's side toward its ring successor `peer` over `to`, on the placement probe's

@@ -215,3 +215,20 @@ int weft__shm_sock_recv(int fd, void *buf, size_t len, int *got_fd, uint64_t dea
     if (wait_fd(fd, POLLIN, deadline_ns) != 0) return -1;
   }
 }
+
+void weft__shm_prefault(void *addr, size_t len, int write_pages) {
+#ifdef MADV_POPULATE_WRITE
+  (void)madvise(addr, len, MADV_POPULATE_WRITE);
+#endif
+  if (!write_pages) return;
+  volatile char *p = addr;
+  for (size_t off = 0; off < len; off += 4096) p[off] = p[off];
+}
+
+void weft__shm_prefault_read(void *addr, size_t len) {
+#ifdef MADV_POPULATE_READ
+  (void)madvise(addr, len, MADV_POPULATE_READ);
+#endif
+  const volatile char *p = addr;
+  for (size_t off = 0; off < len; off += 4096) (void)p[off];
+}

@@ -30,6 +30,21 @@ void weft__shm_segment_close_fd(weft__shm_segment *seg);
 /* Closes the fd and unmaps; safe on a zeroed or already released segment. */
 void weft__shm_segment_release(weft__shm_segment *seg);
 
+/* Readies len bytes at addr (page-aligned, in a segment mapping) for use without faults:
+ * populates their page tables for writing (MADV_POPULATE_WRITE where the kernel has it)
+ * and, when write_pages, writes one byte of each page with the value it holds. Why the
+ * writes: populated but not yet written through a mapping, the first use of each page
+ * cost its writer ~5-10 us on the development VM (2 ranks, 8-byte all-reduce, each call
+ * timed: every other one of the first 64 calls, one per new LL page, took 5-14 us against
+ * 0.5, ~300 us in all, with no page fault counted in either process); the receiver's
+ * write at setup halved it and the sender's removed it, 4 launches each way. The guest
+ * saw no fault, so the cost is below it (the hypervisor, on a page's first write through
+ * a mapping). The caller makes sure nobody else writes those bytes meanwhile. */
+void weft__shm_prefault(void *addr, size_t len, int write_pages);
+/* Maps len bytes at addr into this process's page tables for reading (MADV_POPULATE_READ
+ * where the kernel has it), writing nothing: safe while another process writes them. */
+void weft__shm_prefault_read(void *addr, size_t len);
+
 /* Listens on the abstract socket "\0weft-<16 hex of a keyed hash of secret>-<rank>"
  * (SOCK_SEQPACKET, non-blocking, close-on-exec); the name never shows the secret, and
  * whoever connects must still prove it (shm_setup.c). Returns the fd or -1. */

@@ -195,37 +195,15 @@ static size_t fifo_offset(const shm_state *st, int i) {
  * process (500 calls) against 0.2 after, 3 rounds of 3. The payload slots are left to
  * fault in when a large message first uses them, so memory no message needs stays
  * unallocated. Best effort: older kernels lack MADV_POPULATE_WRITE (Linux 5.14). */
-static void populate(void *addr, size_t len) {
-#ifdef MADV_POPULATE_WRITE
-  (void)madvise(addr, len, MADV_POPULATE_WRITE);
-#else
-  (void)addr, (void)len;
-#endif
-}
-
-/* Each process also writes one byte of every such page through its own mapping (the
- * byte keeps its value). Why: populated but not yet written through a mapping, the first
- * use of each LL page cost its writer ~5-10 us on the development VM (2 ranks, 8-byte
- * all-reduce, each call timed: every other one of the first 64 calls, one per new page,
- * took 5-14 us against 0.5, ~300 us in all, with no page fault counted in either
- * process); the receiver's write at setup halved it and the sender's removed it, 4
- * launches each way. The guest saw no fault, so the cost is below it (the hypervisor,
- * on a page's first write through a mapping). No race: the receiver writes its FIFO
- * before any peer can map the segment, the sender before its first message, and until
- * messages flow the receiver writes nothing in it (head and ll_done move only on receipt,
- * the probe line only in a probe, which both ends enter). */
-static void write_each_page(void *addr, size_t len) {
-  volatile char *p = addr;
-  for (size_t off = 0; off < len; off += WEFT__SHM_PAGE) p[off] = p[off];
-}
-
+/* The pages of the small-message paths (counters, headers, LL), written by both processes
+ * at setup (weft__shm_prefault's why). No race: the receiver writes its FIFO before any
+ * peer can map the segment, the sender before its first message, and until messages flow
+ * the receiver writes nothing in it (head and ll_done move only on receipt, the probe line
+ * only in a probe, which both ends enter). The payload slots are written on first use
+ * (shm.c), so a pair that only ever exchanges small messages commits no payload memory. */
 static void populate_small_paths(const weft__shm_fifo *f) {
-  size_t ctrl = weft__shm_fifo_payload_offset(f->nslots);
-  size_t ll = (size_t)WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE;
-  populate(f->ctrl, ctrl);
-  populate(f->ll, ll);
-  write_each_page(f->ctrl, ctrl);
-  write_each_page(f->ll, ll);
+  weft__shm_prefault(f->ctrl, weft__shm_fifo_payload_offset(f->nslots), 1);
+  weft__shm_prefault(f->ll, (size_t)WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE, 1);
 }
 
 /* The local half of setup: settings, segment and listening socket. */
@@ -255,7 +233,7 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
                           st->nslots, st->slot_bytes);
     populate_small_paths(&st->conns[i].in);
   }
-  populate(st->own.base, WEFT__SHM_SEG_HEADER); /* the doorbell */
+  weft__shm_prefault(st->own.base, WEFT__SHM_SEG_HEADER, 0); /* the doorbell */
   /* Before any peer can map the segment: it reads the flag once, when it does. Not with more
    * ranks than cores: there ranks sleep often and each sleep's membarrier interrupts the
    * CPUs of the running ranks, which measured 5-30% slower on 4 ranks on 2 cores. */
@@ -486,7 +464,7 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, cons
   weft__shm_fifo_attach(&st->conns[i].out, (char *)st->remote[i].base + m->fifo_offset,
                         st->nslots, st->slot_bytes);
   populate_small_paths(&st->conns[i].out);
-  populate(st->remote[i].base, WEFT__SHM_SEG_HEADER); /* its doorbell */
+  weft__shm_prefault(st->remote[i].base, WEFT__SHM_SEG_HEADER, 0); /* its doorbell */
   shm_conn *sc = &st->conns[i];
   sc->cma_send_bytes = m->cma_bytes;
   sc->cma_all = st->cma_all;
