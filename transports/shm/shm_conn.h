@@ -50,8 +50,9 @@ typedef struct {
   /* The copy probe (shm_copy_probe.h): which path moved its test payload to this peer
    * faster, a WEFT__SINGLE_COPY_* mask (lib/req.h; 0: not measured). copy_verdict_own: it
    * was measured on this connection, not taken from another of ours. */
-  int payload_ready;                  /* our writes reached every page of out's payload slots */
-  int payload_mapped;                 /* in's payload slots are in our page tables */
+  uint64_t payload_ready;             /* bytes at the start of each of out's payload slots
+                                         that we have written once (weft__shm_payload_ready) */
+  uint64_t payload_mapped;            /* ... of in's slots that we have read once */
   unsigned copy_verdict;
   int copy_verdict_own;
   uint64_t copy_probe_gen;            /* the placement probe that last ran it (0: none) */
@@ -84,17 +85,39 @@ weft_status_t weft__shm_ll_note_mismatch(struct weft_comm *comm, weft__conn *c,
  * checks whether the peer sent LL instead). */
 int weft__shm_ll_arrived(const weft__shm_conn *sc);
 
-/* Before the first message that uses the payload slots of out (nothing is in them yet):
- * writes each of their pages once (weft__shm_prefault's why), so that cost, about 9 us a
- * page on the development VM, falls on this one message instead of on each page's first
- * use by later ones. Measured: 4 ranks on 2 cores, 1 MiB all-to-all on two copies with 5
- * warm-up calls ran 1163-1343 us per timed call (the last 3 of the 8 slots first written
- * in the timed calls: ~2300 pages, ~20 ms), against 126-182 with 40 warm-up calls. Left
- * lazy at setup so a pair that only exchanges small messages commits no payload memory. */
-static inline void weft__shm_payload_ready(weft__shm_conn *sc) {
-  if (sc->payload_ready) return;
-  sc->payload_ready = 1;
-  weft__shm_prefault(sc->out.payload, sc->out.nslots * sc->out.slot_bytes, 1);
+/* Before a message of msg_bytes through out's payload slots: writes once each page of the
+ * first min(msg_bytes, slot_bytes) bytes of every slot that no earlier message reached
+ * (weft__shm_prefault's why), so that cost, about 9 us a page on the development VM,
+ * falls on the first message of a new size instead of on the later ones that first use
+ * each slot. Measured: 4 ranks on 2 cores, 1 MiB all-to-all on two copies with 5 warm-up
+ * calls ran 1163-1343 us per timed call (the last 3 of the 8 slots first written in the
+ * timed calls: ~2300 pages, ~20 ms), 148-211 with this (126-182 with 40 warm-up calls).
+ * Only as far as messages reach, as before: a pair that exchanges small messages commits
+ * little memory, which matters with many ranks per host. No race: a message in flight
+ * reaches at most payload_ready bytes into its slots (a longer one would have readied whole
+ * slots), so nobody reads the bytes this rewrites with their own values. */
+static inline void weft__shm_payload_ready(weft__shm_conn *sc, uint64_t msg_bytes) {
+  const weft__shm_fifo *f = &sc->out;
+  uint64_t want = msg_bytes < f->slot_bytes ? msg_bytes : f->slot_bytes;
+  want = (want + WEFT__SHM_PAGE - 1) / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
+  if (want > f->slot_bytes) want = f->slot_bytes;
+  if (want <= sc->payload_ready) return;
+  for (uint64_t s = 0; s < f->nslots; s++)
+    weft__shm_prefault(weft__shm_fifo_slot(f, s) + sc->payload_ready, want - sc->payload_ready, 1);
+  sc->payload_ready = want;
+}
+
+/* The receiving side of it, for in's slots, reading only (the sender wrote those pages
+ * before it published the message that needs them). */
+static inline void weft__shm_payload_map(weft__shm_conn *sc, uint64_t msg_bytes) {
+  const weft__shm_fifo *f = &sc->in;
+  uint64_t want = msg_bytes < f->slot_bytes ? msg_bytes : f->slot_bytes;
+  want = (want + WEFT__SHM_PAGE - 1) / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
+  if (want > f->slot_bytes) want = f->slot_bytes;
+  if (want <= sc->payload_mapped) return;
+  for (uint64_t s = 0; s < f->nslots; s++)
+    weft__shm_prefault_read(weft__shm_fifo_slot(f, s) + sc->payload_mapped, want - sc->payload_mapped);
+  sc->payload_mapped = want;
 }
 
 /* Reads n bytes at address src of process pid into dst by single copy (process_vm_readv,

@@ -74,7 +74,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     atomic_store_explicit(&ctrl->probe, word(gen, first_step + 1), memory_order_release);
     return weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2), peer);
   }
-  weft__shm_payload_ready(to); /* the FIFO is empty: as before a first message */
+  weft__shm_payload_ready(to, n); /* the FIFO is empty: as before a message of n bytes */
   uint32_t in = UINT32_MAX, out = UINT32_MAX, read = UINT32_MAX;
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_REPEATS; k++) {
     memset(buf, (int)(gen + k) | 1, n); /* a message just produced: its lines dirty in our cache */
