@@ -85,39 +85,40 @@ weft_status_t weft__shm_ll_note_mismatch(struct weft_comm *comm, weft__conn *c,
  * checks whether the peer sent LL instead). */
 int weft__shm_ll_arrived(const weft__shm_conn *sc);
 
+/* Readies the first min(msg_bytes, slot_bytes) bytes (whole pages) of every slot of f
+ * beyond the *done already readied, writing or only reading them, and records how far. */
+static inline void weft__shm_prefault_slots(const weft__shm_fifo *f, uint64_t *done, uint64_t msg_bytes, int write) {
+  uint64_t want = msg_bytes < f->slot_bytes ? msg_bytes : f->slot_bytes;
+  want = (want + WEFT__SHM_PAGE - 1) / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
+  if (want > f->slot_bytes) want = f->slot_bytes;
+  if (want <= *done) return;
+  for (uint64_t s = 0; s < f->nslots; s++) {
+    char *from = weft__shm_fifo_slot(f, s) + *done;
+    if (write) weft__shm_prefault(from, want - *done, 1);
+    else weft__shm_prefault_read(from, want - *done);
+  }
+  *done = want;
+}
+
 /* Before a message of msg_bytes through out's payload slots: writes once each page of the
  * first min(msg_bytes, slot_bytes) bytes of every slot that no earlier message reached
  * (weft__shm_prefault's why), so that cost, about 9 us a page on the development VM,
  * falls on the first message of a new size instead of on the later ones that first use
  * each slot. Measured: 4 ranks on 2 cores, 1 MiB all-to-all on two copies with 5 warm-up
  * calls ran 1163-1343 us per timed call (the last 3 of the 8 slots first written in the
- * timed calls: ~2300 pages, ~20 ms), 148-211 with this (126-182 with 40 warm-up calls).
+ * timed calls: ~2300 pages, ~20 ms), 149-230 with this (126-182 with 40 warm-up calls).
  * Only as far as messages reach, as before: a pair that exchanges small messages commits
  * little memory, which matters with many ranks per host. No race: a message in flight
  * reaches at most payload_ready bytes into its slots (a longer one would have readied whole
  * slots), so nobody reads the bytes this rewrites with their own values. */
 static inline void weft__shm_payload_ready(weft__shm_conn *sc, uint64_t msg_bytes) {
-  const weft__shm_fifo *f = &sc->out;
-  uint64_t want = msg_bytes < f->slot_bytes ? msg_bytes : f->slot_bytes;
-  want = (want + WEFT__SHM_PAGE - 1) / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
-  if (want > f->slot_bytes) want = f->slot_bytes;
-  if (want <= sc->payload_ready) return;
-  for (uint64_t s = 0; s < f->nslots; s++)
-    weft__shm_prefault(weft__shm_fifo_slot(f, s) + sc->payload_ready, want - sc->payload_ready, 1);
-  sc->payload_ready = want;
+  weft__shm_prefault_slots(&sc->out, &sc->payload_ready, msg_bytes, 1);
 }
 
 /* The receiving side of it, for in's slots, reading only (the sender wrote those pages
  * before it published the message that needs them). */
 static inline void weft__shm_payload_map(weft__shm_conn *sc, uint64_t msg_bytes) {
-  const weft__shm_fifo *f = &sc->in;
-  uint64_t want = msg_bytes < f->slot_bytes ? msg_bytes : f->slot_bytes;
-  want = (want + WEFT__SHM_PAGE - 1) / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
-  if (want > f->slot_bytes) want = f->slot_bytes;
-  if (want <= sc->payload_mapped) return;
-  for (uint64_t s = 0; s < f->nslots; s++)
-    weft__shm_prefault_read(weft__shm_fifo_slot(f, s) + sc->payload_mapped, want - sc->payload_mapped);
-  sc->payload_mapped = want;
+  weft__shm_prefault_slots(&sc->in, &sc->payload_mapped, msg_bytes, 0);
 }
 
 /* Reads n bytes at address src of process pid into dst by single copy (process_vm_readv,
