@@ -34,7 +34,11 @@ copy_probes_ok() { # log ranks: every rank's first copy probe line has nonzero t
   done
 }
 c0=$(grep -c "copy probe [0-9]*: rank 0 -> peer 1" "$log")
-if copy_probes_ok "$log" 2 && [ "$c0" -ge 1 ] && [ "$c0" -le "$p0" ]; then
+# The probe needs single copy; where the kernel refuses it (Yama, seccomp) setup says so.
+no_cma=$(grep -c "CMA not permitted" "$log")
+if [ "$no_cma" -gt 0 ]; then
+  echo "ok 3 # SKIP single copy not permitted here: the copy probe has nothing to measure"
+elif copy_probes_ok "$log" 2 && [ "$c0" -ge 1 ] && [ "$c0" -le "$p0" ]; then
   echo "ok 3 - the copy probe ran at the first placement probe on both ranks ($c0 of $p0 probes on rank 0)"
 else
   echo "not ok 3 - copy probe: rank 0 ran $c0 of $p0 (want the first at least), times:"
@@ -51,7 +55,9 @@ n=$(grep -c "placement probe" "$log")
 if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 4 - $over ranks on $ncpu cores: no round-trip probe"
 else echo "not ok 4 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
 c=$(grep -c "copy probe" "$log")
-if [ "$rc" = 0 ] && [ "$c" = "$over" ] && copy_probes_ok "$log" "$over"; then
+if [ "$(grep -c "CMA not permitted" "$log")" -gt 0 ]; then
+  echo "ok 5 # SKIP single copy not permitted here: the copy probe has nothing to measure"
+elif [ "$rc" = 0 ] && [ "$c" = "$over" ] && copy_probes_ok "$log" "$over"; then
   echo "ok 5 - $over ranks on $ncpu cores: one copy probe per rank, over 21 large calls"
 else
   echo "not ok 5 - $over ranks on $ncpu cores: exit $rc, $c copy probe lines (want $over, times nonzero)"

@@ -41,7 +41,7 @@ static int due(const struct weft_comm *comm, const weft__shm_state *st, const we
   return !comm->oversubscribed && split != to->copy_probe_split;
 }
 
-static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer,
+static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, size_t n,
                           uint32_t in, uint32_t out, uint32_t read) {
   unsigned v = WEFT__SINGLE_COPY_MEASURED;
   if ((uint64_t)read < (uint64_t)in + out) v |= WEFT__SINGLE_COPY_TWO_WAY;
@@ -49,7 +49,7 @@ static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm
   if (v != to->copy_verdict || !to->copy_verdict_own)
     WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u "
               "ns: all-gather and all-to-all on %s, broadcast on %s", comm->rank, peer,
-              (unsigned)(WEFT__SHM_COPY_PROBE_BYTES / 1024), in, out, read,
+              (unsigned)(n / 1024), in, out, read,
               v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy" : "two copies",
               v & WEFT__SINGLE_COPY_ONE_WAY ? "one copy (up to 1 MiB)" : "two copies");
   to->copy_verdict = v;
@@ -94,7 +94,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
   if (out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
   WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %zu bytes in %u ns, out %u ns, read %u ns",
              (unsigned long long)gen, comm->rank, peer, n, in, out, read);
-  apply_verdict(comm, st, to, peer, in, out, read);
+  apply_verdict(comm, st, to, peer, n, in, out, read);
   return WEFT_SUCCESS;
 }
 
