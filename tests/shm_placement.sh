@@ -1,6 +1,6 @@
 #!/bin/sh
-# The shm placement probe (transports/shm/shm_placement.h) runs at the first large
-# collective and every 16th after it, on every rank alike, completes (no hang: the test
+# The shm placement probe (transports/shm/shm_placement.h) runs at the first collective of
+# >= 8 KiB per rank, the first large one and every 16th large one after it, on every rank alike, completes (no hang: the test
 # harness's timeout and the comm's deadline bound it), and leaves results exact whatever
 # it decides; it does not run when ranks outnumber cores. The copy probe that follows it
 # (transports/shm/shm_copy_probe.h) runs at the first probe on every rank, times both paths

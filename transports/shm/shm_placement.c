@@ -192,16 +192,16 @@ weft_status_t weft__shm_probe_await(struct weft_comm *comm, _Atomic uint64_t *li
   return drive(comm, peer, poll_awaited, &a, &a.done);
 }
 
-static int probes_due(const weft__task *t) {
+/* Bytes per rank of a collective whose sizes every rank shares, 0 for any other. */
+static size_t uniform_call_bytes(const weft__task *t) {
   switch (t->coll) {
   case WEFT__COLL_ALL_REDUCE: case WEFT__COLL_BROADCAST: case WEFT__COLL_REDUCE:
   case WEFT__COLL_ALL_GATHER: case WEFT__COLL_REDUCE_SCATTER: case WEFT__COLL_ALL_TO_ALL:
   case WEFT__COLL_GATHER: case WEFT__COLL_SCATTER:
-    break;
+    return t->count * weft__dtype_size(t->dtype);
   default:
     return 0; /* sizes may differ between ranks (all-to-all-v), or not every rank takes part */
   }
-  return t->count * weft__dtype_size(t->dtype) >= WEFT__SHM_PROBE_MIN;
 }
 
 /* The initiator's conclusion from the round trips with its successor: the round trip and,
@@ -225,10 +225,15 @@ static void take_placement(struct weft_comm *comm, weft__shm_conn *to, int next,
 
 weft_status_t weft__shm_placement_check(weft__task *t) {
   struct weft_comm *comm = t->comm;
-  if (comm->nranks < 2 || !probes_due(t)) return WEFT_SUCCESS;
+  size_t bytes = uniform_call_bytes(t);
+  if (comm->nranks < 2 || bytes < WEFT__SHM_PROBE_FIRST_MIN) return WEFT_SUCCESS;
   weft__shm_state *state = weft__shm_state_of(comm);
   if (state == NULL) return WEFT_SUCCESS;
-  if (state->placement_calls++ % WEFT__SHM_PROBE_EVERY != 0) return WEFT_SUCCESS;
+  /* The schedule (shm_placement.h): the first collective of WEFT__SHM_PROBE_FIRST_MIN bytes,
+   * then the first of WEFT__SHM_PROBE_MIN and every WEFT__SHM_PROBE_EVERY-th after it. */
+  int due = state->placement_probes == 0;
+  if (bytes >= WEFT__SHM_PROBE_MIN && state->placement_calls++ % WEFT__SHM_PROBE_EVERY == 0) due = 1;
+  if (!due) return WEFT_SUCCESS;
   /* With more ranks than cores the round trips say nothing (a partner not running makes
    * each one a context switch): the first probe only, a rendezvous for the copy probe. */
   if (comm->oversubscribed && state->placement_probes > 0) return WEFT_SUCCESS;

@@ -20,8 +20,11 @@
  * as a whole; the fastest batch's mean round trip above WEFT__SHM_SPLIT_NS says two L3s
  * (the VM measured 55-70 ns with one L3 and 270-380 with two; perf/l3_probe agrees).
  * The probe needs both ranks at once, so it runs at points all ranks reach in the same
- * order: at the start of the first large collective (uniform sizes, >= WEFT__SHM_PROBE_MIN
- * bytes per rank) and every WEFT__SHM_PROBE_EVERY-th after it. Each rank initiates toward
+ * order: at the start of the first collective of uniform sizes with >= WEFT__SHM_PROBE_FIRST_MIN
+ * bytes per rank (the single-copy floor: the copy probe's verdict serves such calls; a
+ * program whose first calls are small kept the guesses until its first large call, and
+ * on the AMD VM 16-64 KiB all-gather ran 1.5-2x slower on them), at the first large one
+ * (>= WEFT__SHM_PROBE_MIN bytes per rank) and every WEFT__SHM_PROBE_EVERY-th after it. Each rank initiates toward
  * its ring successor (whose FIFO it writes most) and answers its ring predecessor, in two
  * or three phases so that no rank does both at once. After the round trips each pair runs
  * the copy probe (shm_copy_probe.h) on the same line. When ranks outnumber cores there are
@@ -45,6 +48,7 @@ struct weft__task;
 enum { WEFT__SHM_NT_NEVER = 0, WEFT__SHM_NT_ALWAYS = 1, WEFT__SHM_NT_AUTO = 2 };
 
 #define WEFT__SHM_NT_MIN (64u * 1024u)       /* payloads bypass the cache from this size (bytes) */
+#define WEFT__SHM_PROBE_FIRST_MIN (8u * 1024u) /* the first collective of this many bytes per rank probes */
 #define WEFT__SHM_PROBE_MIN (256u * 1024u)   /* collectives of this many bytes per rank probe */
 #define WEFT__SHM_PROBE_EVERY 16             /* ... the first of them and every 16th after */
 #define WEFT__SHM_PROBE_BATCHES 5            /* timed batches of round trips per probe ... */
