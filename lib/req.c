@@ -71,8 +71,8 @@ enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 
  * not see: on the AMD VM, where it chose two copies, 4 ranks on 2 cores ran out-of-place
  * all-to-all (us per call, 3 alternating launches, two copies / one copy) 2M 327-353 /
  * 250-273, 4M 923-934 / 735-874, 8M 2331-2850 / 1785-2137, 16M 4879-5178 / 4387-4574, and
- * at 1M 135-150 / 158-161 but 836-1367 / 130-250 in other launches (two copies stall there
- * for ~15 ms a run, also with WEFT_SHM_CMA_BYTES=0: not explained yet); all-gather, a ring
+ * at 1M 135-150 / 158-161 (836-1367 in other launches were the FIFO pages' first use inside
+ * the timed calls, since readied ahead: shm_conn.h, weft__shm_payload_ready); all-gather, a ring
  * whose steps wait on each other anyway, ran 1.4-2x faster on two copies at 256K-16M.
  * Hence there all-to-all(v) keeps the rules whatever the probe says. */
 

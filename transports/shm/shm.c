@@ -111,7 +111,7 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
   if (sc->cma_posted == 0 && weft__shm_ll_send_eligible(sc, r))
     return weft__shm_ll_send_progress(comm, c, r, progressed);
   if (sc->cma_posted > 0 || cma_eligible(comm, sc, r)) return cma_send_progress(comm, sc, r, progressed);
-  if (r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_ready(sc, r->bytes);
+  if (r->done == 0 && r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_ready(sc, r->bytes);
   for (;;) {
     if (sc->tail - sc->head_seen >= f->nslots) {
       sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
@@ -254,7 +254,7 @@ static weft_status_t shm_recv_test(struct weft_comm *comm, weft__conn *c, weft__
       return weft__error(comm, WEFT_ERR_INTERNAL,
                          "rank %d: recv from peer %d: corrupt shm slot (%zu bytes)", comm->rank,
                          c->peer, n);
-    if (r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_map(sc, r->bytes);
+    if (r->done == 0 && r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_map(sc, r->bytes);
     weft__req_deliver(r, weft__shm_fifo_data(f, h, sc->head, r->bytes), n);
     atomic_store_explicit(&f->ctrl->head, ++sc->head, memory_order_release);
     weft__shm_ring_peer(sc);

@@ -17,8 +17,6 @@
 #include "transports/shm/shm_fifo.h"
 #include "transports/shm/shm_placement.h"
 
-static uint64_t word(uint64_t gen, uint64_t step) { return gen << 32 | step; }
-
 /* Bytes of the test message this FIFO holds: its payload slots, at most the probe's size,
  * whole pages (every rank has the same FIFO settings, so both sides agree). */
 static size_t probe_bytes(const weft__shm_fifo *f) {
@@ -71,8 +69,8 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
                        comm->rank, peer, WEFT__SHM_COPY_PROBE_BYTES, strerror(ENOMEM));
   if (buf == NULL) { /* skipped: the peer learns it from the address 0 */
     ctrl->copy_probe_src = 0;
-    atomic_store_explicit(&ctrl->probe, word(gen, first_step + 1), memory_order_release);
-    return weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2), peer);
+    atomic_store_explicit(&ctrl->probe, weft__shm_probe_word(gen, first_step + 1), memory_order_release);
+    return weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2), peer);
   }
   weft__shm_payload_ready(to, n); /* the FIFO is empty: as before a message of n bytes */
   uint32_t in = UINT32_MAX, out = UINT32_MAX, read = UINT32_MAX;
@@ -84,8 +82,8 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     uint32_t t = clamp_ns(weft__now_ns() - t0);
     in = t < in ? t : in;
     ctrl->copy_probe_src = (uint64_t)(uintptr_t)buf;
-    atomic_store_explicit(&ctrl->probe, word(gen, first_step + 2 * k + 1), memory_order_release);
-    WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2 * k + 2), peer));
+    atomic_store_explicit(&ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), memory_order_release);
+    WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 2), peer));
     out = ctrl->copy_probe_out_ns < out ? ctrl->copy_probe_out_ns : out;
     read = ctrl->copy_probe_read_ns < read ? ctrl->copy_probe_read_ns : read;
   }
@@ -112,7 +110,7 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
   weft__shm_fifo_ctrl *ctrl = from->in.ctrl;
   size_t n = probe_bytes(&from->in);
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_REPEATS; k++) {
-    WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, word(gen, first_step + 2 * k + 1), peer));
+    WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), peer));
     uint64_t src = ctrl->copy_probe_src;
     char *buf = src != 0 ? probe_buf(st) : NULL;
     if (buf != NULL) {
@@ -124,7 +122,7 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
       ctrl->copy_probe_out_ns = 0;
       ctrl->copy_probe_read_ns = 0;
     }
-    atomic_store_explicit(&ctrl->probe, word(gen, first_step + 2 * k + 2), memory_order_release);
+    atomic_store_explicit(&ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 2), memory_order_release);
     if (src == 0) return WEFT_SUCCESS;
   }
   return WEFT_SUCCESS;

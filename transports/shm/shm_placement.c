@@ -51,12 +51,10 @@ typedef struct {
  * sizeable part of a 60-100 ns round trip, and the clock ticks in 10 ns steps). */
 enum { TRIPS_TOTAL = 1 + WEFT__SHM_PROBE_BATCHES * WEFT__SHM_PROBE_BATCH_TRIPS };
 
-static uint64_t word(uint64_t gen, uint64_t step) { return gen << 32 | step; }
-
 /* Advances the initiator as far as it can; returns 1 when it moved. */
 static int initiate(probe_side *p) {
   if (p->done) return 0;
-  if (atomic_load_explicit(p->line, memory_order_acquire) != word(p->gen, 2 * (uint64_t)p->step + 2))
+  if (atomic_load_explicit(p->line, memory_order_acquire) != weft__shm_probe_word(p->gen, 2 * (uint64_t)p->step + 2))
     return 0;
   int timed = ++p->step - 1; /* timed round trips completed */
   if (timed % WEFT__SHM_PROBE_BATCH_TRIPS == 0) {
@@ -69,16 +67,16 @@ static int initiate(probe_side *p) {
     p->done = 1;
     return 1;
   }
-  atomic_store_explicit(p->line, word(p->gen, 2 * (uint64_t)p->step + 1), memory_order_release);
+  atomic_store_explicit(p->line, weft__shm_probe_word(p->gen, 2 * (uint64_t)p->step + 1), memory_order_release);
   return 1;
 }
 
 /* Answers the initiator's pending step, if it came; returns 1 when it did. */
 static int respond(probe_side *p) {
   if (p->done) return 0;
-  if (atomic_load_explicit(p->line, memory_order_acquire) != word(p->gen, 2 * (uint64_t)p->step + 1))
+  if (atomic_load_explicit(p->line, memory_order_acquire) != weft__shm_probe_word(p->gen, 2 * (uint64_t)p->step + 1))
     return 0;
-  atomic_store_explicit(p->line, word(p->gen, 2 * (uint64_t)p->step + 2), memory_order_release);
+  atomic_store_explicit(p->line, weft__shm_probe_word(p->gen, 2 * (uint64_t)p->step + 2), memory_order_release);
   if (++p->step == p->trips) p->done = 1;
   return 1;
 }
@@ -170,7 +168,7 @@ static int poll_respond(void *p) { return respond(p); }
 
 /* One role of the round trips until done (or an error, as drive's). */
 static weft_status_t run_side(struct weft_comm *comm, probe_side *p, int initiator, int peer) {
-  if (initiator) atomic_store_explicit(p->line, word(p->gen, 1), memory_order_release);
+  if (initiator) atomic_store_explicit(p->line, weft__shm_probe_word(p->gen, 1), memory_order_release);
   return drive(comm, peer, initiator ? poll_initiate : poll_respond, p, &p->done);
 }
 

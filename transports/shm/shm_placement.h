@@ -70,6 +70,9 @@ int weft__shm_nt_mode(void);
  * per communicator. */
 weft_status_t weft__shm_placement_check(struct weft__task *t);
 
+/* A probe line's value: the probe's generation (the same on every rank) and its step. */
+static inline uint64_t weft__shm_probe_word(uint64_t gen, uint64_t step) { return gen << 32 | step; }
+
 /* Waits until *line holds value, with the probe's deadline, liveness checks and waiting
  * policy (spins, then yields, then sleeps; errors as weft__shm_placement_check's, naming
  * peer). For the steps that follow the round trips (shm_copy_probe.h). */

@@ -216,13 +216,15 @@ int weft__shm_sock_recv(int fd, void *buf, size_t len, int *got_fd, uint64_t dea
   }
 }
 
+#define SEGMENT_PAGE 4096 /* one access per page: the smallest page the mappings use */
+
 void weft__shm_prefault(void *addr, size_t len, int write_pages) {
 #ifdef MADV_POPULATE_WRITE
   (void)madvise(addr, len, MADV_POPULATE_WRITE);
 #endif
   if (!write_pages) return;
   volatile char *p = addr;
-  for (size_t off = 0; off < len; off += 4096) p[off] = p[off];
+  for (size_t off = 0; off < len; off += SEGMENT_PAGE) p[off] = p[off];
 }
 
 void weft__shm_prefault_read(void *addr, size_t len) {
@@ -230,5 +232,5 @@ void weft__shm_prefault_read(void *addr, size_t len) {
   (void)madvise(addr, len, MADV_POPULATE_READ);
 #endif
   const volatile char *p = addr;
-  for (size_t off = 0; off < len; off += 4096) (void)p[off];
+  for (size_t off = 0; off < len; off += SEGMENT_PAGE) (void)p[off];
 }
