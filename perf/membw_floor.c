@@ -33,6 +33,8 @@
  * earlier floor.jsonl files and the "0.7 x floor" target; all_reduce_fused is its least-traffic
  * form, the one comparable with the other collectives.
  *
+ * The all-reduce forms check their outputs after timing (exit 1 if either is not in_0 + in_1),
+ * so a floor that skipped work could not read fast.
  * Buffers are first touched by the thread that owns them (in_t, out_t by thread t). Time is
  * the mean over -n barrier-separated iterations after -w warm-ups, as in perf/compare.
  * GB/s = 1e9 B/s, so busbw compares one to one with the perf tools' busbw column.
@@ -224,6 +226,13 @@ static int touch_all(float **bufs, size_t count) {
   return pthread_join(th, NULL);
 }
 
+/* The all-reduce forms really reduce: both outputs hold in_0 + in_1 (exact: small integers). */
+static int all_reduce_exact(float **bufs, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    if (bufs[2][i] != bufs[0][i] + bufs[1][i] || bufs[3][i] != bufs[2][i]) return 0;
+  return 1;
+}
+
 static int parse_coll(const char *s) {
   for (int k = 0; k < NUM_COLLS; k++)
     if (strcmp(s, coll_names[k]) == 0) return k;
@@ -267,6 +276,11 @@ int main(int argc, char **argv) {
   for (size_t bytes = minb; bytes <= maxb; bytes *= (size_t)factor) {
     size_t s = bytes / 8 * 8; /* two whole float blocks, as bench_common.h rounds */
     double t = measure((coll_t)coll, bufs, s, iters, warmup);
+    if ((coll == ALL_REDUCE || coll == ALL_REDUCE_FUSED) && !all_reduce_exact(bufs, s / sizeof(float))) {
+      fprintf(stderr, "%s: %s at %zu bytes left an output that is not in_0 + in_1\n", "membw_floor",
+              coll_names[coll], s);
+      return 1;
+    }
     printf("{\"coll\": \"%s\", \"size\": %zu, \"time_us\": %.2f, \"busbw\": %.3f}\n", coll_names[coll], s,
            t * 1e6, (double)s / t / 1e9 * coll_factor[coll]);
     fflush(stdout);

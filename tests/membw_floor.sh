@@ -1,0 +1,25 @@
+#!/bin/sh
+# membw_floor.sh: perf/membw_floor runs every collective form and prints its row (TAP). The
+# all-reduce forms check their own outputs (in_0 + in_1 in both, else exit 1), so a floor that
+# skips work fails here rather than reading fast in make bench. The size is not a multiple of
+# the 64 KiB chunk (a partial last chunk).
+tool=./membw_floor
+if [ ! -x "$tool" ]; then
+  echo "1..0 # SKIP membw_floor not built"
+  exit 0
+fi
+colls="all_reduce all_reduce_fused all_gather reduce_scatter all_to_all broadcast"
+echo "1..6"
+n=0
+for coll in $colls; do
+  n=$((n + 1))
+  out=$("$tool" -c "$coll" -b 1000000 -e 2000000 -n 3 -w 2 2>&1)
+  rc=$?
+  rows=$(echo "$out" | grep -c "^{\"coll\": \"$coll\", \"size\": [0-9]*, \"time_us\": [0-9.]*, \"busbw\": [0-9.]*}$")
+  if [ "$rc" = 0 ] && [ "$rows" = 2 ]; then
+    echo "ok $n - membw_floor -c $coll: 2 rows, outputs checked"
+  else
+    echo "not ok $n - membw_floor -c $coll (exit $rc, $rows rows)"
+    echo "$out" | sed 's/^/# /'
+  fi
+done
