@@ -39,11 +39,19 @@ static int due(const struct weft_comm *comm, const weft__shm_state *st, const we
   return !comm->oversubscribed && split != to->copy_probe_split;
 }
 
+unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_ns) {
+  /* read (1 + margin) < other, in integers: read (100 + margin) < other 100 */
+  uint64_t read = (uint64_t)read_ns * (100 + WEFT__SHM_COPY_PROBE_MARGIN_PCT);
+  uint64_t both = ((uint64_t)in_ns + out_ns) * 100, slower = (uint64_t)(in_ns > out_ns ? in_ns : out_ns) * 100;
+  unsigned v = WEFT__SINGLE_COPY_MEASURED;
+  if (read < both) v |= WEFT__SINGLE_COPY_TWO_WAY;
+  if (read < slower) v |= WEFT__SINGLE_COPY_ONE_WAY;
+  return v;
+}
+
 static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, size_t n,
                           uint32_t in, uint32_t out, uint32_t read) {
-  unsigned v = WEFT__SINGLE_COPY_MEASURED;
-  if ((uint64_t)read < (uint64_t)in + out) v |= WEFT__SINGLE_COPY_TWO_WAY;
-  if (read < (in > out ? in : out)) v |= WEFT__SINGLE_COPY_ONE_WAY;
+  unsigned v = weft__shm_copy_verdict(in, out, read);
   if (v != to->copy_verdict || !to->copy_verdict_own)
     WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u "
               "ns: all-gather and all-to-all on %s, broadcast on %s", comm->rank, peer,

@@ -20,7 +20,8 @@
  * The sender keeps for its messages to that peer: one copy for calls where both sides
  * send (all-gather, all-to-all: each core does its copy in and its copy out) when the read
  * took less than copy-in plus copy-out; for one-way calls (broadcast: the two copies
- * overlap on two cores) when less than the slower of the two. The payload area is used
+ * overlap on two cores) when less than the slower of the two; both by a margin
+ * (weft__shm_copy_verdict). The payload area is used
  * only when the FIFO is empty (every earlier message received), and is not published:
  * the next message overwrites it.
  * When: at the first placement probe, and again only when the probe's placement verdict
@@ -42,6 +43,17 @@
 #define WEFT__SHM_COPY_PROBE_MIN_BYTES (64u * 1024u) /* ... at least this much FIFO payload */
 #define WEFT__SHM_COPY_PROBE_REPEATS 3
 #define WEFT__SHM_COPY_PROBE_STEPS (2 * WEFT__SHM_COPY_PROBE_REPEATS) /* probe-line steps it takes */
+
+/* The verdict from one measurement (ns, fastest of the rounds): WEFT__SINGLE_COPY_MEASURED,
+ * plus WEFT__SINGLE_COPY_TWO_WAY when the read beat copy-in plus copy-out and
+ * WEFT__SINGLE_COPY_ONE_WAY when it beat the slower of the two, each by the margin below.
+ * Why a margin: the two mistakes cost unequally. On the AMD EPYC VM one launch in eight
+ * measured the read (19.5 us) just under copy-in plus copy-out and ran all-gather on one
+ * copy: 16 MiB 1497 us per call against 797-841 in the other launches, 64 MiB 7832 against
+ * 5095-5696; a machine where one copy wins by less than the margin loses at most that
+ * much on two copies. Pure; thread-safe. */
+#define WEFT__SHM_COPY_PROBE_MARGIN_PCT 20 /* one copy must be this much faster (percent) */
+unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_ns);
 
 /* The sender's side toward its ring successor `peer` over `to`, on the placement probe's
  * line after step first_step of probe generation gen: runs the measurement when due (see
