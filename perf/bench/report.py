@@ -21,6 +21,10 @@ for both libraries. The PASS / MISS verdict uses the medians over all rounds.
 
 The busbw tables against Open MPI also show weft/floor, MPI/floor and the ceiling =
 floor / MPI: the highest ratio to Open MPI any implementation could reach on this machine.
+Where the sweep ran a floor in each round (DIR/SWEEP/raw/COLL.floor.rK.jsonl, perf/compare's
+COMPARE_FLOOR=1) the three are medians of ratios taken within a round; else they come from
+DIR/floor.jsonl, measured once after the sweeps. The "0.8 x floor" target falls back to the
+per-round floors when DIR/floor_ab is missing.
 A missed row whose ceiling is below the target is marked "MISS (above floor)"; it is still
 a miss. The all-reduce floor used there is the higher of all_reduce and all_reduce_fused
 (its least-traffic form), and so does the "0.8 x floor" target.
@@ -106,8 +110,58 @@ def floor_of(floors, coll, size):
     return max(found) if found else None
 
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def round_floors(raw, coll):
+    """{size: {round: floor time_us}} from a sweep's raw/COLL.floor.rK.jsonl (perf/compare with
+    COMPARE_FLOOR=1: membw_floor right after the libraries in each round); the all-reduce floor
+    is the faster of its two forms. {} when the sweep ran no floors."""
+    out = {}
+    if not os.path.isdir(raw):
+        return out
+    forms = ("all_reduce", "all_reduce_fused") if coll == "all_reduce" else (coll,)
+    for name in os.listdir(raw):
+        head, _, rest = name.partition(".floor.r")
+        if head != coll or not rest.endswith(".jsonl"):
+            continue
+        rnd = rest[:-len(".jsonl")]
+        for line in open(os.path.join(raw, name)):
+            if line.strip():
+                r = json.loads(line)
+                if r.get("coll") in forms and r.get("time_us"):
+                    per = out.setdefault(r["size"], {})
+                    per[rnd] = min(per.get(rnd, r["time_us"]), r["time_us"])
+    return out
+
+
+def ceiling_of(rows, coll, floors, raw):
+    """size -> (weft/floor, MPI/floor, ceiling = floor/MPI, how) or None, for table()'s floor
+    columns. With per-round floors (round_floors), each is taken within a round (weft, Open
+    MPI and the floor ran back to back) and the median over rounds is given: how = "per
+    round". Else from the one floor.jsonl measured after the sweeps: how = "after"."""
+    per_round = round_floors(raw, coll)
+
+    def of(size):
+        w, q = rows.get((coll, "weft", size)), rows.get((coll, "mpi", size))
+        fr = per_round.get(size, {})
+        if w and q and fr:
+            wr, qr = w.get("round_us") or {}, q.get("round_us") or {}
+            both = [k for k in fr if wr.get(k) and qr.get(k)]
+            if both:
+                return (median([fr[k] / wr[k] for k in both]), median([fr[k] / qr[k] for k in both]),
+                        median([qr[k] / fr[k] for k in both]), "per round")
+        f = floor_of(floors, coll, size)
+        if not (w and q and f):
+            return None
+        return w["busbw"] / f, q["busbw"] / f, f / q["busbw"], "after"
+    return of
+
+
 def table(title, rows, need, unit, floor=None, by_l3=None, spread_counts=False):
-    """floor: size -> floor busbw (or None) adds weft/floor, MPI/floor and ceiling columns;
+    """floor: size -> (weft/floor, MPI/floor, ceiling, how) or None (ceiling_of) adds those columns;
     by_l3: {placement: {size: ratio}} adds the ratio over each placement's rounds; rows
     with a spread (ratio_rows) add the lowest and highest ratio within one round.
     spread_counts: a row whose median ratio misses but whose ratio reached the target in at
@@ -128,6 +182,7 @@ def table(title, rows, need, unit, floor=None, by_l3=None, spread_counts=False):
           ("---:|" if spreads else "") + ("---:|---:|" if by_l3 else "") + "---|")
     ok = True
     above = misses = beaten = floored = in_spread = 0
+    hows = set()
     for size, w, q, ratio, spread in rows:
         good = ratio >= need
         verdict, cols = ("PASS" if good else "MISS"), ""
@@ -136,12 +191,12 @@ def table(title, rows, need, unit, floor=None, by_l3=None, spread_counts=False):
             in_spread += 1
         ok &= good
         if floor:
-            f = floor(size)
-            ceiling = f / q if f and q else None
-            cols = (f" {w / f:.2f} | {q / f:.2f} | {ceiling:.2f}x |" if ceiling is not None
-                    else " - | - | - |")
-            floored += ceiling is not None
-            beaten += ceiling is not None and max(w, q) > f
+            got = floor(size)
+            ceiling = got[2] if got else None
+            cols = (f" {got[0]:.2f} | {got[1]:.2f} | {ceiling:.2f}x |" if got else " - | - | - |")
+            floored += got is not None
+            beaten += got is not None and max(got[0], got[1]) > 1
+            hows.add(got[3] if got else None)
             if not good:
                 misses += 1
                 if ceiling is not None and ceiling < need:
@@ -162,6 +217,10 @@ def table(title, rows, need, unit, floor=None, by_l3=None, spread_counts=False):
     elif floor:
         print(f"- {above} of {misses} missed rows have a ceiling (floor / MPI) below {need}x: "
               "no implementation could reach the target there on this machine")
+        print("- floor columns: " + ("medians of per-round ratios (the floor ran right after weft and "
+                                     "Open MPI in each round)" if hows == {"per round"} else
+                                     "from the floor measured once after the sweeps (floor.jsonl)"
+                                     if hows == {"after"} else "per round where measured, else floor.jsonl"))
         if beaten:
             print(f"- warning: in {beaten} rows weft or MPI beat the floor (x/floor > 1): that floor "
                   "was measured on a busy machine or is not a floor, so its ceiling is too low")
@@ -195,10 +254,6 @@ def interleaved_floor_rows(d, reg):
                 if r["size"] in fl and not r["out_of_place"]["nwrong"]:
                     per.setdefault(r["size"], []).append((w, fl[r["size"]]))
         rnd += 1
-
-    def median(xs):
-        xs = sorted(xs)
-        return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
     return [(size, median([w for w, _ in v]), median([f for _, f in v]), median([w / f for w, f in v]),
              (min(w / f for w, f in v), max(w / f for w, f in v)) if len(v) >= 2 else None)
             for size, v in sorted(per.items())]
@@ -208,14 +263,25 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
     """The np=2 shm targets on sweep DIR/shm_name, into results (names suffixed by tag);
     the floor target from DIR/floor_ab's weft runs with -R floor_reg."""
     shm_path = os.path.join(d, shm_name, "compare.jsonl")
+    raw = os.path.join(d, shm_name, "raw")
     shm = load(shm_path)
     results["all-reduce busbw >= 3x Open MPI, 16-256 MiB (np=2)" + tag] = table(
         "all-reduce busbw vs Open MPI, 16-256 MiB, np=2, shm" + tag,
         ratio_rows(shm, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"), 3.0, "GB/s",
-        lambda size: floor_of(floors, "all_reduce", size),
+        ceiling_of(shm, "all_reduce", floors, raw),
         placement_ratios(shm_path, "all_reduce", "mpi", 16 * MIB, 256 * MIB, "busbw"))
     frows = interleaved_floor_rows(d, floor_reg)
     how = "fused floor and weft interleaved, ratio per round, medians"
+    if not frows:  # the sweep's own per-round floors (COMPARE_FLOOR=1)
+        how = "floor run after weft in each round of the sweep, ratio per round, medians"
+        per_round = round_floors(raw, "all_reduce")
+        for (c, lib, size), r in sorted(shm.items(), key=lambda kv: kv[0][2]):
+            wr = r.get("round_us") or {}
+            both = [k for k in per_round.get(size, {}) if wr.get(k)]
+            if c == "all_reduce" and lib == "weft" and both and 16 * MIB <= size <= 256 * MIB:
+                q = [per_round[size][k] / wr[k] for k in both]
+                frows.append((size, r["busbw"], r["busbw"] / median(q), median(q),
+                              (min(q), max(q)) if len(q) >= 2 else None))
     if not frows:
         how = "floor measured after the sweeps"
         for (c, lib, size), r in sorted(shm.items(), key=lambda kv: kv[0][2]):
@@ -240,7 +306,7 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
     for coll in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
         ok = table(f"{coll}: busbw vs Open MPI at >= 16 MiB, np=2" + tag,
                    ratio_rows(shm, coll, "mpi", 16 * MIB, 1 << 40, "busbw"), 1.5, "GB/s",
-                   lambda size, coll=coll: floor_of(floors, coll, size),
+                   ceiling_of(shm, coll, floors, raw),
                    placement_ratios(shm_path, coll, "mpi", 16 * MIB, 1 << 40, "busbw"))
         if ok is not None:
             measured = True

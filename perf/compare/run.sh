@@ -36,6 +36,12 @@
 #   COMPARE_WEFT_FLAGS [-z 2] extra flags for weft's perf tools (-z 2: blocking calls
 #                             without a barrier between them, as MPI and Gloo make them)
 #   COMPARE_TIMEOUT [1800]    seconds one library's sweep may take
+#   COMPARE_FLOOR=1           np=2 over shm: each round also runs perf/membw_floor for each
+#                             collective at its sizes from 16 MiB (all-reduce: both forms),
+#                             right after the libraries, into raw/COLL.floor.rK.jsonl, so that
+#                             make bench takes floor / MPI within a round (these VMs' memory
+#                             bandwidth moves 2x between minutes; a floor measured once, after
+#                             the sweeps, read below both weft and Open MPI)
 #   COMPARE_OUT [./compare]   where compare.md, compare.png and raw/ go
 #   COMPARE_GLOO_PREFIX [/usr] where Gloo's include/ and lib/ are
 #   WEFT_COMPARE_INSTALL=1    run install-peers.sh first
@@ -217,6 +223,23 @@ run_gloo() {
   return "$rc"
 }
 
+# The memory-bandwidth floor of COLL at this round's sizes from 16 MiB (COMPARE_FLOOR=1).
+FLOOR_MIN=$((16 << 20))
+run_floor() {
+  local coll=$1 out=$2 lo=$FLOOR_MIN form
+  [ "$lo" -lt "$(to_bytes "$MINB")" ] && lo=$(to_bytes "$MINB")
+  [ "$lo" -gt "$(to_bytes "$MAXB")" ] && return 0
+  for form in $coll $([ "$coll" = all_reduce ] && echo all_reduce_fused); do
+    timeout "$TIMEOUT" "$BUILD/membw_floor" -c "$form" -b "$lo" -e "$(to_bytes "$MAXB")" -f "$FACTOR" \
+      -n "$ITERS" -w 2 >>"$out" || return 1
+  done
+}
+FLOOR=${COMPARE_FLOOR:-0}
+if [ "$FLOOR" = 1 ] && { [ "$NP" != 2 ] || [ "$WEFT_T" != auto ] || [ ! -x "$BUILD/membw_floor" ]; }; then
+  log "COMPARE_FLOOR=1: the floor is of 2 ranks over shared memory, with ./membw_floor; not run here"
+  FLOOR=0
+fi
+
 # Whether the two CPUs share an L3 before and after each sweep (perf/l3_probe.c): on the
 # development VM that flips every few seconds to minutes and moves every large-message
 # figure 2-5x, so report.py gives medians per placement beside the overall ones.
@@ -280,6 +303,11 @@ for round in $(seq 1 "$ROUNDS"); do
       echo "round $round $coll $lib: $what ($(tail -n 1 "$base.err" 2>/dev/null))" >>"$RAW/failed.txt"
       if [ "$lib" = weft ] || [ "$lib" = base ]; then STATUS=1; fi
     done
+    if [ "$FLOOR" = 1 ]; then
+      rm -f "$RAW/$coll.floor.r$round.jsonl"
+      run_floor "$coll" "$RAW/$coll.floor.r$round.jsonl" ||
+        log "round $round/$ROUNDS $coll floor: membw_floor FAILED (no ceiling this round)"
+    fi
   done
 done
 

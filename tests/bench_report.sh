@@ -1,0 +1,67 @@
+#!/bin/sh
+# bench_report.sh: make bench's report (perf/bench/report.py) takes its ceilings within a
+# round (TAP). A fabricated bench directory whose numbers are known: weft, Open MPI and the
+# per-round floors (perf/compare's COMPARE_FLOOR=1 files) disagree from round to round, and a
+# floor.jsonl measured "after the sweeps" disagrees with all of them, so a report that
+# ignored the rounds, or paired one round's floor with another's times, prints other figures.
+# Under a second; needs only python3.
+
+. "$(dirname "$0")/tap.sh"
+command -v python3 >/dev/null 2>&1 || { echo "1..0 # SKIP no python3"; exit 0; }
+src=$(cd "$(dirname "$0")/.." && pwd)
+dir=$(mktemp -d "${TMPDIR:-/tmp}/bench_report.XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+TAP_LOG=$dir/log
+mkdir -p "$dir/shm/raw"
+m=16777216
+# busbw = S / t x factor (n = 2: all-reduce 1, all-gather 1/2), t in us: S / t / 1e3 GB/s.
+row() { # coll lib rounds_us(r1 r2 r3): median time and busbw, and every round
+  bw=$(python3 -c "import sys; f = 1.0 if '$1' == 'all_reduce' else 0.5; print($m / $4 / 1e3 * f)")
+  echo "{\"coll\": \"$1\", \"lib\": \"$2\", \"size\": $m, \"time_us\": $4, \"busbw\": $bw, \"wrong\": 0," \
+    "\"rounds\": 3, \"round_us\": {\"1\": $3, \"2\": $4, \"3\": $5}}"
+}
+{
+  row all_gather weft 100 100 100
+  row all_gather mpi 300 150 300
+  row all_reduce weft 100 100 100
+  row all_reduce mpi 1000 1000 1000
+} >"$dir/shm/compare.jsonl"
+# all-gather floor per round 50, 100, 50 us: weft/floor 0.5, 1.0, 0.5; ceiling 6, 1.5, 6.
+for r in 1 2 3; do
+  f=$([ $r = 2 ] && echo 100 || echo 50)
+  echo "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": $f, \"busbw\": 1}" >"$dir/shm/raw/all_gather.floor.r$r.jsonl"
+done
+# all-reduce: the faster of the two forms counts: 80, 60, 70 us, so weft/floor 0.8, 0.6, 0.7.
+printf '%s\n' "{\"coll\": \"all_reduce\", \"size\": $m, \"time_us\": 90, \"busbw\": 1}" \
+  "{\"coll\": \"all_reduce_fused\", \"size\": $m, \"time_us\": 80, \"busbw\": 1}" >"$dir/shm/raw/all_reduce.floor.r1.jsonl"
+printf '%s\n' "{\"coll\": \"all_reduce_fused\", \"size\": $m, \"time_us\": 60, \"busbw\": 1}" \
+  "{\"coll\": \"all_reduce\", \"size\": $m, \"time_us\": 65, \"busbw\": 1}" >"$dir/shm/raw/all_reduce.floor.r2.jsonl"
+printf '%s\n' "{\"coll\": \"all_reduce\", \"size\": $m, \"time_us\": 70, \"busbw\": 1}" >"$dir/shm/raw/all_reduce.floor.r3.jsonl"
+# The floor "after the sweeps": 1 GB/s, below everything (x/floor > 1 if it were used).
+printf '%s\n' "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": 8000, \"busbw\": 1.0}" \
+  "{\"coll\": \"all_reduce_fused\", \"size\": $m, \"time_us\": 16000, \"busbw\": 1.0}" >"$dir/floor.jsonl"
+
+python3 "$src/perf/bench/report.py" "$dir" >"$dir/report" 2>"$dir/log"
+rc=$?
+cat "$dir/report" >>"$dir/log"
+echo "1..4"
+if [ $rc = 0 ]; then ok "report.py reads the fabricated bench (exit 0)"; else not_ok "report.py exits $rc"; fi
+# all-gather at 16M, per round: weft/floor 0.5, 1.0, 0.5; MPI/floor 0.17, 0.67, 0.17; floor/MPI
+# 6, 1.5, 6. (From the medians alone, 100 and 150 us against the 50 us floor: 0.50, 0.33, 3.00x.)
+ag=$(sed -n '/^## all_gather: busbw vs Open MPI/,/^## /p' "$dir/report" | grep '^| 16M ')
+case $ag in
+  *"| 0.50 | 0.17 | 6.00x |"*) ok "all-gather 16M: weft/floor 0.50, MPI/floor 0.17, ceiling 6.00x (medians of per-round ratios)" ;;
+  *) echo "# row: $ag" >>"$dir/log"; not_ok "all-gather 16M: expected weft/floor 0.50, MPI/floor 0.17, ceiling 6.00x" ;;
+esac
+if sed -n '/^## all_gather: busbw vs Open MPI/,/^## /p' "$dir/report" |
+   grep -q '^- floor columns: medians of per-round ratios'; then
+  ok "the table says its floor columns are per round"
+else
+  not_ok "the table says its floor columns are per round"
+fi
+ar=$(sed -n '/^## all-reduce busbw vs the two-thread memory-bandwidth floor/,/^## /p' "$dir/report" | grep '^| 16M ')
+case $ar in
+  *"| 0.70x | 0.8x | 0.60-0.80x | MISS |"*) ok "all-reduce 16M vs floor: 0.70x, per round 0.60-0.80x (faster form each round)" ;;
+  *) echo "# row: $ar" >>"$dir/log"; not_ok "all-reduce 16M vs floor: expected 0.70x, 0.60-0.80x" ;;
+esac
+[ $failed -eq 0 ]
