@@ -180,17 +180,28 @@ else
 fi
 rm -f "$out.none"
 
-# More ranks than CPUs: one warning that says so, and no binding (as mpirun --oversubscribe).
-over=$((cpus + 1))
+# More ranks than CPUs: one warning that says so, and round-robin binding (where mpirun
+# --oversubscribe binds nothing): rank r on one CPU, the same as rank r + CPUs, so every CPU
+# carries its share (tools/weftrun_bind.c); --bind-to none still leaves them free.
+over=$((cpus * 2))
 timeout 60 ./weftrun -n $over sh -c "$show" >"$out" 2>&1
 rc=$?
-if [ $rc -eq 0 ] && [ "$(grep -c 'ranks outnumber cores' "$out")" -eq 1 ] &&
-   [ "$(grep -c "^rank [0-9]* $allowed\$" "$out")" -eq $over ]; then
-  ok "weftrun warns once when $over ranks outnumber $cpus CPUs and leaves them unbound"
+timeout 60 ./weftrun -n $over --bind-to none sh -c "$show" >"$out.none" 2>&1
+rc_none=$?
+pinned=$(grep -Ec '^rank [0-9]+ [0-9]+$' "$out")
+shared=$(awk '/^rank [0-9]+ [0-9]+$/ { cpu[$2 % '"$cpus"'] = cpu[$2 % '"$cpus"'] " " $3 }
+  END { ok = 1; for (k in cpu) { split(cpu[k], c, " "); for (i in c) if (c[i] != c[1]) ok = 0 }; print ok }' "$out")
+if [ $rc -eq 0 ] && [ $rc_none -eq 0 ] && [ "$(grep -c 'ranks outnumber cores' "$out")" -eq 1 ] &&
+   [ "$pinned" -eq $over ] && [ "$shared" = 1 ] &&
+   [ "$(awk '/^rank / { print $3 }' "$out" | sort -u | wc -l)" -eq "$cpus" ] &&
+   [ "$(grep -c "^rank [0-9]* $allowed\$" "$out.none")" -eq $over ]; then
+  ok "weftrun warns once when $over ranks outnumber $cpus CPUs and binds them round-robin"
 else
-  echo "# exit status $rc"
-  not_ok "weftrun warns once when $over ranks outnumber $cpus CPUs and leaves them unbound"
+  echo "# exit status $rc / $rc_none; $pinned of $over pinned, same CPU for r and r + $cpus: $shared"
+  sed 's/^/# /' "$out" "$out.none"
+  not_ok "weftrun warns once when $over ranks outnumber $cpus CPUs and binds them round-robin"
 fi
+rm -f "$out.none"
 
 # After a rank fails, weftrun ends the others when --grace runs out, and never with --grace
 # none (a job that goes on without the lost rank: weft-train-ddp --elastic). The failed

@@ -18,8 +18,9 @@
  * instead: weft_comm_init_from_env() understands their environments too.
  *
  * Placement follows mpirun's defaults (tools/weftrun_bind.c): a core per rank for two ranks
- * or fewer, a package above that, nothing when the ranks outnumber the CPUs (with one
- * warning); --bind-to overrides. Pinned, a rank's threads (its caller and its stream's
+ * or fewer, a package above that; when the ranks outnumber the CPUs (one warning says so)
+ * rank r goes on the (r mod n)-th CPU, where mpirun would leave them unbound, as the
+ * scheduler then left 3 of 4 ranks on one of 2 CPUs for seconds; --bind-to overrides. Pinned, a rank's threads (its caller and its stream's
  * progress thread) share one core instead of wandering onto the other rank's, which on the
  * 2-core VM made queued small-message loops bimodal between launches (0.35 vs 3-4 us per
  * 8-byte broadcast; pinned: 0.34 in 5 of 6 launches).
@@ -81,7 +82,8 @@ static void usage(FILE *f) {
           "                     weft-train-ddp --elastic)\n"
           "      --timeout SEC  kill the whole job after SEC seconds (exit status 124)\n"
           "      --bind-to WHAT auto (default, as mpirun): core for <= 2 ranks, package above,\n"
-          "                     none when ranks outnumber the CPUs; core: rank r on the r-th\n"
+          "                     core when ranks outnumber the CPUs (mpirun: none; here the\n"
+          "                     CPUs carry equal shares); core: rank r on the r-th\n"
           "                     allowed CPU (mod their number); package: that CPU's package;\n"
           "                     none: unbound. With more ranks than CPUs and no --bind-to,\n"
           "                     weftrun warns once\n"
@@ -388,7 +390,8 @@ int main(int argc, char **argv) {
   int ncpus = weftrun_allowed_cpus();
   if (nranks > ncpus && bind == BIND_AUTO) /* a placement asked for is not second-guessed */
     fprintf(stderr, "weftrun: %d ranks on %d CPUs: ranks outnumber cores, so they take turns "
-            "(waits yield); not binding them\n", nranks, ncpus);
+            "(waits yield); rank r runs on the (r mod %d)-th CPU (--bind-to none: unbound)\n",
+            nranks, ncpus, ncpus);
   struct job job = {.nranks = nranks, .grace_s = grace};
   job.ranks = calloc(nranks, sizeof(*job.ranks));
   if (!job.ranks) {

@@ -1,11 +1,17 @@
-/* weftrun_bind.c: weftrun's rank placement, Open MPI's defaults.
+/* weftrun_bind.c: weftrun's rank placement.
  *
  * mpirun binds each rank to a core for 2 ranks or fewer and to a package (socket) above
- * that, and binds nothing when the ranks outnumber the CPUs (--oversubscribe). weftrun does
- * the same by default: on the 2-core VM, eight launches of an unbound 8-byte all-reduce read
- * 0.7-12.3 us (the two ranks' threads shared a core in some launches and not in others),
- * 0.34 us bound in 5 of 6. Ranks fill the allowed CPUs in order (rank r on the r-th), so a
- * rank's caller thread and stream thread share its core. */
+ * that; weftrun does the same by default: on the 2-core VM, eight launches of an unbound
+ * 8-byte all-reduce read 0.7-12.3 us (the two ranks' threads shared a core in some launches
+ * and not in others), 0.34 us bound in 5 of 6. Ranks fill the allowed CPUs in order (rank r
+ * on the r-th), so a rank's caller thread and stream thread share its core.
+ * When the ranks outnumber the CPUs mpirun binds nothing (--oversubscribe); weftrun binds
+ * round-robin instead (rank r on the (r mod n)-th allowed CPU), so every CPU carries the same
+ * number of ranks: left to the scheduler, 4 ranks on the 2 cores spent whole seconds with 3 on
+ * one CPU and 1 on the other, and a 4-rank all-to-all of 16 B-1 KiB then took 17-18 us per call
+ * instead of 10 (3 of 8 unbound launches; pinned 3+1 by hand: 17-18 us at every size; pinned
+ * 2+2, any pairing: 9.7-11 us; bound round-robin: 9.7-11 us in 8 of 8 launches). Open MPI's
+ * ranks pinned 3+1 slow down alike (18-19 us against 11-13). */
 #include "tools/weftrun_bind.h"
 
 #include <errno.h>
@@ -23,7 +29,7 @@ int weftrun_bind_parse(const char *s) {
 
 enum weftrun_bind weftrun_bind_resolve(enum weftrun_bind asked, int nranks, int ncpus) {
   if (asked != BIND_AUTO) return asked;
-  if (nranks > ncpus) return BIND_NONE;
+  if (nranks > ncpus) return BIND_CORE; /* round-robin: the CPUs carry equal shares */
   return nranks <= 2 ? BIND_CORE : BIND_PACKAGE;
 }
 

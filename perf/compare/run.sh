@@ -23,6 +23,10 @@
 #                             COMPARE_SMALL_ITERS timed calls (as OSU's benchmarks run 1000
 #                             below 8 KiB): with 20, one ~30 us futex wake-up among them moves
 #                             a 0.3 us mean by 1.5 us, and a median of 3 such means is noise
+#   COMPARE_SMALL_WARMUP [200] warm-up calls at those sizes (OSU's benchmarks skip 200 below
+#                             8 KiB): Open MPI's ranks, 4 bound to 2 cores, ran their first
+#                             size's 500 calls at 80-140 us each after 5 warm-ups (an
+#                             all-to-all of 16 B; 13 us from the second size on, and after 200)
 #   COMPARE_COLLS             [all_reduce all_gather reduce_scatter all_to_all broadcast]
 #   COMPARE_LIBS              [weft mpi gloo]; with COMPARE_BASELINE, add "base"
 #   COMPARE_BASELINE=DIR      another weft build dir (e.g. the commit before a change): library
@@ -58,6 +62,7 @@ log() { echo "compare: $*"; }
 
 if [ "${COMPARE_QUICK:-0}" = 1 ]; then
   : "${COMPARE_MAXBYTES:=4M}" "${COMPARE_ROUNDS:=1}" "${COMPARE_ITERS:=10}" "${COMPARE_WARMUP:=2}"
+  : "${COMPARE_SMALL_WARMUP:=20}"
 fi
 NP=${COMPARE_NP:-2}
 MINB=${COMPARE_MINBYTES:-8}
@@ -76,6 +81,7 @@ GLOO_PREFIX=${COMPARE_GLOO_PREFIX:-/usr}
 RAW=$OUT/raw
 SMALL_MAX=${COMPARE_SMALL_MAX:-64K}
 SMALL_ITERS=${COMPARE_SMALL_ITERS:-500}
+SMALL_WARMUP=${COMPARE_SMALL_WARMUP:-200}
 
 # 64K -> 65536 (K, M, G suffixes, as the perf tools read them).
 to_bytes() {
@@ -86,13 +92,13 @@ to_bytes() {
     *) echo "$1" ;;
   esac
 }
-# The sweep's sizes in two ranges, each "min max iters": small sizes get more calls.
+# The sweep's sizes in two ranges, each "min max iters warmup": small sizes get more calls.
 RANGES=()
 lo=$(to_bytes "$MINB"); hi=$(to_bytes "$MAXB"); split=$(to_bytes "$SMALL_MAX")
 s=$lo
 while [ "$s" -le "$split" ] && [ "$s" -le "$hi" ]; do last_small=$s; s=$((s * FACTOR)); done
-if [ -n "${last_small:-}" ]; then RANGES+=("$lo $last_small $SMALL_ITERS"); fi
-if [ "$s" -le "$hi" ]; then RANGES+=("$s $hi $ITERS"); fi
+if [ -n "${last_small:-}" ]; then RANGES+=("$lo $last_small $SMALL_ITERS $SMALL_WARMUP"); fi
+if [ "$s" -le "$hi" ]; then RANGES+=("$s $hi $ITERS $WARMUP"); fi
 SWEEP=()
 
 # shellcheck disable=SC2054 # tcp,self is one mpirun argument
@@ -186,9 +192,17 @@ done
 STATUS=0
 # Open MPI's mpirun binds each rank to a core by default when there are at most 2 ranks
 # (to a package above that); weft's ranks get the same placement through weftrun, so the
-# comparison is like for like. COMPARE_BIND=none turns it off.
+# comparison is like for like. With more ranks than CPUs weftrun binds them round-robin
+# (tools/weftrun_bind.c: the scheduler left 3 of 4 on one of 2 CPUs for seconds), and Open
+# MPI's ranks get the same (--map-by core:OVERSUBSCRIBE --bind-to core:overload-allowed:
+# rank r on core r mod n). COMPARE_BIND=none turns it off.
 BIND="--bind-to none"
-if [ "${COMPARE_BIND:-auto}" != none ] && [ "$NP" -le 2 ]; then BIND="--bind-to core"; fi
+ROUND_ROBIN=0
+if [ "${COMPARE_BIND:-auto}" != none ]; then
+  if [ "$NP" -le 2 ]; then BIND="--bind-to core"
+  elif [ "$NP" -gt "$(nproc)" ]; then BIND="--bind-to core"; ROUND_ROBIN=1
+  fi
+fi
 # weft's tool for COLL from build dir DIR; the baseline ("base") runs the same from its own.
 run_weft_from() {
   local dir=$1 coll=$2 base=$3 tool
@@ -207,6 +221,7 @@ run_base() { run_weft_from "$COMPARE_BASELINE" "$@"; }
 # The same placement as weft's ranks: bound to a core each when BIND is set, else unbound.
 MPI_BIND=(--bind-to none)
 [ "$BIND" = "--bind-to core" ] && MPI_BIND=(--bind-to core)
+[ "$ROUND_ROBIN" = 1 ] && MPI_BIND=(--map-by core:OVERSUBSCRIBE --bind-to core:overload-allowed)
 run_mpi() {
   timeout "$TIMEOUT" mpirun --allow-run-as-root --oversubscribe "${MPI_BIND[@]}" -np "$NP" \
     "${MPI_MCA[@]}" "$OUT/bin/mpi_bench" "$1" "${SWEEP[@]}" -t "$TRANSPORT" \
@@ -216,7 +231,8 @@ run_mpi() {
 run_gloo() {
   local store rc
   store=$(mktemp -d "${TMPDIR:-/tmp}/weft-compare-gloo.XXXXXX")
-  COMPARE_GLOO_STORE=$store timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" \
+  # shellcheck disable=SC2086 # BIND is two words
+  COMPARE_GLOO_STORE=$store timeout "$TIMEOUT" "$BUILD/weftrun" -n "$NP" $BIND \
     "$OUT/bin/gloo_bench" "$1" "${SWEEP[@]}" -t tcp >>"$2.jsonl" 2>>"$2.err"
   rc=$?
   rm -rf "$store"
@@ -285,7 +301,7 @@ for round in $(seq 1 "$ROUNDS"); do
       probe_l3 "$base"
       for range in "${RANGES[@]}"; do
         set -- $range
-        SWEEP=(-b "$1" -e "$2" -f "$FACTOR" -n "$3" -w "$WARMUP")
+        SWEEP=(-b "$1" -e "$2" -f "$FACTOR" -n "$3" -w "$4")
         [ "${#RANGES[@]}" -gt 1 ] && log "    $coll $lib: sizes $1..$2 B, $3 iterations each"
         "run_$lib" "$coll" "$base" || { rc=$?; break; }
       done
