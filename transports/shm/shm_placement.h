@@ -24,7 +24,9 @@
  * bytes per rank (the single-copy floor: the copy probe's verdict serves such calls; a
  * program whose first calls are small kept the guesses until its first large call, and
  * on the AMD VM 16-64 KiB all-gather ran 1.5-2x slower on them), at the first large one
- * (>= WEFT__SHM_PROBE_MIN bytes per rank) and every WEFT__SHM_PROBE_EVERY-th after it. Each rank initiates toward
+ * (>= WEFT__SHM_PROBE_MIN bytes per rank), and again once at least WEFT__SHM_PROBE_EVERY large
+ * ones and WEFT__SHM_PROBE_EVERY_BYTES of them (summed) have run since the last
+ * (weft__shm_probe_due). Each rank initiates toward
  * its ring successor (whose FIFO it writes most) and answers its ring predecessor, in two
  * or three phases so that no rank does both at once. After the round trips each pair runs
  * the copy probe (shm_copy_probe.h) on the same line. When ranks outnumber cores there are
@@ -50,10 +52,37 @@ enum { WEFT__SHM_NT_NEVER = 0, WEFT__SHM_NT_ALWAYS = 1, WEFT__SHM_NT_AUTO = 2 };
 #define WEFT__SHM_NT_MIN (64u * 1024u)       /* payloads bypass the cache from this size (bytes) */
 #define WEFT__SHM_PROBE_FIRST_MIN (8u * 1024u) /* the first collective of this many bytes per rank probes */
 #define WEFT__SHM_PROBE_MIN (256u * 1024u)   /* collectives of this many bytes per rank probe */
-#define WEFT__SHM_PROBE_EVERY 16             /* ... the first of them and every 16th after */
+#define WEFT__SHM_PROBE_EVERY 16             /* ... the first, then after 16 more ... */
+/* ... that moved this many bytes (per rank, summed) since the last probe. A probe (41 round
+ * trips and the copy probe's three 256 KiB copies) costs ~100 us; every 16th call alone
+ * charged each 2-rank broadcast of 256 KiB ~6 us of it (bench: 19-22 us per call against
+ * 11-13 in longer runs). 256 MiB keeps calls of 16 MiB and more on every 16th, as before;
+ * smaller ones probe once per 256 MiB moved (a 256 KiB call: every 1024th, ~12 ms apart). */
+#define WEFT__SHM_PROBE_EVERY_BYTES ((uint64_t)256 << 20)
 #define WEFT__SHM_PROBE_BATCHES 5            /* timed batches of round trips per probe ... */
 #define WEFT__SHM_PROBE_BATCH_TRIPS 8        /* ... of this many each */
 #define WEFT__SHM_SPLIT_NS 180               /* the fastest batch's mean above this: two L3s */
+
+/* The probe schedule above, for a collective of `bytes` per rank that every rank of the
+ * communicator makes in the same order: 1 when it must probe. `probes`: the probes run so
+ * far; *large: the large collectives (>= WEFT__SHM_PROBE_MIN) so far, *since_calls and
+ * *since_bytes: their number and bytes since the last large one that probed, updated here
+ * (zero them once). Pure (no clock, no I/O), so every rank decides alike. Not thread-safe
+ * on the same counters. */
+static inline int weft__shm_probe_due(uint64_t probes, uint64_t *large, uint64_t *since_calls,
+                                      uint64_t *since_bytes, size_t bytes) {
+  int due = probes == 0; /* the first collective of WEFT__SHM_PROBE_FIRST_MIN bytes */
+  if (bytes < WEFT__SHM_PROBE_MIN) return due;
+  if ((*large)++ == 0) {
+    due = 1;
+  } else {
+    *since_calls += 1;
+    *since_bytes += bytes;
+    if (*since_calls >= WEFT__SHM_PROBE_EVERY && *since_bytes >= WEFT__SHM_PROBE_EVERY_BYTES) due = 1;
+  }
+  if (due) *since_calls = *since_bytes = 0;
+  return due;
+}
 
 /* WEFT_SHM_NT_COPY as a WEFT__SHM_NT_* mode (unknown values: auto, with a warning). */
 int weft__shm_nt_mode(void);

@@ -37,9 +37,9 @@ typedef struct {
   uint64_t sleep_max_ns;      /* one doorbell sleep at most (WEFT_SHM_SLEEP_MAX_US) */
   int membarrier;             /* registered for membarrier(2), and WEFT_SHM_MEMBARRIER allows it:
                                  we sleep after it and ring such peers without a fence */
-  /* Large uniform collectives so far, and placement probes run among them
-   * (shm_placement.h): the same on every rank. */
-  uint64_t placement_calls, placement_probes;
+  /* Large uniform collectives so far, those and their bytes since the last probe among
+   * them, and the placement probes run (weft__shm_probe_due): the same on every rank. */
+  uint64_t placement_calls, placement_since_calls, placement_since_bytes, placement_probes;
 } weft__shm_state;
 
 /* The card: what every rank learns of every other at listen. */
