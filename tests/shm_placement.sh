@@ -1,6 +1,7 @@
 #!/bin/sh
 # The shm placement probe (transports/shm/shm_placement.h) runs at the first collective of
-# >= 8 KiB per rank, the first large one and every 16th large one after it, on every rank alike, completes (no hang: the test
+# >= 8 KiB per rank, the first large one and, after 16 more that moved 256 MiB per rank in all,
+# again (weft__shm_probe_due), on every rank alike, completes (no hang: the test
 # harness's timeout and the comm's deadline bound it), and leaves results exact whatever
 # it decides; it does not run when ranks outnumber cores. The copy probe that follows it
 # (transports/shm/shm_copy_probe.h) runs at the first probe on every rank, times both paths
@@ -13,9 +14,10 @@ if [ "$ncpu" -lt 2 ]; then
   exit 0
 fi
 log=$(mktemp); trap 'rm -f "$log"' EXIT
-# 3 sizes, warm-up, 20 timed and checked calls, in and out of place: over a hundred calls
-# of >= 256 KiB, so several probes per rank (calls 1, 17, 33, ...).
-WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 256K -e 1M -f 2 -n 20 -w 1 -c 1 >"$log" 2>&1
+# 4 sizes, warm-up, 20 timed and checked calls, in and out of place: over a hundred calls
+# of >= 256 KiB, 42 of them 16 MiB, so the 16th 16 MiB call after the first probe has moved
+# 256 MiB and probes again (the smaller ones alone would not: 256 KiB re-probes every 1024th).
+WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 256K -e 16M -f 4 -n 20 -w 1 -c 1 >"$log" 2>&1
 rc=$?
 wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
 if [ "$rc" = 0 ] && [ "$wrong" = 0 ]; then echo "ok 1 - 2-rank all-reduce with probes: exit 0, 0 wrong"
