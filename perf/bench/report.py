@@ -103,9 +103,14 @@ def load_floors(path):
     return floors
 
 
+def floor_forms(coll):
+    """The membw_floor forms of a collective: all-reduce has two (the floor is the faster)."""
+    return ("all_reduce", "all_reduce_fused") if coll == "all_reduce" else (coll,)
+
+
 def floor_of(floors, coll, size):
     """The floor a collective's ceiling uses: the best of its measured forms, or None."""
-    forms = ("all_reduce", "all_reduce_fused") if coll == "all_reduce" else (coll,)
+    forms = floor_forms(coll)
     found = [floors[(c, size)] for c in forms if (c, size) in floors]
     return max(found) if found else None
 
@@ -122,7 +127,7 @@ def round_floors(raw, coll):
     out = {}
     if not os.path.isdir(raw):
         return out
-    forms = ("all_reduce", "all_reduce_fused") if coll == "all_reduce" else (coll,)
+    forms = floor_forms(coll)
     for name in os.listdir(raw):
         head, _, rest = name.partition(".floor.r")
         if head != coll or not rest.endswith(".jsonl"):
