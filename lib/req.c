@@ -64,17 +64,15 @@ enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 
  * all-to-all 1.1-1.6x, broadcast 1.4-2.2x; 4 ranks on 2 cores all-gather 1.4-1.9x. No rule
  * on the round trip told the machines apart, so where the transport measured both paths
  * (copy_verdict, transports/shm/shm_copy_probe.h) the measurement replaces the rules'
- * guess of which path is faster, and the rules keep only their bounds (sizes, staging),
- * with one exception: */
-/* With more ranks than cores, an all-to-all whose receivers read straight out of their
- * senders needs no sender to be running while its peers receive, which the copy probe does
- * not see: on the AMD VM, where it chose two copies, 4 ranks on 2 cores ran out-of-place
- * all-to-all (us per call, 3 alternating launches, two copies / one copy) 2M 327-353 /
- * 250-273, 4M 923-934 / 735-874, 8M 2331-2850 / 1785-2137, 16M 4879-5178 / 4387-4574, and
- * at 1M 135-150 / 158-161 (836-1367 in other launches were the FIFO pages' first use inside
- * the timed calls, since readied ahead: shm_conn.h, weft__shm_payload_ready); all-gather, a ring
- * whose steps wait on each other anyway, ran 1.4-2x faster on two copies at 256K-16M.
- * Hence there all-to-all(v) keeps the rules whatever the probe says. */
+ * guess of which path is faster, and the rules keep only their bounds (sizes, staging).
+ * With more ranks than cores all-to-all(v) once kept the rules whatever the probe said (one
+ * copy spares a receiver waiting for a descheduled sender: unbound, 4 ranks on 2 cores, 4M
+ * 735-874 us one copy against 923-934 two). Since weftrun binds such ranks round-robin, two
+ * copies won there too as the probe said (AMD VM, 4 ranks on 2 cores, out-of-place
+ * all-to-all, us per call, medians of 5 launches interleaved with Open MPI's, one copy / two
+ * copies / Open MPI: 512K 143 / 80 / 143, 2M 413 / 270 / 454, 4M 1033 / 709 / 855, 8M 2762 /
+ * 1510 / 2373, 16M 5984 / 3603 / 5109; unbound, medians of 4: 4M 1117 / 778, 16M 5254 /
+ * 3610), so the measurement decides there as well. */
 
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict) {
@@ -89,8 +87,7 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
            r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
   }
   if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
-  if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY) && !(comm->oversubscribed && coll != WEFT__COLL_ALL_GATHER))
-    return 0;
+  if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY)) return 0;
   if (r->bytes < SINGLE_COPY_SMALL_BYTES && (comm->oversubscribed || r->staged)) return 0;
   if (!comm->oversubscribed) return 1;
   /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,

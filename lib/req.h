@@ -112,9 +112,8 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * (the FIFO's lines then cross that distance as dirty lines). Where the transport measured
  * both paths to the receiver (copy_verdict, a WEFT__SINGLE_COPY_* mask, 0: not measured;
  * transports/shm/shm_copy_probe.h), the measurement overrides the guesses: all-gather and
- * all-to-all(v) stay on two copies unless WEFT__SINGLE_COPY_TWO_WAY (except all-to-all(v)
- * with more ranks than cores, which keeps the rules: one copy spares its receivers waiting
- * for descheduled senders), and a broadcast goes
+ * all-to-all(v) stay on two copies unless WEFT__SINGLE_COPY_TWO_WAY (with more ranks than
+ * cores too), and a broadcast goes
  * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, whatever peer_rt_ns.
  * WEFT_SHM_CMA_CALLS=all overrides it in the shm transport. Thread safety: reads comm's
  * settings, r and its call only. */
