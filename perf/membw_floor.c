@@ -33,8 +33,9 @@
  * earlier floor.jsonl files and the "0.7 x floor" target; all_reduce_fused is its least-traffic
  * form, the one comparable with the other collectives.
  *
- * The all-reduce forms check their outputs after timing (exit 1 if either is not in_0 + in_1),
- * so a floor that skipped work could not read fast.
+ * Every form checks both outputs after timing, element by element (exit 1 at the first wrong
+ * one; outputs are poisoned before each size and the two inputs differ), so a floor that
+ * skipped or misplaced work could not read fast.
  * Buffers are first touched by the thread that owns them (in_t, out_t by thread t). Time is
  * the mean over -n barrier-separated iterations after -w warm-ups, as in perf/compare.
  * GB/s = 1e9 B/s, so busbw compares one to one with the perf tools' busbw column.
@@ -208,28 +209,50 @@ static double measure(coll_t coll, float **bufs, size_t bytes, int iters, int wa
 typedef struct {
   float *bufs[2]; /* in_t and out_t of one thread */
   size_t count;
+  float base; /* in_t[i] = base + i % 7: the two inputs differ, so a misplaced block shows */
 } toucher;
 
 /* First touch by the owning thread, so its pages sit where that thread runs. */
 static void *touch(void *arg) {
   toucher *k = arg;
   for (int b = 0; b < 2; b++)
-    for (size_t i = 0; i < k->count; i++) k->bufs[b][i] = (float)(i % 7);
+    for (size_t i = 0; i < k->count; i++) k->bufs[b][i] = k->base + (float)(i % 7);
   return NULL;
 }
 
 static int touch_all(float **bufs, size_t count) {
-  toucher k[2] = {{{bufs[0], bufs[2]}, count}, {{bufs[1], bufs[3]}, count}};
+  toucher k[2] = {{{bufs[0], bufs[2]}, count, 0}, {{bufs[1], bufs[3]}, count, 8}};
   pthread_t th;
   if (pthread_create(&th, NULL, touch, &k[1]) != 0) return -1;
   touch(&k[0]);
   return pthread_join(th, NULL);
 }
 
-/* The all-reduce forms really reduce: both outputs hold in_0 + in_1 (exact: small integers). */
-static int all_reduce_exact(float **bufs, size_t count) {
-  for (size_t i = 0; i < count; i++)
-    if (bufs[2][i] != bufs[0][i] + bufs[1][i] || bufs[3][i] != bufs[2][i]) return 0;
+/* What out_u[i] must hold after a pass of coll over count floats (blk = count / 2); the
+ * sums are exact (small integers). */
+static float expected(coll_t coll, float *const *in, int u, size_t i, size_t blk) {
+  switch (coll) {
+    case ALL_GATHER: return in[i / blk][i % blk];                     /* block b from rank b */
+    case ALL_TO_ALL: return in[i / blk][(size_t)u * blk + i % blk];   /* rank b's block u */
+    case REDUCE_SCATTER: return in[0][(size_t)u * blk + i] + in[1][(size_t)u * blk + i];
+    case BROADCAST: return in[0][i];
+    default: return in[0][i] + in[1][i]; /* the all-reduce forms */
+  }
+}
+
+/* Whether the pass did its collective: both outputs checked element by element (reduce-
+ * scatter's first blk). 1 when right; else 0, with the first wrong element on stderr. */
+static int outputs_exact(coll_t coll, float **bufs, size_t count) {
+  size_t blk = count / 2, n = coll == REDUCE_SCATTER ? blk : count;
+  for (int u = 0; u < 2; u++)
+    for (size_t i = 0; i < n; i++) {
+      float want = expected(coll, bufs, u, i, blk);
+      if (bufs[2 + u][i] != want) {
+        fprintf(stderr, "%s: %s over %zu floats: out_%d[%zu] = %g, want %g\n", "membw_floor",
+                coll_names[coll], count, u, i, (double)bufs[2 + u][i], (double)want);
+        return 0;
+      }
+    }
   return 1;
 }
 
@@ -275,12 +298,10 @@ int main(int argc, char **argv) {
   }
   for (size_t bytes = minb; bytes <= maxb; bytes *= (size_t)factor) {
     size_t s = bytes / 8 * 8; /* two whole float blocks, as bench_common.h rounds */
+    memset(bufs[2], 0xff, s); /* NaN: an element no pass wrote fails the check */
+    memset(bufs[3], 0xff, s);
     double t = measure((coll_t)coll, bufs, s, iters, warmup);
-    if ((coll == ALL_REDUCE || coll == ALL_REDUCE_FUSED) && !all_reduce_exact(bufs, s / sizeof(float))) {
-      fprintf(stderr, "%s: %s at %zu bytes left an output that is not in_0 + in_1\n", "membw_floor",
-              coll_names[coll], s);
-      return 1;
-    }
+    if (!outputs_exact((coll_t)coll, bufs, s / sizeof(float))) return 1;
     printf("{\"coll\": \"%s\", \"size\": %zu, \"time_us\": %.2f, \"busbw\": %.3f}\n", coll_names[coll], s,
            t * 1e6, (double)s / t / 1e9 * coll_factor[coll]);
     fflush(stdout);

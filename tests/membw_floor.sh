@@ -1,8 +1,8 @@
 #!/bin/sh
-# membw_floor.sh: perf/membw_floor runs every collective form and prints its row (TAP). The
-# all-reduce forms check their own outputs (in_0 + in_1 in both, else exit 1), so a floor that
-# skips work fails here rather than reading fast in make bench. The size is not a multiple of
-# the 64 KiB chunk (a partial last chunk).
+# membw_floor.sh: perf/membw_floor runs every collective form and prints its row (TAP). Every
+# form checks both of its outputs element by element (else exit 1), so a floor that skips or
+# misplaces work fails here rather than reading fast in make bench. The size is not a multiple
+# of the 64 KiB chunk (a partial last chunk).
 tool=./membw_floor
 if [ ! -x "$tool" ]; then
   echo "1..0 # SKIP membw_floor not built"
