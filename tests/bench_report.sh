@@ -44,7 +44,7 @@ printf '%s\n' "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": 8000, \"bus
 python3 "$src/perf/bench/report.py" "$dir" >"$dir/report" 2>"$dir/log"
 rc=$?
 cat "$dir/report" >>"$dir/log"
-echo "1..4"
+echo "1..6"
 if [ $rc = 0 ]; then ok "report.py reads the fabricated bench (exit 0)"; else not_ok "report.py exits $rc"; fi
 # all-gather at 16M, per round: weft/floor 0.5, 1.0, 0.5; MPI/floor 0.17, 0.67, 0.17; floor/MPI
 # 6, 1.5, 6. (From the medians alone, 100 and 150 us against the 50 us floor: 0.50, 0.33, 3.00x.)
@@ -63,5 +63,26 @@ ar=$(sed -n '/^## all-reduce busbw vs the two-thread memory-bandwidth floor/,/^#
 case $ar in
   *"| 0.70x | 0.8x | 0.60-0.80x | MISS |"*) ok "all-reduce 16M vs floor: 0.70x, per round 0.60-0.80x (faster form each round)" ;;
   *) echo "# row: $ar" >>"$dir/log"; not_ok "all-reduce 16M vs floor: expected 0.70x, 0.60-0.80x" ;;
+esac
+# With DIR/floor_ab (make bench's interleaved floor rounds) the floor target reads weft's
+# out-of-place busbw against the fused floor of the same round, and an in-place table is shown
+# beside it: out of place 4, 5, 6 GB/s (0.4, 0.5, 0.6 of a 10 GB/s floor), in place 6, 7, 8.
+mkdir -p "$dir/ab/floor_ab" && cp -r "$dir/shm" "$dir/ab/shm"
+for r in 1 2 3; do
+  echo "{\"coll\": \"all_reduce_fused\", \"size\": $m, \"time_us\": 1600, \"busbw\": 10}" >"$dir/ab/floor_ab/floor.r$r.jsonl"
+  echo "{\"results\": [{\"size\": $m, \"out_of_place\": {\"bus_bw\": $((r + 3)), \"nwrong\": 0}," \
+    "\"in_place\": {\"bus_bw\": $((r + 5)), \"nwrong\": 0}}]}" >"$dir/ab/floor_ab/weft_R0.r$r.16M.json"
+done
+python3 "$src/perf/bench/report.py" "$dir/ab" >"$dir/report_ab" 2>>"$dir/log"
+cat "$dir/report_ab" >>"$dir/log"
+out=$(sed -n '/^## all-reduce busbw vs the two-thread memory-bandwidth floor/,/^## /p' "$dir/report_ab" | grep '^| 16M ')
+case $out in
+  *"| 0.50x | 0.8x | 0.40-0.60x | MISS |"*) ok "floor_ab: the target reads the out-of-place busbw (0.50x, 0.40-0.60x)" ;;
+  *) echo "# row: $out" >>"$dir/log"; not_ok "floor_ab: expected the out-of-place 0.50x, 0.40-0.60x" ;;
+esac
+inp=$(sed -n '/^## all-reduce in place (as PyTorch DDP calls it)/,/^## /p' "$dir/report_ab" | grep '^| 16M ')
+case $inp in
+  *"| 0.70x | 0.8x | 0.60-0.80x | MISS |"*) ok "floor_ab: the in-place table reads the in-place busbw (0.70x, 0.60-0.80x)" ;;
+  *) echo "# row: $inp" >>"$dir/log"; not_ok "floor_ab: expected an in-place row of 0.70x, 0.60-0.80x" ;;
 esac
 [ $failed -eq 0 ]

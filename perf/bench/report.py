@@ -232,10 +232,11 @@ def table(title, rows, need, unit, floor=None, by_l3=None, spread_counts=False):
     return ok
 
 
-def interleaved_floor_rows(d, reg):
+def interleaved_floor_rows(d, reg, place="out_of_place"):
     """(size, weft busbw, floor busbw, ratio, spread) from DIR/floor_ab: weft's all-reduce (-R reg)
     and the fused floor run back to back in each round; the ratio is taken within a round,
-    then the median over rounds (busbw columns: medians too). [] when not measured."""
+    then the median over rounds (busbw columns: medians too). place: nccl-tests' column,
+    "out_of_place" (the target's) or "in_place". [] when not measured."""
     ab = os.path.join(d, "floor_ab")
     per = {}  # size -> [(weft, floor)]
     rnd = 1
@@ -255,8 +256,8 @@ def interleaved_floor_rows(d, reg):
             except (ValueError, KeyError):
                 continue
             for r in results:
-                w = r["out_of_place"]["bus_bw"]
-                if r["size"] in fl and not r["out_of_place"]["nwrong"]:
+                w = r[place]["bus_bw"]
+                if r["size"] in fl and not r[place]["nwrong"]:
                     per.setdefault(r["size"], []).append((w, fl[r["size"]]))
         rnd += 1
     return [(size, median([w for w, _ in v]), median([f for _, f in v]), median([w / f for w, f in v]),
@@ -295,6 +296,12 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
     results["all-reduce busbw >= 0.8 x memory-bandwidth floor" + tag] = table(
         f"all-reduce busbw vs the two-thread memory-bandwidth floor (perf/membw_floor; {how})" + tag,
         frows, 0.8, "GB/s")
+    # Shown, not judged: the target reads nccl-tests' out-of-place columns, but PyTorch DDP
+    # all-reduces its gradient buckets in place, and on plain buffers the two differ.
+    irows = interleaved_floor_rows(d, floor_reg, "in_place")
+    if irows:
+        table("all-reduce in place (as PyTorch DDP calls it) vs the floor; shown beside the target, "
+              "which reads the out-of-place columns (" + how + ")" + tag, irows, 0.8, "GB/s")
     every = True
     measured = False
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
