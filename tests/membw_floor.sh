@@ -3,6 +3,7 @@
 # form checks both of its outputs element by element (else exit 1), so a floor that skips or
 # misplaces work fails here rather than reading fast in make bench. The size is not a multiple
 # of the 64 KiB chunk (a partial last chunk).
+. "$(dirname "$0")/tap.sh"
 tool=./membw_floor
 if [ ! -x "$tool" ]; then
   echo "1..0 # SKIP membw_floor not built"
@@ -10,16 +11,9 @@ if [ ! -x "$tool" ]; then
 fi
 colls="all_reduce all_reduce_fused all_gather reduce_scatter all_to_all broadcast"
 echo "1..6"
-n=0
 for coll in $colls; do
-  n=$((n + 1))
-  out=$("$tool" -c "$coll" -b 1000000 -e 2000000 -n 3 -w 2 2>&1)
-  rc=$?
-  rows=$(echo "$out" | grep -c "^{\"coll\": \"$coll\", \"size\": [0-9]*, \"time_us\": [0-9.]*, \"busbw\": [0-9.]*}$")
-  if [ "$rc" = 0 ] && [ "$rows" = 2 ]; then
-    echo "ok $n - membw_floor -c $coll: 2 rows, outputs checked"
-  else
-    echo "not ok $n - membw_floor -c $coll (exit $rc, $rows rows)"
-    echo "$out" | sed 's/^/# /'
-  fi
+  rows_ok "membw_floor -c $coll: 2 rows, outputs checked" 2 \
+    "^{\"coll\": \"$coll\", \"size\": [0-9]*, \"time_us\": [0-9.]*, \"busbw\": [0-9.]*}$" \
+    "$tool" -c "$coll" -b 1000000 -e 2000000 -n 3 -w 2
 done
+[ $failed -eq 0 ]

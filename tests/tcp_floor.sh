@@ -3,31 +3,23 @@
 # rows (TAP). It checks every received byte (a pattern that differs between the two ranks and
 # along the buffer), so a part landing at the wrong place fails here rather than reading fast.
 # Sizes that no count of connections divides evenly (uneven parts).
+. "$(dirname "$0")/tap.sh"
 tool=./tcp_floor
 if [ ! -x "$tool" ]; then
   echo "1..0 # SKIP tcp_floor not built"
   exit 0
 fi
 echo "1..4"
-n=0
 for ns in 1 2 3; do
-  n=$((n + 1))
-  out=$("$tool" -s "$ns" -b 1000001 -e 2000002 -n 2 -w 1 2>&1)
-  rc=$?
-  rows=$(echo "$out" | grep -c '^{"size": [0-9]*, "time_us": [0-9.]*, "GBps": [0-9.]*}$')
-  if [ "$rc" = 0 ] && [ "$rows" = 2 ]; then
-    echo "ok $n - tcp_floor -s $ns: 2 rows, every byte checked"
-  else
-    echo "not ok $n - tcp_floor -s $ns (exit $rc, $rows rows)"
-    echo "$out" | sed 's/^/# /'
-  fi
+  rows_ok "tcp_floor -s $ns: 2 rows, every byte checked" 2 \
+    '^{"size": [0-9]*, "time_us": [0-9.]*, "GBps": [0-9.]*}$' "$tool" -s "$ns" -b 1000001 -e 2000002 -n 2 -w 1
 done
-n=$((n + 1))
 out=$("$tool" -s 0 2>&1)
 rc=$?
 if [ "$rc" != 0 ] && echo "$out" | grep -q "NSOCKS"; then
-  echo "ok $n - tcp_floor -s 0 is refused, naming NSOCKS"
+  ok "tcp_floor -s 0 is refused, naming NSOCKS"
 else
-  echo "not ok $n - tcp_floor -s 0 (exit $rc)"
+  not_ok "tcp_floor -s 0 (exit $rc)"
   echo "$out" | sed 's/^/# /'
 fi
+[ $failed -eq 0 ]
