@@ -9,8 +9,10 @@
  * both sizes, not as a timeout; a rank asleep on its futex is woken by the sender's ring
  * (sleeps are made 10 s long, so only a ring can wake it in time), also when sends race the
  * moment it falls asleep, with membarrier(2) or fences on the send path; a receive that nothing
- * answers still times out at the communicator's deadline; and 8 ranks on 2 cores run 300
- * small all-reduces in seconds (no livelock). */
+ * answers still times out at the communicator's deadline; 8 ranks on 2 cores run 300
+ * small all-reduces in seconds (no livelock); and a broadcast root that runs every LL
+ * buffer ahead of a late receiver, prefetching the next chunk's lines for writing
+ * (WEFT_SHM_LL_PREFETCH) or not, delivers every byte. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -122,11 +124,36 @@ static int all_reduce_sizes_body(harness_rank *r) {
   return r->failures;
 }
 
+/* The root broadcasts 400 LL messages of sizes that cycle through one line, several lines
+ * and a whole chunk and more, while the receiver starts 50 ms late: the root runs ahead
+ * until every LL buffer waits for credit (64), so its prefetch of the next chunk's lines
+ * (shm_ll.c) meets buffers the receiver has not read yet and must leave them alone. Every
+ * byte of every message is checked. */
+static int broadcast_run_ahead_body(harness_rank *r) {
+  static const size_t bytes[] = {8, 56, 57, 200, 1792, 1800, 0, 3000};
+  enum { CALLS = 400, MAX = 3000 };
+  uint8_t buf[MAX];
+  if (r->rank != 0) harness_sleep_ms(50);
+  for (int i = 0; i < CALLS; i++) {
+    size_t n = bytes[i % (sizeof bytes / sizeof *bytes)];
+    for (size_t j = 0; j < n; j++) buf[j] = r->rank == 0 ? (uint8_t)(i * 31 + j) : 0xEE;
+    char what[64];
+    snprintf(what, sizeof what, "broadcast %d of %zu bytes", i, n);
+    if (!harness_expect_status(r, weft_broadcast(buf, buf, n, WEFT_UINT8, 0, r->comm, NULL), WEFT_SUCCESS, what))
+      return r->failures;
+    for (size_t j = 0; j < n; j++)
+      if (buf[j] != (uint8_t)(i * 31 + j))
+        return harness_fail(r, "%s: byte %zu is %u, expected %u", what, j, buf[j], (uint8_t)(i * 31 + j));
+  }
+  return r->failures;
+}
+
 typedef struct {
   const char *proto;     /* WEFT_PROTO for the ranks, NULL: unset */
   const char *threshold; /* WEFT_LL_THRESHOLD, NULL: unset */
   harness_body_fn body;
   int nranks;
+  const char *prefetch;  /* WEFT_SHM_LL_PREFETCH, NULL: unset */
 } env_params;
 
 static void run_with_env(void **state) {
@@ -135,9 +162,12 @@ static void run_with_env(void **state) {
   else unsetenv("WEFT_PROTO");
   if (p->threshold) setenv("WEFT_LL_THRESHOLD", p->threshold, 1);
   else unsetenv("WEFT_LL_THRESHOLD");
+  if (p->prefetch) setenv("WEFT_SHM_LL_PREFETCH", p->prefetch, 1);
+  else unsetenv("WEFT_SHM_LL_PREFETCH");
   harness_run_simple(p->nranks, "shm", p->body, NULL);
   unsetenv("WEFT_PROTO");
   unsetenv("WEFT_LL_THRESHOLD");
+  unsetenv("WEFT_SHM_LL_PREFETCH");
 }
 
 /* ---- a bad WEFT_PROTO fails init with a clear message --------------------------------- */
@@ -324,7 +354,9 @@ static int many_small_body(harness_rank *r) {
 }
 
 #define ENV_TEST(name, proto, thr, body, n) \
-  {name, run_with_env, NULL, NULL, &(env_params){proto, thr, body, n}}
+  {name, run_with_env, NULL, NULL, &(env_params){proto, thr, body, n, NULL}}
+#define PREFETCH_TEST(name, proto, prefetch, body) \
+  {name, run_with_env, NULL, NULL, &(env_params){proto, NULL, body, 2, prefetch}}
 
 int main(void) {
   const struct CMUnitTest tests[] = {
@@ -336,6 +368,9 @@ int main(void) {
       ENV_TEST("all_reduce_exact_around_ll_boundaries_default_on_2_ranks", NULL, NULL, all_reduce_sizes_body, 2),
       ENV_TEST("all_reduce_exact_around_ll_boundaries_ll_only_on_3_ranks", "LL", NULL, all_reduce_sizes_body, 3),
       ENV_TEST("all_reduce_exact_threshold_1000_on_4_ranks", NULL, "1000", all_reduce_sizes_body, 4),
+      PREFETCH_TEST("p2p_exact_around_ll_boundaries_ll_only_without_prefetch", "LL", "0", p2p_sizes_body),
+      PREFETCH_TEST("broadcast_running_ahead_of_a_late_receiver_exact", "LL", NULL, broadcast_run_ahead_body),
+      PREFETCH_TEST("broadcast_running_ahead_exact_prefetching_one_line", "LL", "1", broadcast_run_ahead_body),
       cmocka_unit_test(bad_weft_proto_fails_init_naming_the_value),
       cmocka_unit_test(ll_send_against_bulk_recv_fails_as_size_mismatch),
       cmocka_unit_test(sleeping_receiver_is_woken_by_the_senders_ring),

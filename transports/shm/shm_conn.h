@@ -30,6 +30,8 @@ typedef struct {
   uint64_t ll_send_max, ll_recv_max; /* the peer's threshold, and ours */
   uint64_t ll_send_seq, ll_done_seen; /* next chunk we write; the peer's ll_done as read */
   uint64_t ll_recv_seq;               /* next chunk we read */
+  int ll_prefetch;                    /* after each LL message, prefetch for writing up to
+                                         this many lines of the next chunk (0: none; shm_ll.c) */
   /* Bulk (FIFO and single-copy) messages started in each direction. The two protocols are
    * separate channels, so a message of an earlier call left unreceived on one would not be
    * met by the next receive on the other: each LL chunk's check covers the sender's

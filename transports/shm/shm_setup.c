@@ -33,7 +33,9 @@
  * multiple of 64) must be set the same on every rank; setup fails naming the rank that
  * differs. WEFT_SHM_CMA_BYTES (default 8K; 0: off) is the single-copy threshold;
  * WEFT_SHM_SLEEP_MAX_US bounds one doorbell sleep (shm_doorbell.h); WEFT_SHM_MEMBARRIER=0
- * keeps the doorbell's fences on the send path (shm_membarrier.h). */
+ * keeps the doorbell's fences on the send path (shm_membarrier.h); WEFT_SHM_LL_PREFETCH
+ * caps the lines an LL sender prefetches for its next message (default 32; 0: none;
+ * shm_ll.c). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -218,6 +220,8 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   st->sleep_max_ns = us > 0 ? (uint64_t)us * 1000 : SHM_SLEEP_MAX_NS;
   st->nt_mode = weft__shm_nt_mode();
   st->copy_probe_on = weft__env_long("WEFT_SHM_COPY_PROBE", 1) != 0;
+  long pf = weft__env_long("WEFT_SHM_LL_PREFETCH", WEFT__SHM_LL_LINES);
+  st->ll_prefetch = weft__shm_ll_prefetch_ok() && pf > 0 ? (int)(pf < WEFT__SHM_LL_LINES ? pf : WEFT__SHM_LL_LINES) : 0;
   st->probe = ((uint64_t)getpid() << 32 ^ weft__now_ns() ^ (uint64_t)(uintptr_t)st) | 1;
   if (st->npeers == 0) return WEFT_SUCCESS;
   st->fifo_bytes = weft__shm_fifo_bytes(st->nslots, st->slot_bytes);
@@ -472,6 +476,7 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, cons
   sc->ll_send_on = m->ll_on != 0;
   sc->ll_send_max = m->ll_max;
   sc->ll_send_seq = 1;
+  sc->ll_prefetch = st->ll_prefetch;
   sc->peer_bell = (weft__shm_doorbell *)st->remote[i].base;
   sc->ring_fence = !(st->membarrier && sc->peer_bell->membarrier);
   sc->nt_mode = st->nt_mode;
