@@ -11,8 +11,8 @@
  * moment it falls asleep, with membarrier(2) or fences on the send path; a receive that nothing
  * answers still times out at the communicator's deadline; 8 ranks on 2 cores run 300
  * small all-reduces in seconds (no livelock); and a broadcast root that runs every LL
- * buffer ahead of a late receiver, prefetching the next chunk's lines for writing
- * (WEFT_SHM_LL_PREFETCH) or not, delivers every byte. */
+ * buffer or FIFO slot ahead of a late receiver, prefetching its next message's lines for
+ * writing (WEFT_SHM_PREFETCH) or not, delivers every byte. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -124,11 +124,11 @@ static int all_reduce_sizes_body(harness_rank *r) {
   return r->failures;
 }
 
-/* The root broadcasts 400 LL messages of sizes that cycle through one line, several lines
- * and a whole chunk and more, while the receiver starts 50 ms late: the root runs ahead
- * until every LL buffer waits for credit (64), so its prefetch of the next chunk's lines
- * (shm_ll.c) meets buffers the receiver has not read yet and must leave them alone. Every
- * byte of every message is checked. */
+/* The root broadcasts 400 messages of sizes that cycle through one line, several lines and
+ * a whole LL chunk and more, while the receiver starts 50 ms late: the root runs ahead until
+ * every LL buffer (64) or FIFO slot (8) waits for credit, so its prefetch of the next
+ * message's lines (weft__shm_prefetch_write) meets buffers the receiver has not read yet and
+ * must leave them alone. Every byte of every message is checked. */
 static int broadcast_run_ahead_body(harness_rank *r) {
   static const size_t bytes[] = {8, 56, 57, 200, 1792, 1800, 0, 3000};
   enum { CALLS = 400, MAX = 3000 };
@@ -153,7 +153,7 @@ typedef struct {
   const char *threshold; /* WEFT_LL_THRESHOLD, NULL: unset */
   harness_body_fn body;
   int nranks;
-  const char *prefetch;  /* WEFT_SHM_LL_PREFETCH, NULL: unset */
+  const char *prefetch;  /* WEFT_SHM_PREFETCH, NULL: unset */
 } env_params;
 
 static void run_with_env(void **state) {
@@ -162,12 +162,12 @@ static void run_with_env(void **state) {
   else unsetenv("WEFT_PROTO");
   if (p->threshold) setenv("WEFT_LL_THRESHOLD", p->threshold, 1);
   else unsetenv("WEFT_LL_THRESHOLD");
-  if (p->prefetch) setenv("WEFT_SHM_LL_PREFETCH", p->prefetch, 1);
-  else unsetenv("WEFT_SHM_LL_PREFETCH");
+  if (p->prefetch) setenv("WEFT_SHM_PREFETCH", p->prefetch, 1);
+  else unsetenv("WEFT_SHM_PREFETCH");
   harness_run_simple(p->nranks, "shm", p->body, NULL);
   unsetenv("WEFT_PROTO");
   unsetenv("WEFT_LL_THRESHOLD");
-  unsetenv("WEFT_SHM_LL_PREFETCH");
+  unsetenv("WEFT_SHM_PREFETCH");
 }
 
 /* ---- a bad WEFT_PROTO fails init with a clear message --------------------------------- */
@@ -371,6 +371,9 @@ int main(void) {
       PREFETCH_TEST("p2p_exact_around_ll_boundaries_ll_only_without_prefetch", "LL", "0", p2p_sizes_body),
       PREFETCH_TEST("broadcast_running_ahead_of_a_late_receiver_exact", "LL", NULL, broadcast_run_ahead_body),
       PREFETCH_TEST("broadcast_running_ahead_exact_prefetching_one_line", "LL", "1", broadcast_run_ahead_body),
+      PREFETCH_TEST("broadcast_running_ahead_through_the_fifo_exact", "^LL", NULL, broadcast_run_ahead_body),
+      PREFETCH_TEST("broadcast_running_ahead_through_the_fifo_exact_without_prefetch", "^LL", "0",
+                    broadcast_run_ahead_body),
       cmocka_unit_test(bad_weft_proto_fails_init_naming_the_value),
       cmocka_unit_test(ll_send_against_bulk_recv_fails_as_size_mismatch),
       cmocka_unit_test(sleeping_receiver_is_woken_by_the_senders_ring),

@@ -102,6 +102,18 @@ static weft_status_t cma_send_progress(const struct weft_comm *comm, shm_conn *s
   return WEFT_SUCCESS;
 }
 
+/* After a message through the FIFO: prefetches for writing the header of the slot the next
+ * message starts in, and its payload too when this message fit in prefetch_lines lines (a
+ * next message of the same size will write them; larger payloads measured no faster), if
+ * that slot is known free (weft__shm_prefetch_write says why). */
+static void prefetch_next_slot(const shm_conn *sc, const weft__shm_fifo *f, size_t msg_bytes) {
+  if (sc->tail - sc->head_seen >= f->nslots) return; /* the receiver may still read it */
+  weft__shm_prefetch_write(weft__shm_fifo_hdr(f, sc->tail));
+  if (msg_bytes <= WEFT__SHM_INLINE_BYTES || msg_bytes > (size_t)sc->prefetch_lines * WEFT__SHM_LINE) return;
+  const char *payload = weft__shm_fifo_slot(f, sc->tail);
+  for (size_t at = 0; at < msg_bytes; at += WEFT__SHM_LINE) weft__shm_prefetch_write(payload + at);
+}
+
 /* Fills free slots with the next pieces of r. */
 static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__req *r,
                                        int *progressed) {
@@ -137,6 +149,7 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
     *progressed = 1;
     if (r->done == r->bytes) {
       r->complete = 1;
+      if (sc->prefetch_lines) prefetch_next_slot(sc, f, r->bytes);
       return WEFT_SUCCESS;
     }
   }

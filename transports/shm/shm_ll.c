@@ -38,43 +38,18 @@ static void write_chunk(weft__shm_conn *sc, weft__req *r, uint64_t seq) {
   r->done += n;
 }
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-int weft__shm_ll_prefetch_ok(void) {
-  unsigned a, b, c, d;
-  return __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8)) != 0;
-}
-static inline void prefetch_write(const void *p) { __asm__ volatile("prefetchw %0" : : "m"(*(const char *)p)); }
-#else
-int weft__shm_ll_prefetch_ok(void) { return 1; }
-static inline void prefetch_write(const void *p) { __builtin_prefetch(p, 1, 3); }
-#endif
-
-/* After a message: asks for ownership of the lines the next chunk will write, as many as
- * this message's first chunk took (a loop of broadcasts or a training step's all-reduces
- * repeats its sizes), when that chunk's credit is already known. Why: every LL line we
- * write was last read by the receiver, so it sits in the receiver's cache and our store
- * needs it back first (a cache-line round trip, ~500 ns between the two L3s of the AMD
- * EPYC VM). x86 commits stores in order, so the stores that follow (the next call's
- * bookkeeping) queue behind that one and the store buffer fills: `perf` of a 2-rank 16-byte
- * broadcast put 58% of the root's weft_broadcast samples on a plain stack store. A
- * prefetch for writing is no store: it fetches the line while the next call's code runs,
- * and nothing waits for it. The receiver is not disturbed: it reads those lines only after
- * the chunk before them, and a line it polls early it fetches once and keeps until our
- * write. Measured there (2 ranks bound, two L3s, WEFT_SHM_LL_PREFETCH=0 against the
- * default in adjacent launches, ratios paired per launch): a stream of 20,000 broadcasts of
- * 8-128 B 0.30-0.32 -> 0.25-0.26 us per call (1.20-1.27x, 8 of 8 launches); 500-call
- * all-reduces of 8-32 B 1.20x (12-14 of 16), 64-256 B 0.99-1.06x; 500-call broadcasts,
- * whose root runs ahead of the receiver for most of the run, 0.94-1.04x. WEFT_SHM_LL_PREFETCH
- * caps the lines (0: none). */
+/* After a message: prefetches for writing the lines the next chunk will write
+ * (weft__shm_prefetch_write says why), as many as this message's first chunk took (a loop
+ * of broadcasts or a training step's all-reduces repeats its sizes), when that chunk's
+ * credit is already known. */
 static void prefetch_next_chunk(const weft__shm_conn *sc, size_t msg_bytes) {
   uint64_t seq = sc->ll_send_seq;
   if (seq > sc->ll_done_seen + WEFT__SHM_LL_BUFS) return; /* its buffer may still be read */
   size_t first = msg_bytes < WEFT__SHM_LL_CHUNK ? msg_bytes : WEFT__SHM_LL_CHUNK;
   size_t nlines = first == 0 ? 1 : (first + WEFT__SHM_LL_LINE_DATA - 1) / WEFT__SHM_LL_LINE_DATA;
-  if (nlines > (size_t)sc->ll_prefetch) nlines = (size_t)sc->ll_prefetch;
+  if (nlines > (size_t)sc->prefetch_lines) nlines = (size_t)sc->prefetch_lines;
   const weft__shm_ll_line *line = weft__shm_ll_buf(&sc->out, seq);
-  for (size_t i = 0; i < nlines; i++) prefetch_write(&line[i]);
+  for (size_t i = 0; i < nlines; i++) weft__shm_prefetch_write(&line[i]);
 }
 
 weft_status_t weft__shm_ll_send_progress(struct weft_comm *comm, weft__conn *c, weft__req *r,
@@ -92,7 +67,7 @@ weft_status_t weft__shm_ll_send_progress(struct weft_comm *comm, weft__conn *c, 
     wrote = 1;
     if (r->done == r->bytes) {
       r->complete = 1;
-      if (sc->ll_prefetch) prefetch_next_chunk(sc, r->bytes);
+      if (sc->prefetch_lines) prefetch_next_chunk(sc, r->bytes);
     }
   }
   if (wrote) {

@@ -65,10 +65,4 @@ static inline int weft__shm_ll_ready(uint64_t flag, uint64_t seq) {
 static inline weft__shm_ll_line *weft__shm_ll_buf(const weft__shm_fifo *f, uint64_t seq) {
   return (weft__shm_ll_line *)f->ll + (seq % WEFT__SHM_LL_BUFS) * WEFT__SHM_LL_LINES;
 }
-
-/* Whether this CPU can prefetch a line for writing, as the LL sender does after each
- * message (shm_ll.c): on x86-64 when it has PREFETCHW (CPUID 0x80000001 ECX bit 8,
- * Linux's "3dnowprefetch"); elsewhere always (the compiler's write prefetch is a hint
- * every CPU may ignore). Thread safety: pure. */
-int weft__shm_ll_prefetch_ok(void);
 #endif

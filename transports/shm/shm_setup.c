@@ -33,9 +33,9 @@
  * multiple of 64) must be set the same on every rank; setup fails naming the rank that
  * differs. WEFT_SHM_CMA_BYTES (default 8K; 0: off) is the single-copy threshold;
  * WEFT_SHM_SLEEP_MAX_US bounds one doorbell sleep (shm_doorbell.h); WEFT_SHM_MEMBARRIER=0
- * keeps the doorbell's fences on the send path (shm_membarrier.h); WEFT_SHM_LL_PREFETCH
- * caps the lines an LL sender prefetches for its next message (default 32; 0: none;
- * shm_ll.c). */
+ * keeps the doorbell's fences on the send path (shm_membarrier.h); WEFT_SHM_PREFETCH
+ * caps the lines a sender prefetches for writing after each message (default 32; 0: none;
+ * weft__shm_prefetch_write in shm_conn.h). */
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -46,6 +46,9 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/env.h"
@@ -61,6 +64,9 @@
 
 #define SHM_DEFAULT_NSLOTS 8
 #define SHM_DEFAULT_SLOT_BYTES (256u * 1024u)
+/* Lines a sender prefetches for its next message (WEFT_SHM_PREFETCH), default and most: an
+ * LL chunk's 32 lines, or 2 KiB of FIFO payload (4 KiB and more measured no faster). */
+#define SHM_DEFAULT_PREFETCH_LINES WEFT__SHM_LL_LINES
 #define SHM_MAX_NSLOTS 4096
 #define SHM_MIN_SLOT_BYTES 64u
 #define SHM_MAX_SLOT_BYTES (1ull << 30)
@@ -209,6 +215,18 @@ static void populate_small_paths(const weft__shm_fifo *f) {
 }
 
 /* The local half of setup: settings, segment and listening socket. */
+/* Whether this CPU can prefetch a line for writing (weft__shm_prefetch_write): on x86-64
+ * when it has PREFETCHW (CPUID 0x80000001 ECX bit 8, Linux's "3dnowprefetch"); elsewhere
+ * always (the compiler's write prefetch is a hint any CPU may ignore). */
+#if defined(__x86_64__)
+static int cpu_prefetches_for_write(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(0x80000001u, &a, &b, &c, &d) && (c & (1u << 8)) != 0;
+}
+#else
+static int cpu_prefetches_for_write(void) { return 1; }
+#endif
+
 static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds || !st->accepted || !st->nonces)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shm setup: out of memory", comm->rank);
@@ -220,8 +238,8 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   st->sleep_max_ns = us > 0 ? (uint64_t)us * 1000 : SHM_SLEEP_MAX_NS;
   st->nt_mode = weft__shm_nt_mode();
   st->copy_probe_on = weft__env_long("WEFT_SHM_COPY_PROBE", 1) != 0;
-  long pf = weft__env_long("WEFT_SHM_LL_PREFETCH", WEFT__SHM_LL_LINES);
-  st->ll_prefetch = weft__shm_ll_prefetch_ok() && pf > 0 ? (int)(pf < WEFT__SHM_LL_LINES ? pf : WEFT__SHM_LL_LINES) : 0;
+  long lines = weft__env_long("WEFT_SHM_PREFETCH", SHM_DEFAULT_PREFETCH_LINES);
+  st->prefetch_lines = cpu_prefetches_for_write() && lines > 0 ? (int)(lines < SHM_DEFAULT_PREFETCH_LINES ? lines : SHM_DEFAULT_PREFETCH_LINES) : 0;
   st->probe = ((uint64_t)getpid() << 32 ^ weft__now_ns() ^ (uint64_t)(uintptr_t)st) | 1;
   if (st->npeers == 0) return WEFT_SUCCESS;
   st->fifo_bytes = weft__shm_fifo_bytes(st->nslots, st->slot_bytes);
@@ -476,7 +494,7 @@ static weft_status_t map_peer(struct weft_comm *comm, shm_state *st, int i, cons
   sc->ll_send_on = m->ll_on != 0;
   sc->ll_send_max = m->ll_max;
   sc->ll_send_seq = 1;
-  sc->ll_prefetch = st->ll_prefetch;
+  sc->prefetch_lines = st->prefetch_lines;
   sc->peer_bell = (weft__shm_doorbell *)st->remote[i].base;
   sc->ring_fence = !(st->membarrier && sc->peer_bell->membarrier);
   sc->nt_mode = st->nt_mode;

@@ -34,8 +34,8 @@ typedef struct {
   int ll_on;                  /* WEFT_PROTO allows LL: messages of <= ll_max bytes to us use it */
   uint64_t ll_max;
   int nt_mode;                /* WEFT_SHM_NT_COPY (shm_placement.h) */
-  int ll_prefetch;            /* WEFT_SHM_LL_PREFETCH lines (default and most: a chunk's 32);
-                                 0 when set so or the CPU cannot (shm_ll.c) */
+  int prefetch_lines;         /* WEFT_SHM_PREFETCH (default 32); 0 when set so or the CPU
+                                 cannot (weft__shm_prefetch_write) */
   uint64_t sleep_max_ns;      /* one doorbell sleep at most (WEFT_SHM_SLEEP_MAX_US) */
   int membarrier;             /* registered for membarrier(2), and WEFT_SHM_MEMBARRIER allows it:
                                  we sleep after it and ring such peers without a fence */
