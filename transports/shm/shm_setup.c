@@ -214,7 +214,6 @@ static void populate_small_paths(const weft__shm_fifo *f) {
   weft__shm_prefault(f->ll, (size_t)WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE, 1);
 }
 
-/* The local half of setup: settings, segment and listening socket. */
 /* Whether this CPU can prefetch a line for writing (weft__shm_prefetch_write): on x86-64
  * when it has PREFETCHW (CPUID 0x80000001 ECX bit 8, Linux's "3dnowprefetch"); elsewhere
  * always (the compiler's write prefetch is a hint any CPU may ignore). */
@@ -227,6 +226,7 @@ static int cpu_prefetches_for_write(void) {
 static int cpu_prefetches_for_write(void) { return 1; }
 #endif
 
+/* The local half of setup: settings, segment and listening socket. */
 static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   if (!st->peers || !st->remote || !st->conns || !st->out_fds || !st->in_fds || !st->accepted || !st->nonces)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shm setup: out of memory", comm->rank);
@@ -239,7 +239,8 @@ static weft_status_t prepare_local(struct weft_comm *comm, shm_state *st) {
   st->nt_mode = weft__shm_nt_mode();
   st->copy_probe_on = weft__env_long("WEFT_SHM_COPY_PROBE", 1) != 0;
   long lines = weft__env_long("WEFT_SHM_PREFETCH", SHM_DEFAULT_PREFETCH_LINES);
-  st->prefetch_lines = cpu_prefetches_for_write() && lines > 0 ? (int)(lines < SHM_DEFAULT_PREFETCH_LINES ? lines : SHM_DEFAULT_PREFETCH_LINES) : 0;
+  if (lines > SHM_DEFAULT_PREFETCH_LINES) lines = SHM_DEFAULT_PREFETCH_LINES;
+  st->prefetch_lines = cpu_prefetches_for_write() && lines > 0 ? (int)lines : 0;
   st->probe = ((uint64_t)getpid() << 32 ^ weft__now_ns() ^ (uint64_t)(uintptr_t)st) | 1;
   if (st->npeers == 0) return WEFT_SUCCESS;
   st->fifo_bytes = weft__shm_fifo_bytes(st->nslots, st->slot_bytes);
