@@ -532,6 +532,9 @@ WEFT_API weft_status_t weft_comm_deregister(weft_comm_t comm, weft_reg_t handle)
 /*
  * weft_stream_create: a new stream with its own progress thread, which runs the
  * operations enqueued on it one after another, in order, while the caller goes on.
+ * At most 1024 operations wait in a stream's queue: a call that would be the 1025th
+ * waits until the thread has worked the queue down to 512, as a CUDA launch waits for
+ * room in its stream (the operations' own deadlines bound that wait).
  * Errors: WEFT_ERR_INVALID_ARGUMENT (stream NULL), WEFT_ERR_NO_MEMORY, WEFT_ERR_SYSTEM.
  * Thread-safe.
  */
@@ -564,7 +567,8 @@ WEFT_API weft_status_t weft_stream_destroy(weft_stream_t stream);
  * Collectives. Common to all:
  *   - Called by every rank of comm, in the same order, with the same count, datatype,
  *     op and root.
- *   - stream: the operation is enqueued and the call returns; buffers must stay valid
+ *   - stream: the operation is enqueued and the call returns (after waiting for room
+ *     when 1024 wait in the stream's queue: weft_stream_create); buffers must stay valid
  *     and untouched until the stream is synchronized. NULL: completes before return.
  *   - count == 0 is valid and moves nothing; buffers may then be NULL. It is still a
  *     call: every rank must make it (see the next point).

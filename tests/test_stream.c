@@ -3,7 +3,8 @@
  * Checks: twenty all_reduces enqueued on a stream all complete, correctly, at
  * weft_stream_synchronize; a call on a stream returns at once even when its peer has not
  * called yet, weft_stream_query says WEFT_IN_PROGRESS meanwhile and the caller can compute;
- * a large all_reduce on a stream overlaps with the caller's own work; a group of
+ * a large all_reduce on a stream overlaps with the caller's own work; past 1024 queued
+ * calls the next one waits for room (and every queued call still completes correctly); a group of
  * collectives runs at weft_group_end (NULL stream) or at synchronize (on a stream); a
  * non-blocking init returns WEFT_IN_PROGRESS at once, reports WEFT_SUCCESS through
  * weft_comm_get_async_error once all ranks joined, and a collective called before that
@@ -103,6 +104,57 @@ static int twenty_body(harness_rank *r) {
     harness_note(r, "enqueueing 20 all_reduces took %.1f ms, all done after %.1f ms",
                  enqueue_ms, harness_now_ms() - t0);
   harness_expect_status(r, weft_stream_destroy(stream), WEFT_SUCCESS, "weft_stream_destroy");
+  return r->failures;
+}
+
+/* ---- a full queue makes the caller wait for room ----------------------------------------- */
+
+#define FULL_QUEUE_CALLS 1536 /* past the 1024 a stream queues (weft_stream_create) */
+#define FULL_QUEUE_COUNT 8
+#define FULL_QUEUE_LATE_MS 300
+
+/* Rank 0 enqueues FULL_QUEUE_CALLS small all_reduces on a stream while rank 1 holds back
+ * for FULL_QUEUE_LATE_MS after rank 0 began (flag 1): the call after the 1024th must wait
+ * until rank 1's calls let the queue drain, so rank 0's loop lasts at least that long. An
+ * unbounded queue took the whole loop in about a millisecond, and grew the heap by every
+ * queued call. Then both synchronize and every result is checked. */
+static int full_queue_body(harness_rank *r) {
+  float *send = make_buf(FULL_QUEUE_COUNT, WEFT_FLOAT32, r->rank, 1);
+  float *recv = calloc((size_t)FULL_QUEUE_CALLS * FULL_QUEUE_COUNT, sizeof(float));
+  weft_stream_t stream;
+  if (recv == NULL ||
+      !harness_expect_status(r, weft_stream_create(&stream), WEFT_SUCCESS, "weft_stream_create")) {
+    free(send);
+    free(recv);
+    return r->failures + 1;
+  }
+  if (r->rank == 1) {
+    if (!harness_wait_flag(r, 1, 1, 15000)) harness_fail(r, "rank 0 never began its calls");
+    double seen = harness_now_ms();
+    while (harness_now_ms() - seen < FULL_QUEUE_LATE_MS) harness_sleep_ms(10);
+  } else {
+    atomic_store(&r->shared->flags[1], 1);
+  }
+  double t0 = harness_now_ms();
+  for (int c = 0; c < FULL_QUEUE_CALLS && r->failures == 0; c++)
+    harness_expect_status(r,
+                          weft_all_reduce(send, recv + (size_t)c * FULL_QUEUE_COUNT, FULL_QUEUE_COUNT,
+                                          WEFT_FLOAT32, WEFT_SUM, r->comm, stream),
+                          WEFT_SUCCESS, "all_reduce on a stream");
+  double loop_ms = harness_now_ms() - t0;
+  if (r->rank == 0 && loop_ms < FULL_QUEUE_LATE_MS - 10)
+    harness_fail(r, "enqueueing %d calls took %.1f ms while the peer held back %d ms: the "
+                 "stream's queue took them all", FULL_QUEUE_CALLS, loop_ms, FULL_QUEUE_LATE_MS);
+  if (r->rank == 0) harness_note(r, "enqueueing %d calls took %.0f ms", FULL_QUEUE_CALLS, loop_ms);
+  if (harness_expect_status(r, weft_stream_synchronize(stream), WEFT_SUCCESS, "weft_stream_synchronize"))
+    for (int c = 0; c < FULL_QUEUE_CALLS; c++) {
+      char desc[64];
+      snprintf(desc, sizeof desc, "queued all_reduce #%d", c);
+      if (!check_sum(r, desc, recv + (size_t)c * FULL_QUEUE_COUNT, FULL_QUEUE_COUNT, WEFT_FLOAT32, 1)) break;
+    }
+  harness_expect_status(r, weft_stream_destroy(stream), WEFT_SUCCESS, "weft_stream_destroy");
+  free(send);
+  free(recv);
   return r->failures;
 }
 
@@ -314,6 +366,8 @@ int main(void) {
          late_peer_body, 0, 0, 0),
       ST("stream_call_returns_before_the_peer_calls_and_query_says_in_progress", 2, socket,
          late_peer_body, 0, 0, 0),
+      ST("full_stream_queue_makes_the_caller_wait_for_room", 2, shm, full_queue_body, 0, 0, 0),
+      ST("full_stream_queue_makes_the_caller_wait_for_room", 2, socket, full_queue_body, 0, 0, 0),
       ST("large_all_reduce_on_a_stream_overlaps_with_caller_computation", 2, shm, overlap_body,
          0, 0, 0),
       ST("large_all_reduce_on_a_stream_overlaps_with_caller_computation", 3, socket,
