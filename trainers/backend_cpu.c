@@ -274,6 +274,7 @@ static const gpt_backend cpu_backend;
 
 #define ATT_RB 4  /* rows per register block */
 #define ATT_VL 16 /* floats per vector */
+#define ATT_NV_NARROW 1 /* att_nv_max without AVX-512 (2 measured no faster) */
 #define ATT_INLINE static inline __attribute__((always_inline))
 typedef float att_v __attribute__((vector_size(64)));
 
@@ -304,11 +305,25 @@ ATT_INLINE void att_dot_nv(float *out, int ldo, const float *const a[ATT_RB], co
     for (int v = 0; v < nv; v++) ATT_ST(out + (size_t)r * ldo + v * ATT_VL, acc[r][v]);
 }
 
+/* Vectors per accumulator row, at most 4. 4 rows x 4 vectors of 16 floats take 16 of
+ * AVX-512's 32 registers; without AVX-512 a vector is two of AVX2's 16 registers and 4 x 4
+ * spilled to the stack (perf on a Zen 3 VM: the attention kernels 55% of a training step,
+ * their hottest instructions stores to the stack; the model ran at half PyTorch's speed).
+ * One vector per row there: 1 rank, small model 1469 -> 846-890 ms a step, large 408 ->
+ * 691-722 tokens/s.
+ * The width only decides which columns a pass computes, not the order of any sum, so the
+ * results are the same bits either way. */
+ATT_INLINE int att_nv_max(void) {
+  return __builtin_cpu_supports("avx512f") ? 4 : ATT_NV_NARROW;
+}
+
 /* out rows of 4 x (ncols rounded up to 16) from rows a (4 pointers) and bt [hd][ldb]. */
 ATT_INLINE void att_dot(float *out, int ldo, const float *const a[ATT_RB], const float *bt, int ldb, int hd,
                         int ncols) {
-  for (int j = 0; j < ncols; j += 4 * ATT_VL, out += 4 * ATT_VL, bt += 4 * ATT_VL) {
+  const int wide = att_nv_max();
+  for (int j = 0; j < ncols; j += wide * ATT_VL, out += wide * ATT_VL, bt += wide * ATT_VL) {
     int nv = (int)(round16((size_t)(ncols - j)) / ATT_VL);
+    if (nv > wide) nv = wide;
     if (nv >= 4) att_dot_nv(out, ldo, a, bt, ldb, hd, 4);
     else if (nv == 3) att_dot_nv(out, ldo, a, bt, ldb, hd, 3);
     else if (nv == 2) att_dot_nv(out, ldo, a, bt, ldb, hd, 2);
@@ -390,8 +405,9 @@ ATT_INLINE void att_upper_nv(float *out, int ldo, const float *w, int ldw, int j
 /* The two weighted sums over the row's width hd, in chunks of up to 4 vectors. */
 ATT_INLINE void att_lower(float *out, int ldo, const float *w, int ldw, int i0, int nr, const float *x, int ldx,
                           int hd) {
-  for (int c = 0; c < hd; c += 4 * ATT_VL) {
-    int n = hd - c < 4 * ATT_VL ? hd - c : 4 * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
+  const int wide = att_nv_max();
+  for (int c = 0; c < hd; c += wide * ATT_VL) {
+    int n = hd - c < wide * ATT_VL ? hd - c : wide * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
     if (nv == 4) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 4);
     else if (nv == 3) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 3);
     else if (nv == 2) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 2);
@@ -401,8 +417,9 @@ ATT_INLINE void att_lower(float *out, int ldo, const float *w, int ldw, int i0, 
 
 ATT_INLINE void att_upper(float *out, int ldo, const float *w, int ldw, int j0, int nr, int T, const float *x,
                           int ldx, int hd) {
-  for (int c = 0; c < hd; c += 4 * ATT_VL) {
-    int n = hd - c < 4 * ATT_VL ? hd - c : 4 * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
+  const int wide = att_nv_max();
+  for (int c = 0; c < hd; c += wide * ATT_VL) {
+    int n = hd - c < wide * ATT_VL ? hd - c : wide * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
     if (nv == 4) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 4);
     else if (nv == 3) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 3);
     else if (nv == 2) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 2);
