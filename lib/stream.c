@@ -38,7 +38,7 @@ struct weft_stream {
   pthread_mutex_t mu;
   pthread_cond_t work;   /* signalled when a task is queued or the stream stops */
   pthread_cond_t idle;   /* signalled when the queue drains */
-  pthread_cond_t room;   /* signalled when a task leaves a full queue and a caller waits */
+  pthread_cond_t room;   /* broadcast when the queue is down to half and callers wait for room */
   int room_waiters;      /* callers waiting for room (under mu) */
   weft__task *head, *tail;
   int busy, stop;
