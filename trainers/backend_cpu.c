@@ -265,166 +265,25 @@ static const gpt_backend cpu_backend;
  * block's last row, softmax row by row while the block is in L1, Y = P V over j <= i. The
  * backward mirrors it (dP = dY V^T, dS, dQ = dS K per row block; then dK = dS^T Q and
  * dV = P^T dY per block of 4 output rows, summing over i >= j). Every inner product is a
- * register-blocked kernel: 4 rows x up to 4 vectors of 16 floats of accumulators, one
- * broadcast per row and one load per vector per step, so a step is 16 FMAs for 8 loads.
+ * register-blocked kernel (att_kernels.inc): 4 rows x up to 4 vectors of accumulators (16
+ * floats a vector with AVX-512, 8 without), one broadcast per row and one load per vector per
+ * step, so a step is up to 16 multiply-adds for 8 loads.
  * Operands are first packed per head: K and V transposed to [hd][Tp] (Tp = T rounded up to
  * 16, zero columns) for the row-times-matrix products, and rows to [T][hdp] (hdp = hd rounded
  * up to 16, zero padded) for the weighted sums of rows. FLOPs: 2 T(T+1)/2 hd per product
  * instead of 2 T^2 hd; bytes: each head's q, k, v, dy are read about twice (pack + use). */
 
 #define ATT_RB 4  /* rows per register block */
-#define ATT_VL 16 /* floats per vector */
-#define ATT_NV_NARROW 1 /* att_nv_max without AVX-512 (2 measured no faster) */
+#define ATT_VL 16 /* the padding of packed operands, and the partial sums of a row, in floats */
 #define ATT_INLINE static inline __attribute__((always_inline))
-typedef float att_v __attribute__((vector_size(64)));
 
 /* Unaligned vector load and store; macros, since a function returning a 64-byte vector
  * changes the ABI of the default (SSE2) clone. */
-#define ATT_LD(v, p) memcpy(&(v), (p), sizeof(att_v))
-#define ATT_ST(p, v) memcpy((p), &(v), sizeof(att_v))
+#define ATT_LD(v, p) memcpy(&(v), (p), sizeof(v))
+#define ATT_ST(p, v) memcpy((p), &(v), sizeof(v))
 
 static size_t round16(size_t n) {
   return (n + ATT_VL - 1) / ATT_VL * ATT_VL;
-}
-
-/* out[r][0 .. nv*16) = sum_c a[r][c] bt[c][..] for 4 rows (row r of a at a + r*lda). */
-ATT_INLINE void att_dot_nv(float *out, int ldo, const float *const a[ATT_RB], const float *bt, int ldb, int hd,
-                           const int nv) {
-  att_v acc[ATT_RB][4], zero = {0}; /* zeroed one by one: a memset keeps them in memory */
-  for (int r = 0; r < ATT_RB; r++)
-    for (int v = 0; v < 4; v++) acc[r][v] = zero;
-  for (int c = 0; c < hd; c++) {
-    const float *b = bt + (size_t)c * ldb;
-    for (int v = 0; v < nv; v++) {
-      att_v x;
-      ATT_LD(x, b + v * ATT_VL);
-      for (int r = 0; r < ATT_RB; r++) acc[r][v] += a[r][c] * x;
-    }
-  }
-  for (int r = 0; r < ATT_RB; r++)
-    for (int v = 0; v < nv; v++) ATT_ST(out + (size_t)r * ldo + v * ATT_VL, acc[r][v]);
-}
-
-/* Vectors per accumulator row, at most 4. 4 rows x 4 vectors of 16 floats take 16 of
- * AVX-512's 32 registers; without AVX-512 a vector is two of AVX2's 16 registers and 4 x 4
- * spilled to the stack (perf on a Zen 3 VM: the attention kernels 55% of a training step,
- * their hottest instructions stores to the stack; the model ran at half PyTorch's speed).
- * One vector per row there: 1 rank, small model 1469 -> 846-890 ms a step, large 408 ->
- * 691-722 tokens/s.
- * The width only decides which columns a pass computes, not the order of any sum, so the
- * results are the same bits either way. */
-ATT_INLINE int att_nv_max(void) {
-  return __builtin_cpu_supports("avx512f") ? 4 : ATT_NV_NARROW;
-}
-
-/* out rows of 4 x (ncols rounded up to 16) from rows a (4 pointers) and bt [hd][ldb]. */
-ATT_INLINE void att_dot(float *out, int ldo, const float *const a[ATT_RB], const float *bt, int ldb, int hd,
-                        int ncols) {
-  const int wide = att_nv_max();
-  for (int j = 0; j < ncols; j += wide * ATT_VL, out += wide * ATT_VL, bt += wide * ATT_VL) {
-    int nv = (int)(round16((size_t)(ncols - j)) / ATT_VL);
-    if (nv > wide) nv = wide;
-    if (nv >= 4) att_dot_nv(out, ldo, a, bt, ldb, hd, 4);
-    else if (nv == 3) att_dot_nv(out, ldo, a, bt, ldb, hd, 3);
-    else if (nv == 2) att_dot_nv(out, ldo, a, bt, ldb, hd, 2);
-    else att_dot_nv(out, ldo, a, bt, ldb, hd, 1);
-  }
-}
-
-/* Stores nr accumulator rows (width n floats of the chunk) into out rows. */
-ATT_INLINE void att_store_rows(float *out, int ldo, int nr, att_v acc[ATT_RB][4], int n, const int nv) {
-  for (int r = 0; r < nr; r++) {
-    if (n == nv * ATT_VL) {
-      for (int v = 0; v < nv; v++) ATT_ST(out + (size_t)r * ldo + v * ATT_VL, acc[r][v]);
-      continue;
-    }
-    float tmp[4 * ATT_VL];
-    for (int v = 0; v < nv; v++) ATT_ST(tmp + v * ATT_VL, acc[r][v]);
-    memcpy(out + (size_t)r * ldo, tmp, (size_t)n * sizeof(float));
-  }
-}
-
-/* Lower: out[i0 + r] = sum_{j <= i0 + r} w[r][j] x[j] for r < nr (w row r at w + r*ldw),
- * on the vector chunk x[.][0 .. nv*16) of width n. */
-ATT_INLINE void att_lower_nv(float *out, int ldo, const float *w, int ldw, int i0, int nr, const float *x, int ldx,
-                             int n, const int nv) {
-  att_v acc[ATT_RB][4], zero = {0}; /* zeroed one by one: a memset keeps them in memory */
-  for (int r = 0; r < ATT_RB; r++)
-    for (int v = 0; v < 4; v++) acc[r][v] = zero;
-  const float *wrow[ATT_RB];
-  for (int r = 0; r < ATT_RB; r++) wrow[r] = w + (size_t)(r < nr ? r : 0) * ldw;
-  for (int j = 0; j < i0; j++) { /* below the diagonal block: every row takes every j */
-    const float *xj = x + (size_t)j * ldx;
-    for (int v = 0; v < nv; v++) {
-      att_v xv;
-      ATT_LD(xv, xj + v * ATT_VL);
-      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wrow[r][j] * xv;
-    }
-  }
-  for (int j = i0; j < i0 + nr; j++) {
-    const float *xj = x + (size_t)j * ldx;
-    float wr[ATT_RB];
-    for (int r = 0; r < ATT_RB; r++) wr[r] = r < nr && j <= i0 + r ? w[(size_t)r * ldw + j] : 0.0f;
-    for (int v = 0; v < nv; v++) {
-      att_v xv;
-      ATT_LD(xv, xj + v * ATT_VL);
-      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wr[r] * xv;
-    }
-  }
-  att_store_rows(out, ldo, nr, acc, n, nv);
-}
-
-/* Upper: out[j0 + r] = sum_{i >= j0 + r, i < T} w[i][j0 + r] x[i] for r < nr. */
-ATT_INLINE void att_upper_nv(float *out, int ldo, const float *w, int ldw, int j0, int nr, int T, const float *x,
-                             int ldx, int n, const int nv) {
-  att_v acc[ATT_RB][4], zero = {0}; /* zeroed one by one: a memset keeps them in memory */
-  for (int r = 0; r < ATT_RB; r++)
-    for (int v = 0; v < 4; v++) acc[r][v] = zero;
-  int diag_end = j0 + ATT_RB < T ? j0 + ATT_RB : T;
-  for (int i = diag_end; i < T; i++) { /* below the diagonal block (then nr is 4) */
-    const float *xi = x + (size_t)i * ldx, *wi = w + (size_t)i * ldw + j0;
-    for (int v = 0; v < nv; v++) {
-      att_v xv;
-      ATT_LD(xv, xi + v * ATT_VL);
-      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wi[r] * xv;
-    }
-  }
-  for (int i = j0; i < diag_end; i++) {
-    const float *xi = x + (size_t)i * ldx, *wi = w + (size_t)i * ldw + j0;
-    float wr[ATT_RB];
-    for (int r = 0; r < ATT_RB; r++) wr[r] = r < nr && i >= j0 + r ? wi[r] : 0.0f;
-    for (int v = 0; v < nv; v++) {
-      att_v xv;
-      ATT_LD(xv, xi + v * ATT_VL);
-      for (int r = 0; r < ATT_RB; r++) acc[r][v] += wr[r] * xv;
-    }
-  }
-  att_store_rows(out, ldo, nr, acc, n, nv);
-}
-
-/* The two weighted sums over the row's width hd, in chunks of up to 4 vectors. */
-ATT_INLINE void att_lower(float *out, int ldo, const float *w, int ldw, int i0, int nr, const float *x, int ldx,
-                          int hd) {
-  const int wide = att_nv_max();
-  for (int c = 0; c < hd; c += wide * ATT_VL) {
-    int n = hd - c < wide * ATT_VL ? hd - c : wide * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
-    if (nv == 4) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 4);
-    else if (nv == 3) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 3);
-    else if (nv == 2) att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 2);
-    else att_lower_nv(out + c, ldo, w, ldw, i0, nr, x + c, ldx, n, 1);
-  }
-}
-
-ATT_INLINE void att_upper(float *out, int ldo, const float *w, int ldw, int j0, int nr, int T, const float *x,
-                          int ldx, int hd) {
-  const int wide = att_nv_max();
-  for (int c = 0; c < hd; c += wide * ATT_VL) {
-    int n = hd - c < wide * ATT_VL ? hd - c : wide * ATT_VL, nv = (int)(round16((size_t)n) / ATT_VL);
-    if (nv == 4) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 4);
-    else if (nv == 3) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 3);
-    else if (nv == 2) att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 2);
-    else att_upper_nv(out + c, ldo, w, ldw, j0, nr, T, x + c, ldx, n, 1);
-  }
 }
 
 /* Row pointers of a row block; rows past T repeat the first (computed, never stored). */
@@ -510,58 +369,29 @@ static int att_work_alloc(att_work *w, int T, int hd, int full_s) {
   return 0;
 }
 
-SIMD_CLONES static void att_head_fwd(const float *q, size_t ld, float *p, float *y, size_t ldy, int T, int hd,
-                                     float scale, att_work *w) {
-  const float *k = q + ld / 3, *v = k + ld / 3;
-  att_pack(k, ld, T, hd, w->t, w->Tp, NULL, 0);
-  att_pack(v, ld, T, hd, NULL, 0, w->rows1, w->hdp);
-  for (int i0 = 0; i0 < T; i0 += ATT_RB) {
-    int nr = T - i0 < ATT_RB ? T - i0 : ATT_RB;
-    const float *a[ATT_RB];
-    att_rows(a, q, ld, i0, T);
-    att_dot(w->s, w->Tp, a, w->t, w->Tp, hd, i0 + nr);
-    for (int r = 0; r < nr; r++) att_softmax_row(p + (size_t)(i0 + r) * T, w->s + (size_t)r * w->Tp, i0 + r, scale);
-    att_lower(y + (size_t)i0 * ldy, (int)ldy, p + (size_t)i0 * T, T, i0, nr, w->rows1, w->hdp, hd);
-  }
-}
+/* The kernels and per-head passes, once per vector width (att_kernels.inc says why). */
+#define ATT_W 16
+#define ATT_NVMAX 4
+#define ATT_SFX _w16
+#define ATT_TARGET __attribute__((target("avx512f")))
+#include "trainers/att_kernels.inc"
 
-/* dP rows = dY V^T, then dS = scale * P * (dP - sum_j P dP) in place, row block by row block,
- * each followed by its dQ rows; then dK and dV by blocks of output rows. */
-SIMD_CLONES static void att_head_bwd(const float *q, float *dq, size_t ld, const float *p, const float *dy,
-                                     size_t ldy, int T, int hd, float scale, att_work *w) {
-  const float *k = q + ld / 3, *v = k + ld / 3;
-  float *dk = dq + ld / 3, *dv = dk + ld / 3, *ds = w->s;
-  int Tp = w->Tp;
-  att_pack(v, ld, T, hd, w->t, Tp, NULL, 0);
-  att_pack(k, ld, T, hd, NULL, 0, w->rows1, w->hdp);
-  for (int i0 = 0; i0 < T; i0 += ATT_RB) {
-    int nr = T - i0 < ATT_RB ? T - i0 : ATT_RB;
-    const float *a[ATT_RB];
-    att_rows(a, dy, ldy, i0, T);
-    float *dsb = ds + (size_t)i0 * Tp;
-    att_dot(dsb, Tp, a, w->t, Tp, hd, i0 + nr);
-    for (int r = 0; r < nr; r++) {
-      int i = i0 + r;
-      const float *pi = p + (size_t)i * T;
-      float *d = dsb + (size_t)r * Tp, dot;
-      dot = att_dot_row(pi, d, i + 1);
-      for (int j = 0; j <= i; j++) d[j] = scale * pi[j] * (d[j] - dot);
-    }
-    att_lower(dq + (size_t)i0 * ld, (int)ld, dsb, Tp, i0, nr, w->rows1, w->hdp, hd);
-  }
-  att_pack(q, ld, T, hd, NULL, 0, w->rows1, w->hdp);
-  att_pack(dy, ldy, T, hd, NULL, 0, w->rows2, w->hdp);
-  for (int j0 = 0; j0 < T; j0 += ATT_RB) {
-    int nr = T - j0 < ATT_RB ? T - j0 : ATT_RB;
-    att_upper(dk + (size_t)j0 * ld, (int)ld, ds, Tp, j0, nr, T, w->rows1, w->hdp, hd);
-    att_upper(dv + (size_t)j0 * ld, (int)ld, p, T, j0, nr, T, w->rows2, w->hdp, hd);
-  }
-}
+#define ATT_W 8
+#define ATT_NVMAX 2
+#define ATT_SFX _w8
+#define ATT_TARGET __attribute__((target_clones("avx2", "default")))
+#include "trainers/att_kernels.inc"
+
+typedef void att_fwd_fn(const float *q, size_t ld, float *p, float *y, size_t ldy, int T, int hd, float scale,
+                        att_work *w);
+typedef void att_bwd_fn(const float *q, float *dq, size_t ld, const float *p, const float *dy, size_t ldy, int T,
+                        int hd, float scale, att_work *w);
 
 int gpt_cpu_attention_fwd(const float *qkv, float *probs, float *atty, int B, int T, int H, int hd, float scale) {
   att_work w;
   if (att_work_alloc(&w, T, hd, 0)) return -1;
   size_t d = (size_t)H * hd, ld = 3 * d;
+  att_fwd_fn *att_head_fwd = __builtin_cpu_supports("avx512f") ? att_head_fwd_w16 : att_head_fwd_w8;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++)
       att_head_fwd(qkv + (size_t)b * T * ld + (size_t)h * hd, ld, probs + ((size_t)b * H + h) * T * T,
@@ -575,6 +405,7 @@ int gpt_cpu_attention_bwd(const float *qkv, const float *probs, const float *dat
   att_work w;
   if (att_work_alloc(&w, T, hd, 1)) return -1;
   size_t d = (size_t)H * hd, ld = 3 * d;
+  att_bwd_fn *att_head_bwd = __builtin_cpu_supports("avx512f") ? att_head_bwd_w16 : att_head_bwd_w8;
   for (int b = 0; b < B; b++)
     for (int h = 0; h < H; h++) {
       size_t off = (size_t)b * T * ld + (size_t)h * hd;

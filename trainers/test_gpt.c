@@ -1,7 +1,8 @@
 /* trainers/test_gpt.c: checks of the reference GPT (trainers/gpt.h).
  *
  * Backward passes against central finite differences, in fp32 with eps 1e-3: every kernel
- * (LayerNorm, GELU, causal softmax, cross-entropy) on every element of its inputs, a block
+ * (LayerNorm, GELU, causal softmax, cross-entropy) on every element of its inputs, the causal
+ * attention kernels against a double-precision reference on shapes with every tail, a block
  * and the head on their inputs, and the whole model on each parameter tensor. The error of an
  * element is |fd - analytic| / max(|fd|, |analytic|, 0.1 * largest |analytic| of its
  * tensor), on the largest gradients of each tensor one by one and on the whole tensor along
@@ -20,6 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "trainers/backend_cpu.h"
 #include "trainers/blas_core.h"
 #include "trainers/loop.h"
 #include "trainers/test_fd.h"
@@ -421,6 +423,99 @@ static void missing_data_file_is_reported(void **state) {
   gpt_run_free(&r);
 }
 
+/* ----------------------------------------------------------------- causal attention */
+
+/* The largest |got - want| over n values, relative to the largest |want| (at least 1). */
+static double rel_err(const float *got, const double *want, size_t n) {
+  double worst = 0.0, scale = 1.0;
+  for (size_t i = 0; i < n; i++) scale = fabs(want[i]) > scale ? fabs(want[i]) : scale;
+  for (size_t i = 0; i < n; i++) worst = fabs(got[i] - want[i]) > worst ? fabs(got[i] - want[i]) : worst;
+  return worst / scale;
+}
+
+/* Causal attention of every (b, h) in double, straight from the definitions (backend_cpu.h):
+ * P = softmax(scale Q K^T) over j <= i, Y = P V; dP = dY V^T, dS = scale P (dP - rowsum(P dP)),
+ * dQ = dS K, dK = dS^T Q, dV = P^T dY. */
+static void attention_reference(const float *qkv, const float *datty, double *probs, double *atty, double *dqkv,
+                                int B, int T, int H, int hd, float scale) {
+  size_t d = (size_t)H * hd, ld = 3 * d;
+  double *dp = calloc((size_t)T * T, sizeof(double));
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < H; h++) {
+      const float *q = qkv + (size_t)b * T * ld + (size_t)h * hd, *k = q + d, *v = k + d;
+      const float *dy = datty + (size_t)b * T * d + (size_t)h * hd;
+      double *p = probs + ((size_t)b * H + h) * T * T, *y = atty + (size_t)b * T * d + (size_t)h * hd;
+      double *dq = dqkv + (size_t)b * T * ld + (size_t)h * hd, *dk = dq + d, *dv = dk + d;
+      for (int i = 0; i < T; i++) {
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= i; j++) {
+          double sc = 0.0;
+          for (int c = 0; c < hd; c++) sc += (double)q[i * ld + c] * k[j * ld + c];
+          p[i * T + j] = scale * sc;
+          mx = p[i * T + j] > mx ? p[i * T + j] : mx;
+        }
+        for (int j = 0; j <= i; j++) sum += p[i * T + j] = exp(p[i * T + j] - mx);
+        for (int j = 0; j <= i; j++) p[i * T + j] /= sum;
+        for (int c = 0; c < hd; c++) {
+          double acc = 0.0;
+          for (int j = 0; j <= i; j++) acc += p[i * T + j] * v[j * ld + c];
+          y[i * d + c] = acc;
+        }
+        double rowdot = 0.0;
+        for (int j = 0; j <= i; j++) {
+          double g = 0.0;
+          for (int c = 0; c < hd; c++) g += (double)dy[i * d + c] * v[j * ld + c];
+          dp[i * T + j] = g;
+          rowdot += p[i * T + j] * g;
+        }
+        for (int j = 0; j <= i; j++) dp[i * T + j] = scale * p[i * T + j] * (dp[i * T + j] - rowdot); /* dS */
+      }
+      for (int i = 0; i < T; i++)
+        for (int c = 0; c < hd; c++) {
+          double gq = 0.0, gk = 0.0, gv = 0.0;
+          for (int j = 0; j <= i; j++) gq += dp[i * T + j] * k[j * ld + c];
+          for (int r = i; r < T; r++) {
+            gk += dp[r * T + i] * q[r * ld + c];
+            gv += p[r * T + i] * dy[r * d + c];
+          }
+          dq[i * ld + c] = gq;
+          dk[i * ld + c] = gk;
+          dv[i * ld + c] = gv;
+        }
+    }
+  free(dp);
+}
+
+/* The register-blocked kernels (16 floats a vector with AVX-512, 8 without: whichever this
+ * CPU runs) against the reference, on shapes that leave every tail: T below, at and past a
+ * block of 4 rows and a vector of 8 and 16, hd narrower than a vector, between widths, and
+ * wider than one pass of accumulators (64 floats with AVX-512, 16 without). */
+static void attention_kernels_match_the_definition(void **state) {
+  static const int shapes[][4] = {{2, 1, 1, 4},  {1, 5, 2, 12},  {1, 17, 3, 8},  {2, 33, 2, 24},
+                                  {1, 40, 1, 40}, {1, 67, 2, 64}, {1, 20, 1, 72}, {1, 9, 1, 136}};
+  gpt_rng rng;
+  gpt_rng_seed(&rng, 21);
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    int B = shapes[s][0], T = shapes[s][1], H = shapes[s][2], hd = shapes[s][3];
+    size_t d = (size_t)H * hd, nqkv = (size_t)B * T * 3 * d, ny = (size_t)B * T * d, np = (size_t)B * H * T * T;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *qkv = malloc(nqkv * sizeof(float)), *datty = malloc(ny * sizeof(float));
+    float *probs = calloc(np, sizeof(float)), *atty = malloc(ny * sizeof(float));
+    float *dqkv = malloc(nqkv * sizeof(float));
+    double *rp = calloc(np, sizeof(double)), *ry = calloc(ny, sizeof(double)), *rd = calloc(nqkv, sizeof(double));
+    for (size_t i = 0; i < nqkv; i++) qkv[i] = (float)gpt_rng_normal(&rng);
+    for (size_t i = 0; i < ny; i++) datty[i] = (float)gpt_rng_normal(&rng);
+    assert_int_equal(gpt_cpu_attention_fwd(qkv, probs, atty, B, T, H, hd, scale), 0);
+    assert_int_equal(gpt_cpu_attention_bwd(qkv, probs, datty, dqkv, B, T, H, hd, scale), 0);
+    attention_reference(qkv, datty, rp, ry, rd, B, T, H, hd, scale);
+    double e[3] = {rel_err(probs, rp, np), rel_err(atty, ry, ny), rel_err(dqkv, rd, nqkv)};
+    if (e[0] > 1e-5 || e[1] > 1e-5 || e[2] > 1e-5)
+      fail_msg("B %d T %d H %d hd %d: relative error probs %.1e, y %.1e, dqkv %.1e (limit 1e-5)", B, T, H, hd,
+               e[0], e[1], e[2]);
+    free(qkv), free(datty), free(probs), free(atty), free(dqkv), free(rp), free(ry), free(rd);
+  }
+}
+
 int main(int argc, char **argv) {
   /* The kernels the trainers it launches choose, so the in-process reference runs them too. */
   gpt_blas_choose(argv);
@@ -432,6 +527,7 @@ int main(int argc, char **argv) {
                                       fd_teardown),
       cmocka_unit_test_setup_teardown(cross_entropy_backward_matches_finite_differences, fd_setup,
                                       fd_teardown),
+      cmocka_unit_test(attention_kernels_match_the_definition),
       cmocka_unit_test_setup_teardown(every_parameter_gradient_matches_finite_differences, fd_setup,
                                       fd_teardown),
       cmocka_unit_test_setup_teardown(block_input_gradient_matches_finite_differences, fd_setup, fd_teardown),
