@@ -93,8 +93,10 @@ static void exchange(const int *fds, int ns, const char *sb, char *rb, size_t n,
     if (poll(p, (nfds_t)ns, 10000) <= 0) die(who, "poll (no progress for 10 s)");
     for (int i = 0; i < ns; i++) {
       if ((p[i].revents & POLLOUT) && sent[i] < len[i]) {
-        size_t want = len[i] - sent[i] > (1u << 20) ? (1u << 20) : len[i] - sent[i];
-        ssize_t k = send(fds[i], sb + off[i] + sent[i], want, MSG_DONTWAIT);
+        /* All that is left: the kernel takes what its buffer holds. A 1 MiB cap per call read
+         * 0.81-0.98 GB/s on the Zen 3 VM of 2026-11-28, below weft's own all-reduce over the
+         * same loopback (1.15-1.81); without it 0.98-1.69. */
+        ssize_t k = send(fds[i], sb + off[i] + sent[i], len[i] - sent[i], MSG_DONTWAIT);
         if (k < 0 && errno != EAGAIN) die(who, "send");
         if (k > 0) sent[i] += (size_t)k;
       }
