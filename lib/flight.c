@@ -8,6 +8,9 @@
  *    "in_flight": null | {"seq", "coll", "waiting_for": [peers],
  *                         "peers": [{"peer", "sent", "received", "send_pending": [done, bytes] | null,
  *                                    "recv_pending": [done, bytes] | null}, ...]}} */
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "lib/algo.h"
+#include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
@@ -23,6 +27,41 @@
 #include "lib/log.h"
 #include "lib/status.h"
 #include "lib/task.h"
+
+/* Whether the TSC ticks at one rate whatever the core's state, and so can stand for time
+ * (CPUID 0x80000007 EDX bit 8, "invariant TSC", on Intel and AMD alike). */
+static int tsc_invariant(void) {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  return __get_cpuid(0x80000007, &a, &b, &c, &d) && (d >> 8 & 1u);
+#else
+  return 0;
+#endif
+}
+
+/* A TSC reading and CLOCK_MONOTONIC's, taken together (the TSC read between two clock reads,
+ * the clock's value their midpoint). */
+static void tsc_pair(uint64_t *tsc, uint64_t *ns) {
+#if defined(__x86_64__)
+  uint64_t before = weft__now_ns();
+  *tsc = __builtin_ia32_rdtsc();
+  *ns = before + (weft__now_ns() - before) / 2;
+#else
+  *tsc = 0;
+  *ns = weft__now_ns();
+#endif
+}
+
+/* A time of the recorder's clock in CLOCK_MONOTONIC ns (0 stays 0: not yet ended). With the
+ * TSC, on the line through (tsc0, ns0) and (tsc1, ns1), a reading of both taken as the record
+ * is written. */
+static uint64_t ticks_ns(const weft__flight *f, uint64_t ticks, uint64_t tsc1, uint64_t ns1) {
+  if (!f->tsc || ticks == 0) return ticks;
+  if (tsc1 <= f->tsc0 || ticks <= f->tsc0) return f->ns0;
+  /* ticks - tsc0 at (ns1 - ns0) ns per (tsc1 - tsc0) ticks; 128 bits: no overflow */
+  unsigned __int128 d = (unsigned __int128)(ticks - f->tsc0) * (ns1 - f->ns0);
+  return f->ns0 + (uint64_t)(d / (tsc1 - f->tsc0));
+}
 
 void weft__flight_init(struct weft_comm *comm) {
   weft__flight *f = &comm->flight;
@@ -37,6 +76,8 @@ void weft__flight_init(struct weft_comm *comm) {
     return;
   }
   f->n = n;
+  f->tsc = tsc_invariant();
+  if (f->tsc) tsc_pair(&f->tsc0, &f->ns0);
   /* FNV-1a of the secret: names this communicator's files alike on every rank without
    * revealing the secret (which would let anyone join). */
   uint64_t h = 0xcbf29ce484222325ull;
@@ -91,7 +132,8 @@ static const char *state_name(int s) {
   }
 }
 
-static void entry_json(jbuf *j, const weft__flight_entry *e) {
+static void entry_json(jbuf *j, const weft__flight *f, const weft__flight_entry *e, uint64_t tsc1,
+                       uint64_t ns1) {
   int reduction = e->coll == WEFT__COLL_ALL_REDUCE || e->coll == WEFT__COLL_REDUCE ||
                   e->coll == WEFT__COLL_REDUCE_SCATTER;
   jb_printf(j, "{\"seq\": %llu, \"coll\": ", (unsigned long long)e->seq);
@@ -103,7 +145,8 @@ static void entry_json(jbuf *j, const weft__flight_entry *e) {
   jb_printf(j, ", \"root\": %d, \"peer\": %d, \"algo\": ", e->root, e->peer);
   jb_string(j, e->algo);
   jb_printf(j, ", \"start_ns\": %llu, \"end_ns\": %llu, \"state\": \"%s\", \"status\": ",
-            (unsigned long long)e->start_ns, (unsigned long long)e->end_ns, state_name(e->state));
+            (unsigned long long)ticks_ns(f, e->start_ns, tsc1, ns1),
+            (unsigned long long)ticks_ns(f, e->end_ns, tsc1, ns1), state_name(e->state));
   jb_string(j, e->state == WEFT__FLIGHT_FAILED ? weft__status_name((weft_status_t)e->status) : NULL);
   jb_printf(j, "}");
 }
@@ -155,6 +198,8 @@ size_t weft__flight_json(struct weft_comm *comm, char *buf, size_t len, const ch
                          const char *error) {
   jbuf j = {buf, len, 0};
   const weft__flight *f = &comm->flight;
+  uint64_t tsc1 = 0, ns1 = 0; /* now, for the conversion of TSC times (ticks_ns) */
+  if (f->tsc) tsc_pair(&tsc1, &ns1);
   jb_printf(&j, "{\"weft_flight_recorder\": 1, \"comm\": \"%016llx\", \"rank\": %d, \"nranks\": %d, "
             "\"pid\": %d, \"host\": ", (unsigned long long)f->id, comm->rank, comm->nranks, (int)getpid());
   jb_string(&j, comm->peers != NULL ? comm->peers[comm->rank].hostname : "");
@@ -163,12 +208,12 @@ size_t weft__flight_json(struct weft_comm *comm, char *buf, size_t len, const ch
   jb_printf(&j, ", \"error\": ");
   jb_string(&j, error);
   jb_printf(&j, ",\n \"now_ns\": %llu, \"timeout_ms\": %d, \"entries_kept\": %u, \"last_collective\": %llu,\n"
-            " \"entries\": [", (unsigned long long)weft__coarse_ns(), comm->timeout_ms, f->n,
+            " \"entries\": [", (unsigned long long)(f->tsc ? ns1 : weft__coarse_ns()), comm->timeout_ms, f->n,
             (unsigned long long)comm->coll_seq);
   uint64_t from = f->written > f->n ? f->written - f->n : 0;
   for (uint64_t i = from; i < f->written; i++) {
     jb_printf(&j, "%s\n  ", i == from ? "" : ",");
-    entry_json(&j, &f->ring[i & (f->n - 1)]);
+    entry_json(&j, f, &f->ring[i & (f->n - 1)], tsc1, ns1);
   }
   jb_printf(&j, "],\n \"in_flight\": ");
   if (comm->conns != NULL) in_flight_json(&j, comm);
@@ -222,7 +267,7 @@ void weft__flight_failed(struct weft_comm *comm, weft_status_t st, const char *e
   weft__flight *f = &comm->flight;
   weft__flight_entry *e = f->cur;
   if (e == NULL) return;
-  e->end_ns = weft__coarse_ns();
+  e->end_ns = weft__flight_ticks(f);
   e->state = WEFT__FLIGHT_FAILED;
   e->status = (int32_t)st;
   weft__flight_dump(comm, st == WEFT_ERR_TIMEOUT ? "timeout" : st == WEFT_ERR_ABORTED ? "abort" : "error", error);

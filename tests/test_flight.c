@@ -9,7 +9,8 @@
  *    SIGSTOP after 20 calls. The others time out and write records; a timeout later rank 3 is
  *    continued, times out itself, and writes its record. The reader must name rank 3.
  * 3. weft_comm_flight_record: the public call returns the JSON (sizes, the too-small-
- *    buffer error) and it parses as the reader expects.
+ *    buffer error) and it parses as the reader expects; its times are CLOCK_MONOTONIC ns
+ *    in order around the calls, a 50 ms sleep between two of them 50 ms apart.
  * Each case fails without the recorder (no files: the reader exits 1). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -18,6 +19,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,10 +173,53 @@ static void rank_stopped_mid_call_is_named_by_the_reader(void **state) {
   end_dir();
 }
 
+static uint64_t monotonic_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The start_ns and end_ns of entry seq in a record; 0 when it is not there. */
+static int entry_times(const char *json, int seq, uint64_t *start, uint64_t *end) {
+  char key[40];
+  snprintf(key, sizeof(key), "{\"seq\": %d, ", seq);
+  const char *e = strstr(json, key);
+  const char *t = e != NULL ? strstr(e, "\"start_ns\": ") : NULL;
+  unsigned long long s, f;
+  if (t == NULL || sscanf(t, "\"start_ns\": %llu, \"end_ns\": %llu", &s, &f) != 2) return 0;
+  *start = s;
+  *end = f;
+  return 1;
+}
+
+/* The record's times are CLOCK_MONOTONIC ns whatever clock the recorder reads (the TSC where
+ * it is invariant): between readings taken around the calls, in order, and 50 ms apart where
+ * the program slept 50 ms. Slack: the coarse clock, used without an invariant TSC, may lag
+ * by a kernel tick (at most 10 ms at 100 Hz). */
+static void check_times(harness_rank *r, const char *json, uint64_t before, uint64_t after) {
+  const uint64_t slack = 20000000ull;
+  uint64_t s2, e2, s3, e3, now;
+  const char *n = strstr(json, "\"now_ns\": ");
+  if (!entry_times(json, 2, &s2, &e2) || !entry_times(json, 3, &s3, &e3) || n == NULL ||
+      sscanf(n, "\"now_ns\": %" SCNu64, &now) != 1) {
+    harness_fail(r, "no times of calls #2 and #3 or now_ns in the record: %s", json);
+    return;
+  }
+  if (s2 + slack < before || s2 > e2 || e2 > s3 || s3 > e3 || e3 > after + slack || now + slack < after ||
+      s3 - e2 + slack < 50000000ull)
+    harness_fail(r, "record times not in CLOCK_MONOTONIC ns around the calls: before %" PRIu64 ", #2 %" PRIu64
+                 "-%" PRIu64 ", 50 ms sleep, #3 %" PRIu64 "-%" PRIu64 ", after %" PRIu64 ", now_ns %" PRIu64,
+                 before, s2, e2, s3, e3, after, now);
+}
+
 static int api_body(harness_rank *r) {
-  for (int i = 0; i < 3; i++)
+  uint64_t before = monotonic_ns();
+  for (int i = 0; i < 3; i++) {
+    if (i == 2) usleep(50 * 1000);
     harness_expect_status(r, weft_all_reduce(sendb, recvb, 16, WEFT_FLOAT32, WEFT_MAX, r->comm, NULL), WEFT_SUCCESS,
                           "all_reduce");
+  }
+  uint64_t after = monotonic_ns();
   size_t need = 0;
   char small[16];
   weft_status_t st = weft_comm_flight_record(r->comm, small, sizeof(small), &need);
@@ -189,6 +234,7 @@ static int api_body(harness_rank *r) {
                              !strstr(buf, "\"op\": \"max\"") || !strstr(buf, "\"seq\": 3") ||
                              !strstr(buf, "\"state\": \"done\"") || !strstr(buf, "\"in_flight\": null")))
     harness_fail(r, "the record lacks the calls made: %s", buf);
+  if (st == WEFT_SUCCESS) check_times(r, buf, before, after);
   free(buf);
   harness_expect_status(r, weft_comm_flight_record(NULL, NULL, 0, NULL), WEFT_ERR_INVALID_ARGUMENT, "comm NULL");
   harness_expect_status(r, weft_comm_flight_record(r->comm, NULL, 5, NULL), WEFT_ERR_INVALID_ARGUMENT,
