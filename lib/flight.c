@@ -145,8 +145,8 @@ static void entry_json(jbuf *j, const weft__flight *f, const weft__flight_entry 
   jb_printf(j, ", \"root\": %d, \"peer\": %d, \"algo\": ", e->root, e->peer);
   jb_string(j, e->algo);
   jb_printf(j, ", \"start_ns\": %llu, \"end_ns\": %llu, \"state\": \"%s\", \"status\": ",
-            (unsigned long long)ticks_ns(f, e->start_ns, tsc1, ns1),
-            (unsigned long long)ticks_ns(f, e->end_ns, tsc1, ns1), state_name(e->state));
+            (unsigned long long)ticks_ns(f, e->start, tsc1, ns1),
+            (unsigned long long)ticks_ns(f, e->end, tsc1, ns1), state_name(e->state));
   jb_string(j, e->state == WEFT__FLIGHT_FAILED ? weft__status_name((weft_status_t)e->status) : NULL);
   jb_printf(j, "}");
 }
@@ -267,7 +267,7 @@ void weft__flight_failed(struct weft_comm *comm, weft_status_t st, const char *e
   weft__flight *f = &comm->flight;
   weft__flight_entry *e = f->cur;
   if (e == NULL) return;
-  e->end_ns = weft__flight_ticks(f);
+  e->end = weft__flight_ticks(f);
   e->state = WEFT__FLIGHT_FAILED;
   e->status = (int32_t)st;
   weft__flight_dump(comm, st == WEFT_ERR_TIMEOUT ? "timeout" : st == WEFT_ERR_ABORTED ? "abort" : "error", error);

@@ -36,7 +36,7 @@ enum { WEFT__FLIGHT_DEFAULT_ENTRIES = 256, WEFT__FLIGHT_MAX_ENTRIES = 1 << 16 };
 typedef struct {
   uint64_t seq;            /* the task's number: per comm for collectives, per rank for p2p */
   uint64_t count;          /* elements (p2p groups: operations) */
-  uint64_t start_ns, end_ns; /* in the recorder's clock (weft__flight_ticks); end 0 while running */
+  uint64_t start, end;     /* in the recorder's clock (weft__flight_ticks); end 0 while running */
   const char *algo;        /* static: the algorithm row's name */
   int32_t root, peer;
   uint8_t coll, dtype, op, state;
@@ -93,8 +93,8 @@ static inline void weft__flight_begin(weft__flight *f, uint64_t seq, uint64_t co
   weft__flight_entry *e = &f->ring[f->written++ & (f->n - 1)];
   e->seq = seq;
   e->count = count;
-  e->start_ns = weft__flight_ticks(f);
-  e->end_ns = 0;
+  e->start = weft__flight_ticks(f);
+  e->end = 0;
   e->algo = algo;
   e->root = root;
   e->peer = peer;
@@ -112,7 +112,7 @@ static inline void weft__flight_begin(weft__flight *f, uint64_t seq, uint64_t co
 static inline void weft__flight_end(weft__flight *f, weft_status_t st) {
   weft__flight_entry *e = f->cur;
   if (e == NULL) return;
-  e->end_ns = f->tsc || f->waited ? weft__flight_ticks(f) : e->start_ns;
+  e->end = f->tsc || f->waited ? weft__flight_ticks(f) : e->start;
   e->state = st == WEFT_SUCCESS ? WEFT__FLIGHT_DONE : WEFT__FLIGHT_FAILED;
   e->status = (int32_t)st;
   f->cur = NULL;
