@@ -365,7 +365,8 @@ WEFT_API weft_status_t weft_comm_shrink(weft_comm_t comm, const int *exclude_ran
  * its sequence number, collective, count (elements), datatype, op, root, peer, algorithm,
  * start and end time (CLOCK_MONOTONIC nanoseconds; from the invariant TSC where the CPU has
  * one, else at the kernel tick's resolution, a few ms) and state, and for the operation in
- * flight the bytes moved per peer and the peers it waits for. The format is described in the README; weft-flight(1) reads it.
+ * flight the bytes moved per peer and the peers it waits for. The format is described in the
+ * README; weft-flight(1) reads it.
  * buf: where the text goes, len bytes (buf may be NULL when len is 0, to ask the size).
  * *needed (may be NULL): the bytes the whole text needs, its terminating NUL included;
  * about 300 per entry kept plus 100 per rank plus 1 KiB (80 KiB with the defaults for 8

@@ -15,11 +15,11 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
+#include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,7 +179,7 @@ static uint64_t monotonic_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* The start_ns and end_ns of entry seq in a record; 0 when it is not there. */
+/* The start_ns and end_ns of entry seq in a record: 1, or 0 when they are not there. */
 static int entry_times(const char *json, int seq, uint64_t *start, uint64_t *end) {
   char key[40];
   snprintf(key, sizeof(key), "{\"seq\": %d, ", seq);

@@ -11,7 +11,8 @@
  *   - warm-up: -w calls at the largest and at the smallest size, then one untimed call
  *     per size, a barrier, -n timed back-to-back calls;
  *   - time = mean per call, averaged over ranks (weft's `-a 1`), with no clock read inside
- *     the loop; p50/p99 of up to 200 more calls timed one by one, averaged over ranks; algbw = size / time (GB/s = 1e9 B/s);
+ *     the loop; p50/p99 of up to 200 more calls timed one by one, averaged over ranks;
+ *     algbw = size / time (GB/s = 1e9 B/s);
  *     busbw = algbw * factor, with nccl-tests' factors: all_reduce 2(n-1)/n,
  *     all_gather / reduce_scatter / all_to_all (n-1)/n, broadcast 1;
  *   - a separate checked call on fresh inputs (receive buffer poisoned first) whose wrong
