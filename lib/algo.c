@@ -24,14 +24,13 @@ void *weft__comm_scratch(weft__task *t, size_t bytes, weft_status_t *st) {
   return c->scratch;
 }
 
-void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
+void *weft__algo_state_take(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
   if (extra <= sizeof(t->state_inline) && hdr <= sizeof(t->state_inline) - extra) {
-    memset(t->state_inline, 0, hdr + extra);
     t->state = t->state_inline;
     *st = WEFT_SUCCESS;
     return t->state;
   }
-  void *p = extra <= SIZE_MAX - hdr ? calloc(1, hdr + extra) : NULL;
+  void *p = extra <= SIZE_MAX - hdr ? malloc(hdr + extra) : NULL;
   if (p == NULL) {
     *st = weft__error(t->comm, WEFT_ERR_NO_MEMORY,
                       "rank %d: %s %s: cannot allocate %zu + %zu bytes of state and scratch",
@@ -41,5 +40,11 @@ void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_statu
   }
   t->state = p;
   *st = WEFT_SUCCESS;
+  return p;
+}
+
+void *weft__algo_state_alloc(weft__task *t, size_t hdr, size_t extra, weft_status_t *st) {
+  void *p = weft__algo_state_take(t, hdr, extra, st);
+  if (p != NULL) memset(p, 0, hdr + extra);
   return p;
 }

@@ -103,6 +103,13 @@ struct weft_comm {
 
   pthread_mutex_t err_lock;
   char last_error[1024];
+  /* 1 while a call drives its requests (lib/task.c): weft__error records errors raised on
+   * this communicator but does not log them; the call logs once, with the operation named.
+   * Here rather than in the per-thread flag (weft__error_quiet): a thread-local variable
+   * of a shared library costs a __tls_get_addr call on each access, and setting and clearing
+   * it was 8% of the samples of an 8-byte broadcast's receiver (perf). Written by the thread
+   * holding lock. */
+  atomic_int errors_quiet;
 };
 
 /* comm's connection to peer. */

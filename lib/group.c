@@ -2,6 +2,7 @@
  * only recorded; at the outermost end, runs of sends and receives on one communicator become
  * a single task whose requests all progress together (so any exchange pattern is free of
  * deadlock), and collectives run in call order. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include "lib/comm.h"
 #include "lib/group.h"
@@ -16,7 +17,15 @@ static __thread weft_stream_t group_stream;
 static __thread int stream_set, mixed_streams;
 static __thread weft_status_t group_error;
 
-int weft__group_active(void) { return depth > 0; }
+/* Threads of the process with a group open. While it is 0, no thread is in a group and
+ * weft__group_active answers without reading depth: every call asks, and a thread-local
+ * variable of a shared library costs a __tls_get_addr call (lib/comm.h, errors_quiet).
+ * A thread's own increment is visible to itself, so a thread in a group never reads 0. */
+static atomic_int threads_in_group;
+
+int weft__group_active(void) {
+  return atomic_load_explicit(&threads_in_group, memory_order_relaxed) > 0 && depth > 0;
+}
 
 void weft__group_fail(weft_status_t st) {
   if (group_error == WEFT_SUCCESS) group_error = st;
@@ -45,7 +54,7 @@ weft_status_t weft__launch_now(weft__task *t, weft_stream_t stream) {
 }
 
 weft_status_t weft_group_start(void) {
-  depth++;
+  if (depth++ == 0) atomic_fetch_add_explicit(&threads_in_group, 1, memory_order_relaxed);
   return WEFT_SUCCESS;
 }
 
@@ -115,6 +124,7 @@ weft_status_t weft_group_end(void) {
   if (depth == 0)
     return weft__error(NULL, WEFT_ERR_INVALID_USAGE, "weft_group_end without weft_group_start");
   if (--depth > 0) return WEFT_SUCCESS;
+  atomic_fetch_sub_explicit(&threads_in_group, 1, memory_order_relaxed);
   weft__task *list = head;
   weft_stream_t stream = group_stream;
   weft_status_t err = group_error;

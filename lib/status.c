@@ -44,7 +44,8 @@ weft_status_t weft__error(struct weft_comm *comm, weft_status_t status, const ch
     memcpy(comm->last_error, msg, sizeof(comm->last_error));
     pthread_mutex_unlock(&comm->err_lock);
   }
-  if (!quiet) WEFT_WARN("%s (%s)", msg, weft__status_name(status));
+  int comm_quiet = comm != NULL && atomic_load_explicit(&comm->errors_quiet, memory_order_relaxed);
+  if (!quiet && !comm_quiet) WEFT_WARN("%s (%s)", msg, weft__status_name(status));
   return status;
 }
 

@@ -12,7 +12,8 @@ weft_status_t weft__error(struct weft_comm *comm, weft_status_t status, const ch
     __attribute__((format(printf, 3, 4)));
 
 /* While quiet (per thread), weft__error records but does not log: the caller re-raises the
- * error with more context and logs once. */
+ * error with more context and logs once. A communicator's calls use its own flag
+ * (weft_comm.errors_quiet, lib/comm.h), which is cheaper to set. */
 void weft__error_quiet(int quiet);
 
 /* The symbolic name of a status ("WEFT_ERR_TIMEOUT"). */

@@ -378,9 +378,10 @@ weft_status_t weft__task_run(weft__task *t) {
                                        t->mem->name);
     if (st == WEFT_SUCCESS) st = t->algo->start(t);
     if (st == WEFT_SUCCESS || st == WEFT_IN_PROGRESS) {
-      weft__error_quiet(1); /* one warning, with the operation named, instead of two */
+      /* one warning, with the operation named, instead of two */
+      atomic_store_explicit(&comm->errors_quiet, 1, memory_order_relaxed);
       st = drive(t);
-      weft__error_quiet(0);
+      atomic_store_explicit(&comm->errors_quiet, 0, memory_order_relaxed);
       /* The user reads the results next: an asynchronous space's work must be done. */
       if (!(t->mem->flags & WEFT__MEM_SYNC)) weft__mem_wait(t->mem);
       ran = 1;

@@ -220,6 +220,56 @@ static void run(void **state) {
   unsetenv("WEFT_CHECK");
 }
 
+/* A call that fails logs one warning, the one naming the operation ("[in all_reduce #1 ..."):
+ * the error a transport or the wait raised inside the call is recorded, not logged, while
+ * the call drives its requests (weft_comm.errors_quiet, lib/task.c), else the log says the
+ * same failure twice. Each rank points its stderr at a file for the call and counts. */
+static int one_warning_body(harness_rank *r) {
+  char path[] = "/tmp/weft-test-warnings-XXXXXX";
+  int fd = mkstemp(path), saved = fd >= 0 ? dup(2) : -1;
+  if (fd < 0 || saved < 0) {
+    harness_fail(r, "cannot capture stderr in %s", path);
+    return r->failures;
+  }
+  unlink(path);
+  fflush(stderr);
+  dup2(fd, 2);
+  weft_status_t st = op_sum_vs_max(r);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char log[8192], copy[8192];
+  ssize_t len = pread(fd, log, sizeof(log) - 1, 0);
+  close(fd);
+  log[len > 0 ? len : 0] = '\0';
+  memcpy(copy, log, sizeof(copy));
+  int warnings = 0, named = 0;
+  for (char *save = NULL, *line = strtok_r(log, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+    if (strstr(line, " weft WARN ") == NULL) continue;
+    warnings++;
+    named += strstr(line, "[in all_reduce #1") != NULL;
+  }
+  if (st == WEFT_SUCCESS) harness_fail(r, "sum against max returned WEFT_SUCCESS");
+  else if (warnings != 1 || named != 1)
+    harness_fail(r, "the failed call logged %d warnings (%d naming the call), expected one naming it: %s", warnings,
+                 named, copy);
+  atomic_store(&r->shared->flags[FLAG_DONE + r->rank], 1);
+  for (int k = 0; k < r->nranks; k++) harness_wait_flag(r, FLAG_DONE + k, 1, 4 * TIMEOUT_MS);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
+}
+
+static void run_one_warning(void **state) {
+  const params *p = *state;
+  harness_opts o = {0};
+  o.nranks = NR;
+  o.transport = p->transport;
+  o.timeout_ms = TIMEOUT_MS;
+  o.deadline_s = 30;
+  harness_run(&o, one_warning_body, NULL);
+}
+
 /* The control: sends between ranks 0 and 1 only, then collectives of all, succeed. */
 /* WEFT_CHECK=1 compares all_to_allv's pair counts: rank 0 sends 2 elements to rank 1,
  * which expects 3 from it; both must name the counts. */
@@ -323,6 +373,8 @@ int main(void) {
       ALL_CASES(socket, 1, "_under_WEFT_CHECK"),
       {"all_to_allv_counts_that_disagree_are_named_under_WEFT_CHECK_over_shm", run_a2av, NULL, NULL, &(params){NULL, "shm", 1}},
       {"all_to_allv_counts_that_disagree_are_named_under_WEFT_CHECK_over_socket", run_a2av, NULL, NULL, &(params){NULL, "socket", 1}},
+      {"a_failed_call_logs_one_warning_over_shm", run_one_warning, NULL, NULL, &(params){NULL, "shm", 0}},
+      {"a_failed_call_logs_one_warning_over_socket", run_one_warning, NULL, NULL, &(params){NULL, "socket", 0}},
       {"sends_on_one_pair_leave_collectives_matched_over_shm", run_control, NULL, NULL, &(params){NULL, "shm", 0}},
       {"sends_on_one_pair_leave_collectives_matched_over_socket", run_control, NULL, NULL, &(params){NULL, "socket", 0}},
       {"sends_on_one_pair_leave_collectives_matched_under_full_check", run_control, NULL, NULL, &(params){NULL, "shm", 1}},

@@ -48,7 +48,7 @@ static weft_status_t bk_start(weft__task *t) {
   int run = n > 1 && block > 0;
   size_t hdr = weft__align_up(sizeof(bk_state), 64);
   weft_status_t status;
-  bk_state *st = weft__algo_state_alloc(t, hdr, run ? (size_t)n * block : 0, &status);
+  bk_state *st = weft__algo_state_take(t, hdr, run ? (size_t)n * block : 0, &status); /* every field set below */
   if (st == NULL) return status;
   st->block = block;
   st->scratch = (char *)st + hdr;

@@ -91,10 +91,13 @@ static weft_status_t rd_begin(weft__task *t, int whole) {
   int single = n == 1 || bytes == 0;
   size_t hdr = weft__align_up(sizeof(rd_state), 64), sbytes = weft__align_up(bytes, 64);
   weft_status_t status;
-  rd_state *st = weft__algo_state_alloc(t, hdr, single ? 0 : (whole ? 3 : 2) * sbytes, &status);
+  /* not zeroed: every field the rounds read is set below (zeroing the header and scratch
+   * cost an 8-byte call as much as zeroing a broadcast's state; lib/algo.h) */
+  rd_state *st = weft__algo_state_take(t, hdr, single ? 0 : (whole ? 3 : 2) * sbytes, &status);
   if (st == NULL) return status;
   if (single) { /* n == 1 (so bytes is one block) or nothing to move */
     if (t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, bytes, 0);
+    st->out = NULL; /* rs_progress: nothing to copy out */
     weft__rounds_init(&st->rounds, 0, st->req, 2, rd_post, rd_finish);
     return WEFT_SUCCESS;
   }

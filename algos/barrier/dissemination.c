@@ -38,10 +38,12 @@ static weft_status_t barrier_start(weft__task *t) {
   struct weft_comm *comm = t->comm;
   int rounds = nrounds(comm->nranks);
   weft_status_t status;
+  /* not zeroed: each request is set before it is posted (lib/algo.h) */
   barrier_state *st =
-      weft__algo_state_alloc(t, sizeof(barrier_state) + 2 * (size_t)rounds * sizeof(weft__req), 0, &status);
+      weft__algo_state_take(t, sizeof(barrier_state) + 2 * (size_t)rounds * sizeof(weft__req), 0, &status);
   if (st == NULL) return status;
   st->rounds = rounds;
+  st->sent = 0;
   for (int k = 0; k < rounds; k++) {
     int from = weft__ring_mod((long long)comm->rank - (1LL << k), comm->nranks);
     weft__req_init_recv(&st->reqs[2 * k + 1], &weft__mem_host, NULL, NULL, 0, WEFT_UINT8, WEFT_SUM);

@@ -41,8 +41,8 @@ static weft_status_t bc_start(weft__task *t) {
   int v = weft__binomial_vrank(t->comm->rank, t->root, n);
   int nreq = weft__binomial_nchildren(v, n) + 1;
   weft_status_t status;
-  bc_state *st = weft__algo_state_alloc(t, sizeof(bc_state) + (size_t)nreq * sizeof(weft__req), 0,
-                                        &status);
+  /* not zeroed: every field is set below, each request when its round posts it */
+  bc_state *st = weft__algo_state_take(t, sizeof(bc_state) + (size_t)nreq * sizeof(weft__req), 0, &status);
   if (st == NULL) return status;
   st->v = v;
   st->n = n;

@@ -113,9 +113,11 @@ static weft_status_t p2p_start(weft__task *t) {
   int nops = group ? t->np2p : 1;
   weft_status_t status;
   size_t k = (size_t)(nops > 0 ? nops : 0);
-  p2p_state *st = weft__algo_state_alloc(
+  /* not zeroed: each request and fingerprint is set when posted (lib/algo.h) */
+  p2p_state *st = weft__algo_state_take(
       t, sizeof(p2p_state) + k * (sizeof(weft__req) + sizeof(weft__fp_call)), 0, &status);
   if (st == NULL) return status;
+  st->nreq = st->done = 0;
   st->calls = (weft__fp_call *)(st->reqs + k);
   return group ? group_start(t, st) : single_start(t, st);
 }

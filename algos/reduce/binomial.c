@@ -52,7 +52,7 @@ static weft_status_t rd_start(weft__task *t) {
   int scratch = v != 0 && nchildren > 0;
   size_t hdr = weft__align_up(sizeof(rd_state), 64);
   weft_status_t status;
-  rd_state *st = weft__algo_state_alloc(t, hdr, scratch ? bytes : 0, &status);
+  rd_state *st = weft__algo_state_take(t, hdr, scratch ? bytes : 0, &status); /* every field set below */
   if (st == NULL) return status;
   st->v = v;
   st->n = n;
