@@ -62,9 +62,10 @@ static weft_status_t ag_start(weft__task *t) {
   int nsteps = n - 1;
   size_t esize = weft__dtype_size(t->dtype);
   weft_status_t status;
-  ag_state *st = weft__algo_state_alloc(t, sizeof(ag_state) + 2 * (size_t)nsteps * sizeof(weft__req),
-                                        0, &status);
+  /* not zeroed: every field is set below, each request when posted (lib/algo.h) */
+  ag_state *st = weft__algo_state_take(t, sizeof(ag_state) + 2 * (size_t)nsteps * sizeof(weft__req), 0, &status);
   if (st == NULL) return status;
+  st->fused_own = 0;
   st->esize = esize;
   st->layout = weft__ring_layout_equal(t->count, weft__chunk_elems(t->comm->chunk_bytes, esize));
   weft__ring_driver_init(&st->ring, t, &ag_ops, nsteps, weft__ring_nslices(&st->layout), st->reqs,

@@ -76,7 +76,7 @@ static weft_status_t rs_start(weft__task *t) {
   size_t hdr = weft__align_up(sizeof(rs_state) + 2 * (size_t)nsteps * sizeof(weft__req), 64);
   size_t extra = n > 2 ? 2 * weft__align_up(piece, 64) : 0;
   weft_status_t status;
-  rs_state *st = weft__algo_state_alloc(t, hdr, extra, &status);
+  rs_state *st = weft__algo_state_take(t, hdr, extra, &status); /* every field set below */
   if (st == NULL) return status;
   st->esize = esize;
   st->layout = weft__ring_layout_equal(t->count, chunk);
