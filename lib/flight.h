@@ -10,8 +10,10 @@
  * allocation and no lock beyond the operation's. The clock is the TSC where it is invariant
  * (x86-64 with CPUID 0x80000007 EDX bit 8: one instruction, no memory read), converted to
  * CLOCK_MONOTONIC ns only when a record is written (flight.c); elsewhere
- * CLOCK_MONOTONIC_COARSE (a vDSO read; the kernel tick's resolution, a few ms), read a
- * second time only for a call that waited. Why: the coarse clock's read at each call's start
+ * CLOCK_MONOTONIC_COARSE (a vDSO read; the kernel tick's resolution, a few ms), read at
+ * both ends too: a call that never waited may still be long (a large copy on one rank, a
+ * ring that always had a piece to move), and its end once taken as its start recorded a
+ * 50 ms call as 0 ms. Why the TSC: the coarse clock's read at each call's start
  * cost an 8-byte broadcast 7-11% on the Zen 3 VM (2 ranks, 31 alternating launches, the
  * recorder off against on: 21-24 of 31 faster), where rdtsc in its place measured the same
  * as no clock read at all; the TSC recorder against the coarse one: 6-12% faster, 22-26 of
@@ -48,7 +50,6 @@ typedef struct weft__flight {
   uint32_t n;               /* a power of two */
   uint64_t written;         /* entries ever written: the newest is ring[(written - 1) % n] */
   weft__flight_entry *cur;  /* the operation running, or NULL */
-  int waited;               /* it waited long enough for its drive loop to read the clock */
   int tsc;                  /* the recorder's clock is the invariant TSC (else the coarse clock) */
   uint64_t tsc0, ns0;       /* a TSC reading and CLOCK_MONOTONIC's at the same moment (init) */
   uint64_t id;              /* the communicator's identity in dumps (a hash, not its secret) */
@@ -104,15 +105,12 @@ static inline void weft__flight_begin(weft__flight *f, uint64_t seq, uint64_t co
   e->state = WEFT__FLIGHT_RUNNING;
   e->status = 0;
   f->cur = e;
-  f->waited = 0;
 }
-/* Marks the running entry done or failed (st). On the coarse clock, read again only when
- * the operation waited (its drive loop read the clock: it was not a sub-microsecond call);
- * otherwise it ended within the coarse clock's tick of its start, and start is its end. */
+/* Marks the running entry done or failed (st), ended now. */
 static inline void weft__flight_end(weft__flight *f, weft_status_t st) {
   weft__flight_entry *e = f->cur;
   if (e == NULL) return;
-  e->end = f->tsc || f->waited ? weft__flight_ticks(f) : e->start;
+  e->end = weft__flight_ticks(f);
   e->state = st == WEFT_SUCCESS ? WEFT__FLIGHT_DONE : WEFT__FLIGHT_FAILED;
   e->status = (int32_t)st;
   f->cur = NULL;

@@ -285,7 +285,6 @@ static inline weft_status_t drive(weft__task *t) {
     }
     if (++idle % CLOCK_EVERY == 0) {
       now = weft__now_ns();
-      comm->flight.waited = 1;
       weft__flight_poll(comm, &comm->flight); /* another thread asked for a snapshot */
       if (idle == CLOCK_EVERY) last_move = now;
       if (last_health == 0) last_health = now;

@@ -11,6 +11,9 @@
  * 3. weft_comm_flight_record: the public call returns the JSON (sizes, the too-small-
  *    buffer error) and it parses as the reader expects; its times are CLOCK_MONOTONIC ns
  *    in order around the calls, a 50 ms sleep between two of them 50 ms apart.
+ * 4. On the coarse clock (machines without an invariant TSC; forced here), a long call that
+ *    never waits (a 256 MiB all-reduce on one rank: a copy) is recorded as long as it took:
+ *    its end was once taken as its start when the call had not waited.
  * Each case fails without the recorder (no files: the reader exits 1). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
@@ -30,6 +33,7 @@
 
 #include <cmocka.h>
 
+#include "lib/comm.h"
 #include "tests/harness.h"
 
 #define TIMEOUT_MS 1000
@@ -247,9 +251,51 @@ static void public_call_returns_the_record(void **state) {
   harness_run_simple(2, "shm", api_body, NULL);
 }
 
+static int coarse_body(harness_rank *r) {
+  r->comm->flight.tsc = 0; /* the coarse clock, as where the TSC is not invariant */
+  size_t count = (size_t)64 << 20; /* 256 MiB of floats */
+  float *in = malloc(count * sizeof(float)), *out = malloc(count * sizeof(float));
+  if (in == NULL || out == NULL) {
+    harness_fail(r, "no memory for two 256 MiB buffers");
+    free(in);
+    free(out);
+    return r->failures;
+  }
+  memset(in, 0, count * sizeof(float)); /* faulted in before the call */
+  memset(out, 0, count * sizeof(float));
+  uint64_t before = monotonic_ns();
+  harness_expect_status(r, weft_all_reduce(in, out, count, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), WEFT_SUCCESS,
+                        "256 MiB all_reduce on one rank");
+  uint64_t took = monotonic_ns() - before;
+  size_t need = 1 << 20; /* 256 entries need about 64 KiB */
+  char *json = malloc(need);
+  uint64_t s = 0, e = 0;
+  const char *entry = NULL, *t = NULL;
+  if (json != NULL && weft_comm_flight_record(r->comm, json, need, NULL) == WEFT_SUCCESS)
+    entry = strstr(json, "\"count\": 67108864,");
+  if (entry != NULL) t = strstr(entry, "\"start_ns\": ");
+  if (t == NULL || sscanf(t, "\"start_ns\": %" SCNu64 ", \"end_ns\": %" SCNu64, &s, &e) != 2)
+    harness_fail(r, "no entry of the 256 MiB call in the record: %s", json != NULL ? json : "(no memory)");
+  /* Slack: two ticks of the coarse clock (at most 10 ms each at 100 Hz). */
+  else if (e < s || e - s + 20000000ull < took)
+    harness_fail(r, "the call took %" PRIu64 " ns but is recorded from %" PRIu64 " to %" PRIu64 " (%" PRIu64
+                 " ns)", took, s, e, e - s);
+  harness_note(r, "256 MiB call: took %" PRIu64 " ns, recorded %" PRIu64 " ns", took, e - s);
+  free(json);
+  free(in);
+  free(out);
+  return r->failures;
+}
+
+static void long_call_is_timed_on_the_coarse_clock(void **state) {
+  (void)state;
+  harness_run_simple(1, "shm", coarse_body, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(public_call_returns_the_record),
+      cmocka_unit_test(long_call_is_timed_on_the_coarse_clock),
       cmocka_unit_test(rank_not_calling_is_named_by_the_reader),
       cmocka_unit_test(rank_stopped_mid_call_is_named_by_the_reader),
   };
