@@ -208,16 +208,29 @@ static int body(harness_rank *r) {
   return r->failures;
 }
 
-static void run(void **state) {
-  const params *p = *state;
+/* Runs body on NR ranks over p's transport with the short timeout (WEFT_CHECK=1 when
+ * p->full_check). */
+static void run_ranks(const params *p, harness_body_fn fn) {
   harness_opts o = {0};
   o.nranks = NR;
   o.transport = p->transport;
   o.timeout_ms = TIMEOUT_MS;
   o.deadline_s = 30;
   if (p->full_check) setenv("WEFT_CHECK", "1", 1);
-  harness_run(&o, body, (void *)p);
+  harness_run(&o, fn, (void *)p);
   unsetenv("WEFT_CHECK");
+}
+
+static void run(void **state) { run_ranks(*state, body); }
+
+/* Marks this rank's call returned, waits until every rank's has (one leaving early would
+ * be a failed peer to the others), and aborts the communicator. Returns the failures. */
+static int leave_together(harness_rank *r) {
+  atomic_store(&r->shared->flags[FLAG_DONE + r->rank], 1);
+  for (int k = 0; k < r->nranks; k++) harness_wait_flag(r, FLAG_DONE + k, 1, 4 * TIMEOUT_MS);
+  weft_comm_abort(r->comm);
+  r->comm = NULL;
+  return r->failures;
 }
 
 /* A call that fails logs one warning, the one naming the operation ("[in all_reduce #1 ..."):
@@ -253,22 +266,10 @@ static int one_warning_body(harness_rank *r) {
   else if (warnings != 1 || named != 1)
     harness_fail(r, "the failed call logged %d warnings (%d naming the call), expected one naming it: %s", warnings,
                  named, copy);
-  atomic_store(&r->shared->flags[FLAG_DONE + r->rank], 1);
-  for (int k = 0; k < r->nranks; k++) harness_wait_flag(r, FLAG_DONE + k, 1, 4 * TIMEOUT_MS);
-  weft_comm_abort(r->comm);
-  r->comm = NULL;
-  return r->failures;
+  return leave_together(r);
 }
 
-static void run_one_warning(void **state) {
-  const params *p = *state;
-  harness_opts o = {0};
-  o.nranks = NR;
-  o.transport = p->transport;
-  o.timeout_ms = TIMEOUT_MS;
-  o.deadline_s = 30;
-  harness_run(&o, one_warning_body, NULL);
-}
+static void run_one_warning(void **state) { run_ranks(*state, one_warning_body); }
 
 /* The control: sends between ranks 0 and 1 only, then collectives of all, succeed. */
 /* WEFT_CHECK=1 compares all_to_allv's pair counts: rank 0 sends 2 elements to rank 1,
@@ -288,11 +289,7 @@ static int a2av_body(harness_rank *r) {
     harness_fail(r, "rank 2's error names neither rank 0 nor 1: %s: \"%s\"", harness_status_name(st), msg);
   }
   harness_note(r, "%s: %s", harness_status_name(st), msg);
-  atomic_store(&r->shared->flags[FLAG_DONE + r->rank], 1);
-  for (int k = 0; k < r->nranks; k++) harness_wait_flag(r, FLAG_DONE + k, 1, 4 * TIMEOUT_MS);
-  weft_comm_abort(r->comm);
-  r->comm = NULL;
-  return r->failures;
+  return leave_together(r);
 }
 
 static void run_a2av(void **state) {
