@@ -85,11 +85,12 @@ extern const weft__algo *const weft__algo_table[];
 extern const int weft__algo_table_len;
 
 /* hdr + extra zeroed bytes as t->state: inside the task when they fit in its state_inline
- * (no allocation), else calloc'd (freed with the task); on failure raises
+ * (no allocation), else allocated (freed with the task); on failure raises
  * WEFT_ERR_NO_MEMORY naming the rank and operation, stores it in *st and returns NULL. */
 void *weft__algo_state_alloc(struct weft__task *t, size_t hdr, size_t extra, weft_status_t *st);
-/* The same, not zeroed: for a small-message algorithm that sets every field it reads (zeroing
- * a 2-request state was 6-9% of the samples of an 8-byte broadcast's receiver, perf). */
+/* The same, not zeroed: for an algorithm that sets every field it reads, as those that run
+ * small messages do (zeroing a 2-request state was 6-9% of the samples of an 8-byte
+ * broadcast's receiver, perf). */
 void *weft__algo_state_take(struct weft__task *t, size_t hdr, size_t extra, weft_status_t *st);
 /* The communicator's kept scratch (host memory), at least bytes long (grown when needed;
  * its contents are not kept). Valid until the task ends. On failure raises
