@@ -117,6 +117,7 @@ static weft_status_t state_new(struct weft_comm *comm, const int *peers, int npe
   st->split = weft__env_size("WEFT_SOCKET_SPLIT_BYTES", 256 * 1024);
   /* Below 64 KiB a buffer stalls every transfer on ACK round trips (4096 made a 256 KiB
    * all-reduce take 9.7 s on loopback): refused rather than obeyed. */
+  st->buffer_auto = weft__env_str("WEFT_SOCKET_BUFFER_BYTES", NULL) == NULL;
   weft_status_t s = weft__env_size_in("WEFT_SOCKET_BUFFER_BYTES", 0, 64 * 1024, 1u << 30, 1, &st->buffer_bytes);
   if (s != WEFT_SUCCESS) {
     char why[256];
@@ -286,18 +287,32 @@ static weft_status_t connect_up(struct weft_comm *comm, sock_state *st, const vo
   return WEFT_SUCCESS;
 }
 
+size_t weft__socket_rmem_max(void) {
+  FILE *f = fopen("/proc/sys/net/core/rmem_max", "r");
+  unsigned long long v = 0;
+  if (f == NULL) return 0;
+  if (fscanf(f, "%llu", &v) != 1) v = 0;
+  fclose(f);
+  return (size_t)v;
+}
+
+size_t weft__socket_rcvbuf(const struct weft_comm *comm, const sock_state *st, int peer, size_t rmem_max) {
+  if (!st->buffer_auto) return st->buffer_bytes;
+  if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash) return 0;
+  return rmem_max >= WEFT__SOCKET_SAME_HOST_RCVBUF ? WEFT__SOCKET_SAME_HOST_RCVBUF : 0;
+}
+
 /* Data sockets never block; small messages must not wait for Nagle. */
-static weft_status_t tune_fd(struct weft_comm *comm, const sock_state *st, sock_peer *sp, int fd) {
+static weft_status_t tune_fd(struct weft_comm *comm, const sock_state *st, sock_peer *sp, int fd,
+                             size_t rmem_max) {
   if (weft__sock_set_nonblock(fd, 1) != 0 || weft__sock_set_nodelay(fd) != 0)
     return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: socket setup: socket options for "
                        "peer %d: %s", comm->rank, sp->peer, strerror(errno));
-  /* Fixed buffers turn off the kernel's autotuning; on loopback 4 MiB measured no better
-   * (within noise), so they stay opt-in for long fat links. */
+  /* A buffer set here turns off the kernel's autotuning of that buffer. */
   int sz = (int)st->buffer_bytes;
-  if (sz > 0) {
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
-  }
+  if (sz > 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+  int rcv = (int)weft__socket_rcvbuf(comm, st, sp->peer, rmem_max);
+  if (rcv > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
   return WEFT_SUCCESS;
 }
 
@@ -338,9 +353,10 @@ weft_status_t weft__socket_connect(struct weft_comm *comm, const void *const *ca
     return WEFT_IN_PROGRESS;
   }
   close_setup(st);
+  size_t rmem_max = st->buffer_auto ? weft__socket_rmem_max() : 0;
   for (int p = 0; p < st->nranks; p++) {
     sock_peer *sp = st->by_rank[p];
-    for (int i = 0; sp != NULL && i < sp->nsocks; i++) WEFT_TRY(tune_fd(comm, st, sp, sp->fd[i]));
+    for (int i = 0; sp != NULL && i < sp->nsocks; i++) WEFT_TRY(tune_fd(comm, st, sp, sp->fd[i], rmem_max));
     if (sp != NULL) comm->conns[p].priv = sp;
   }
   return WEFT_SUCCESS;
