@@ -297,3 +297,16 @@ int weft__sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns) {
   }
   return 0;
 }
+
+size_t weft__sock_rmem_max(void) {
+  FILE *f = fopen("/proc/sys/net/core/rmem_max", "r");
+  unsigned long long v = 0;
+  if (f == NULL) return 0;
+  if (fscanf(f, "%llu", &v) != 1) v = 0;
+  fclose(f);
+  return (size_t)v;
+}
+
+size_t weft__sock_same_host_rcvbuf(size_t rmem_max) {
+  return rmem_max >= WEFT__SOCK_SAME_HOST_RCVBUF ? WEFT__SOCK_SAME_HOST_RCVBUF : 0;
+}

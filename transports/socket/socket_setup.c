@@ -287,19 +287,10 @@ static weft_status_t connect_up(struct weft_comm *comm, sock_state *st, const vo
   return WEFT_SUCCESS;
 }
 
-size_t weft__socket_rmem_max(void) {
-  FILE *f = fopen("/proc/sys/net/core/rmem_max", "r");
-  unsigned long long v = 0;
-  if (f == NULL) return 0;
-  if (fscanf(f, "%llu", &v) != 1) v = 0;
-  fclose(f);
-  return (size_t)v;
-}
-
 size_t weft__socket_rcvbuf(const struct weft_comm *comm, const sock_state *st, int peer, size_t rmem_max) {
   if (!st->buffer_auto) return st->buffer_bytes;
   if (comm->peers[peer].host_hash != comm->peers[comm->rank].host_hash) return 0;
-  return rmem_max >= WEFT__SOCKET_SAME_HOST_RCVBUF ? WEFT__SOCKET_SAME_HOST_RCVBUF : 0;
+  return weft__sock_same_host_rcvbuf(rmem_max);
 }
 
 /* Data sockets never block; small messages must not wait for Nagle. */
@@ -353,7 +344,7 @@ weft_status_t weft__socket_connect(struct weft_comm *comm, const void *const *ca
     return WEFT_IN_PROGRESS;
   }
   close_setup(st);
-  size_t rmem_max = st->buffer_auto ? weft__socket_rmem_max() : 0;
+  size_t rmem_max = st->buffer_auto ? weft__sock_rmem_max() : 0;
   for (int p = 0; p < st->nranks; p++) {
     sock_peer *sp = st->by_rank[p];
     for (int i = 0; sp != NULL && i < sp->nsocks; i++) WEFT_TRY(tune_fd(comm, st, sp, sp->fd[i], rmem_max));

@@ -95,31 +95,12 @@ static inline sock_state *weft__socket_state_of(struct weft_comm *comm) {
   return comm->transport_state[weft__transport_index(&weft__transport_socket)];
 }
 
-/* The receive buffer a data socket to a peer on this host gets when
- * WEFT_SOCKET_BUFFER_BYTES is unset (SO_RCVBUF's argument; Linux doubles it).
- *
- * Why: on one host both copies of a byte run on this machine's cores, the sender's into
- * the socket and the receiver's out of it, and the socket's receive queue is where the
- * byte waits between them. The kernel's autotuning lets that queue grow to tcp_rmem's
- * maximum (32 MiB on the VMs weft is developed on), so a sender runs megabytes ahead and
- * the receiver copies bytes that have left the cache. A fixed 1 MiB (2 MiB granted)
- * keeps the sender close behind. AMD EPYC Zen 3 VM, 2 ranks, WEFT_TRANSPORT=socket,
- * all-reduce 16-256 MiB against autotuning, interleaved launches: 1.03-1.50x faster at
- * every size (medians over 3 runs of 5-8 rounds); setting only the send buffer instead
- * gained less than half of that, and 256 KiB (512 KiB granted) was slower than
- * autotuning, so the size is not applied where net.core.rmem_max would cut it below
- * what was asked. Between hosts the buffer must cover the link's bandwidth-delay
- * product, which autotuning follows, so peers on other hosts keep it. */
-#define WEFT__SOCKET_SAME_HOST_RCVBUF (1u << 20)
 
 /* What SO_RCVBUF to ask for on the data sockets to peer, in bytes: the
- * WEFT_SOCKET_BUFFER_BYTES set (0: autotuning), else WEFT__SOCKET_SAME_HOST_RCVBUF when
- * peer shares this rank's host (equal host_hash) and rmem_max (net.core.rmem_max, bytes;
- * 0 when unknown) admits it, else 0: leave the kernel's autotuning. Pure; thread-safe. */
+ * WEFT_SOCKET_BUFFER_BYTES set (0: autotuning), else, when peer shares this rank's host
+ * (equal host_hash), weft__sock_same_host_rcvbuf(rmem_max) (lib/sockutil.h: 1 MiB where
+ * net.core.rmem_max admits it), else 0: leave the kernel's autotuning. Pure; thread-safe. */
 size_t weft__socket_rcvbuf(const struct weft_comm *comm, const sock_state *st, int peer, size_t rmem_max);
-/* net.core.rmem_max in bytes (/proc/sys/net/core/rmem_max), 0 when it cannot be read.
- * Thread-safe. */
-size_t weft__socket_rmem_max(void);
 
 /* Setup (socket_setup.c): the transport's can_connect, listen, connect and close. */
 int weft__socket_can_connect(const struct weft__topo_system *topo, int a, int b);

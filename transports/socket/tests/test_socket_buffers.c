@@ -1,5 +1,5 @@
 /* test_socket_buffers.c: the receive buffers of the socket transport's data sockets
- * (transports/socket/socket_state.h, WEFT__SOCKET_SAME_HOST_RCVBUF): a peer on this host
+ * (transports/socket/socket_state.h; WEFT__SOCK_SAME_HOST_RCVBUF, lib/sockutil.h): a peer on this host
  * gets a fixed receive buffer when WEFT_SOCKET_BUFFER_BYTES is unset and net.core.rmem_max
  * admits it, a peer on another host keeps the kernel's autotuning, and a set
  * WEFT_SOCKET_BUFFER_BYTES applies to every peer. Here, inside transports/socket/, because
@@ -50,7 +50,7 @@ static int buffers_body(harness_rank *r) {
     else if (c->want > 0 && got != c->want)
       harness_fail(r, "socket %d to peer %d (%s, WEFT_SOCKET_BUFFER_BYTES %s): SO_RCVBUF %d, expected %d", i,
                    peer, c->hosts != NULL ? c->hosts : "one host", c->env != NULL ? c->env : "unset", got, c->want);
-    else if (c->want == 0 && got == 2 * (int)WEFT__SOCKET_SAME_HOST_RCVBUF)
+    else if (c->want == 0 && got == 2 * (int)WEFT__SOCK_SAME_HOST_RCVBUF)
       harness_fail(r, "socket %d to peer %d (%s, WEFT_SOCKET_BUFFER_BYTES %s): SO_RCVBUF %d, the fixed "
                    "size, where the kernel's autotuning was expected", i, peer,
                    c->hosts != NULL ? c->hosts : "one host", c->env != NULL ? c->env : "unset", got);
@@ -71,8 +71,8 @@ static void run_case(const buffers_case *c) {
 }
 
 static void a_peer_on_this_host_gets_a_fixed_receive_buffer(void **state) {
-  size_t max = weft__socket_rmem_max();
-  buffers_case c = {.want = max >= WEFT__SOCKET_SAME_HOST_RCVBUF ? 2 * (int)WEFT__SOCKET_SAME_HOST_RCVBUF : 0};
+  size_t max = weft__sock_rmem_max();
+  buffers_case c = {.want = max >= WEFT__SOCK_SAME_HOST_RCVBUF ? 2 * (int)WEFT__SOCK_SAME_HOST_RCVBUF : 0};
   printf("# net.core.rmem_max %zu: %s\n", max, c.want > 0 ? "the fixed size expected" : "too small, autotuning expected");
   run_case(&c);
 }
@@ -84,7 +84,7 @@ static void a_peer_on_another_host_keeps_autotuning(void **state) {
 
 static void a_set_buffer_size_applies_to_every_peer(void **state) {
   buffers_case one = {.env = "256K", .want = 2 * 256 * 1024}, two = {.hosts = "ab", .env = "256K", .want = 2 * 256 * 1024};
-  if (weft__socket_rmem_max() < 256 * 1024) skip();
+  if (weft__sock_rmem_max() < 256 * 1024) skip();
   run_case(&one);
   run_case(&two);
 }
@@ -94,8 +94,8 @@ static void the_rule_reads_the_setting_the_host_and_rmem_max(void **state) {
   weft__peer_info peers[2] = {{.host_hash = 7}, {.host_hash = 7}};
   struct weft_comm comm = {.rank = 0, .peers = peers};
   sock_state st = {.buffer_auto = 1};
-  assert_int_equal(weft__socket_rcvbuf(&comm, &st, 1, 4u << 20), WEFT__SOCKET_SAME_HOST_RCVBUF);
-  assert_int_equal(weft__socket_rcvbuf(&comm, &st, 1, WEFT__SOCKET_SAME_HOST_RCVBUF), WEFT__SOCKET_SAME_HOST_RCVBUF);
+  assert_int_equal(weft__socket_rcvbuf(&comm, &st, 1, 4u << 20), WEFT__SOCK_SAME_HOST_RCVBUF);
+  assert_int_equal(weft__socket_rcvbuf(&comm, &st, 1, WEFT__SOCK_SAME_HOST_RCVBUF), WEFT__SOCK_SAME_HOST_RCVBUF);
   assert_int_equal(weft__socket_rcvbuf(&comm, &st, 1, 212992), 0); /* Linux's usual default */
   assert_int_equal(weft__socket_rcvbuf(&comm, &st, 1, 0), 0);      /* unreadable */
   peers[1].host_hash = 8;
