@@ -147,10 +147,11 @@ static weft_status_t connect_all(struct weft_comm *c, const char *cards, size_t 
   return st;
 }
 
-/* "shm (recv-reduce inline peer-memory wait liveness placement), socket (recv-reduce)":
+/* "shm (recv-reduce inline peer-memory wait liveness placement nt-landing), socket (recv-reduce)":
  * the transports this rank uses and the capabilities the core may use of each. */
 static void describe_caps(const struct weft_comm *c, const int *count, char *buf, size_t len) {
-  static const char *const names[] = {"recv-reduce", "inline", "peer-memory", "wait", "liveness", "placement"};
+  static const char *const names[] = {"recv-reduce", "inline", "peer-memory", "wait", "liveness", "placement",
+                                      "nt-landing"};
   size_t at = 0;
   buf[0] = '\0';
   for (int t = 0; weft__transports[t] != NULL && at < len; t++) {

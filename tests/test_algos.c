@@ -667,6 +667,46 @@ static void ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts(voi
   unsetenv("WEFT_ALGO");
 }
 
+/* The ring all-reduce keeps a large out-of-place call's partials in the communicator's
+ * scratch only where receives honor non-temporal stores (WEFT__TRANSPORT_CAP_NT_LANDING:
+ * shm); over sockets the kernel writes recvbuf itself, and the scratch only added a copy.
+ * WEFT_NT_COPY_BYTES=1M makes a 1 MiB call large. */
+static int ring_scratch_body(harness_rank *r) {
+  const char *transport = r->arg;
+  setenv("WEFT_NT_COPY_BYTES", "1M", 1);
+  setenv("WEFT_ALGO", "allreduce:ring", 1);
+  if (!harness_expect_status(r, weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config),
+                             WEFT_SUCCESS, "init")) {
+    r->comm = NULL;
+    return r->failures;
+  }
+  size_t count = 1u << 18; /* 1 MiB of float32 */
+  float *in = malloc(count * sizeof *in), *out = malloc(count * sizeof *out);
+  for (size_t j = 0; j < count; j++) in[j] = (float)(r->rank + 1 + (int)(j % 7));
+  if (ok(r, weft_all_reduce(in, out, count, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), "all_reduce 1 MiB out of place"))
+    for (size_t j = 0; j < count; j++)
+      if (out[j] != (float)(3 + 2 * (int)(j % 7))) {
+        harness_fail(r, "all_reduce over %s: element %zu is %g, expected %d", transport, j, out[j], 3 + 2 * (int)(j % 7));
+        break;
+      }
+  int want_scratch = strcmp(transport, "shm") == 0;
+  if ((r->comm->scratch_bytes > 0) != want_scratch)
+    harness_fail(r, "all_reduce over %s: the communicator's scratch holds %zu bytes; expected %s", transport,
+                 r->comm->scratch_bytes, want_scratch ? "the partials there" : "none (the plain ring path)");
+  free(in);
+  free(out);
+  return r->failures;
+}
+
+static void ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_nt(void **state) {
+  (void)state;
+  static const char *transports[] = {"shm", "socket"};
+  for (int i = 0; i < 2; i++) {
+    harness_opts o = {.nranks = 2, .transport = transports[i], .no_init = 1, .deadline_s = 60};
+    harness_run(&o, ring_scratch_body, (void *)transports[i]);
+  }
+}
+
 int main(void) {
   harness_filter_from_env();
   const struct CMUnitTest tests[] = {
@@ -698,6 +738,7 @@ int main(void) {
       cmocka_unit_test(random_floats_reduce_to_identical_bits_on_every_rank),
       cmocka_unit_test(hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts),
       cmocka_unit_test(ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts),
+      cmocka_unit_test(ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_nt),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

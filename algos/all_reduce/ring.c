@@ -20,7 +20,11 @@
  * Measured on 2 ranks (launches where the VM was in its fast phase): out of place 16-256 MiB
  * 6.5-7.5 GB/s busbw against 4.6-6.2 before. In place keeps the old path: there the reduce
  * stores to lines its acc read just brought in (no extra read), and the scratch path
- * measured 6.8-7.3 GB/s against 8.5-11.
+ * measured 6.8-7.3 GB/s against 8.5-11. So does a rank whose receives come over a
+ * transport that lands them itself (no WEFT__TRANSPORT_CAP_NT_LANDING: socket, where the
+ * kernel writes recvbuf with ordinary stores): there the scratch only adds the copy into
+ * recvbuf, and 2-rank socket all-reduces of 16-128 MiB ran 1.1-1.4x slower on it (Zen 3
+ * VM, 3 interleaved rounds). Each rank decides for itself; the messages are the same.
  * Bytes each rank sends: 2 (n-1)/n * count * size (bandwidth optimal).
  * Latency term: 2 (n-1) steps per slice, ceil(count / (n chunk)) slices.
  * The tuner picks it for large messages (its row at the end of this file).
@@ -31,6 +35,7 @@
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
+#include "transports/transport.h"
 
 typedef struct {
   weft__ring_driver ring;
@@ -97,7 +102,8 @@ static weft_status_t ar_start(weft__task *t) {
   st->layout = weft__ring_layout_split(t->count, n, weft__chunk_elems(t->comm->chunk_bytes, esize));
   weft__ring_driver_init(&st->ring, t, &ar_ops, nsteps, weft__ring_nslices(&st->layout), st->reqs,
                          st->reqs + nsteps);
-  if (n > 1 && t->sendbuf != t->recvbuf && weft__ring_nt_output(t->count * esize)) {
+  if (n > 1 && t->sendbuf != t->recvbuf && weft__ring_nt_output(t->count * esize) &&
+      (st->ring.prev->caps & WEFT__TRANSPORT_CAP_NT_LANDING)) {
     st->partial = weft__comm_scratch(t, (size_t)(n - 1) * st->layout.chunk * esize, &status);
     if (st->partial == NULL) return status;
     st->ring.nt = 1;

@@ -255,7 +255,7 @@ static weft_status_t ibt_recv_test(struct weft_comm *comm, weft__conn *c, weft__
  * WEFT_TUNER_MODEL=ib:alpha,beta,gamma,oversub_alpha,oversub_beta replaces them. */
 const weft__transport weft__transport_ib = {
     .name = "ib",
-    .caps = WEFT__TRANSPORT_CAP_RECV_REDUCE,
+    .caps = WEFT__TRANSPORT_CAP_RECV_REDUCE | WEFT__TRANSPORT_CAP_NT_LANDING,
     .model = {20.0, 0.4, 0.05, 0.0, 1.5},
     .card_bytes = sizeof(ibt_card),
     .can_connect = weft__ibt_can_connect,

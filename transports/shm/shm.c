@@ -347,7 +347,8 @@ static int shm_peer_failed(struct weft_comm *comm, int peer, const char **why) {
 const weft__transport weft__transport_shm = {
     .name = "shm",
     .caps = WEFT__TRANSPORT_CAP_RECV_REDUCE | WEFT__TRANSPORT_CAP_INLINE | WEFT__TRANSPORT_CAP_PEER_MEMORY |
-            WEFT__TRANSPORT_CAP_WAIT | WEFT__TRANSPORT_CAP_LIVENESS | WEFT__TRANSPORT_CAP_PLACEMENT,
+            WEFT__TRANSPORT_CAP_WAIT | WEFT__TRANSPORT_CAP_LIVENESS | WEFT__TRANSPORT_CAP_PLACEMENT |
+            WEFT__TRANSPORT_CAP_NT_LANDING,
     .model = {6.0, 0.10, 0.05, 0.0, 2.0},
     .card_bytes = sizeof(weft__shm_card),
     .can_connect = weft__shm_can_connect,
