@@ -115,9 +115,9 @@ static weft_status_t state_new(struct weft_comm *comm, const int *peers, int npe
   }
   st->nsocks = (int)n;
   st->split = weft__env_size("WEFT_SOCKET_SPLIT_BYTES", 256 * 1024);
+  st->buffer_auto = weft__env_str("WEFT_SOCKET_BUFFER_BYTES", NULL) == NULL; /* weft__socket_rcvbuf */
   /* Below 64 KiB a buffer stalls every transfer on ACK round trips (4096 made a 256 KiB
    * all-reduce take 9.7 s on loopback): refused rather than obeyed. */
-  st->buffer_auto = weft__env_str("WEFT_SOCKET_BUFFER_BYTES", NULL) == NULL;
   weft_status_t s = weft__env_size_in("WEFT_SOCKET_BUFFER_BYTES", 0, 64 * 1024, 1u << 30, 1, &st->buffer_bytes);
   if (s != WEFT_SUCCESS) {
     char why[256];
