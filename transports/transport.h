@@ -71,11 +71,11 @@
  *                process died); without it only errors and the deadline end a wait.
  *   PLACEMENT    before_collective runs at the start of every collective on every rank, in
  *                the same order (shm's placement probe).
- *   NT_LANDING   every receive lands through weft__req_land, so a request's nt (stores past
- *                the cache) is honored: the ring all-reduce arranges large out-of-place
- *                calls around it (algos/all_reduce/ring.c). Without it (socket: the kernel
- *                copies a plain receive straight into dst, with ordinary stores) nt is
- *                ignored and such an arrangement only adds a copy.
+ *   NT_LANDING   receives outside registered windows land through weft__req_land, so a
+ *                request's nt (stores past the cache) is honored: the ring all-reduce
+ *                arranges large out-of-place calls around it (algos/all_reduce/ring.c).
+ *                Without it (socket: the kernel copies a plain receive straight into dst,
+ *                with ordinary stores) nt is ignored and that arrangement only adds a copy.
  * A transport whose waits are on file descriptors also gives poll_fds; the core polls them. */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
