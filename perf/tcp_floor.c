@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
       case 'n': iters = atoi(optarg); break;
       case 'w': warm = atoi(optarg); break;
       case 's': ns = atoi(optarg); break;
-      case 'r': rcvbuf = optarg[0] == '0' && optarg[1] == '\0' ? 0 : parse_size(optarg); break;
+      case 'r': rcvbuf = parse_size(optarg); break; /* 0: autotuning */
       default:
         fprintf(stderr, "usage: tcp_floor [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] [-w WARMUP] "
                         "[-s NSOCKS] [-r RCVBUF]\n");

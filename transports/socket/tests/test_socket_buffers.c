@@ -42,6 +42,7 @@ static int buffers_body(harness_rank *r) {
   int peer = 1 - r->rank;
   sock_peer *sp = st != NULL ? st->by_rank[peer] : NULL;
   if (sp == NULL) return harness_fail(r, "no socket connection to peer %d", peer);
+  const char *hosts = c->hosts != NULL ? c->hosts : "one host", *env = c->env != NULL ? c->env : "unset";
   for (int i = 0; i < sp->nsocks; i++) {
     int got = 0;
     socklen_t len = sizeof got;
@@ -49,11 +50,10 @@ static int buffers_body(harness_rank *r) {
       harness_fail(r, "getsockopt(SO_RCVBUF) on socket %d to peer %d failed", i, peer);
     else if (c->want > 0 && got != c->want)
       harness_fail(r, "socket %d to peer %d (%s, WEFT_SOCKET_BUFFER_BYTES %s): SO_RCVBUF %d, expected %d", i,
-                   peer, c->hosts != NULL ? c->hosts : "one host", c->env != NULL ? c->env : "unset", got, c->want);
+                   peer, hosts, env, got, c->want);
     else if (c->want == 0 && got == 2 * (int)WEFT__SOCK_SAME_HOST_RCVBUF)
       harness_fail(r, "socket %d to peer %d (%s, WEFT_SOCKET_BUFFER_BYTES %s): SO_RCVBUF %d, the fixed "
-                   "size, where the kernel's autotuning was expected", i, peer,
-                   c->hosts != NULL ? c->hosts : "one host", c->env != NULL ? c->env : "unset", got);
+                   "size, where the kernel's autotuning was expected", i, peer, hosts, env, got);
     else harness_note(r, "socket %d to peer %d: SO_RCVBUF %d", i, peer, got);
   }
   float v[1024];
