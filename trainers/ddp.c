@@ -293,7 +293,9 @@ static void summary(const ddp *d) {
   if (d->dp.rep.tot.steps == 0) return;
   gpt_report_throughput(&d->dp.rep, NULL);
   gpt_report_comm(&d->dp.rep);
-  printf("# peak memory %.1f MiB per rank; final val_loss %.6f\n", d->dp.rep.tot.peak_mib, d->dp.rep.tot.last_val);
+  char val[32];
+  printf("# peak memory %.1f MiB per rank; final val_loss %s\n", d->dp.rep.tot.peak_mib,
+         gpt_report_val_text(d->dp.rep.tot.last_val, val, sizeof(val)));
 }
 
 /* Bit-identical replicas are DDP's invariant: compare a checksum of the parameters. */

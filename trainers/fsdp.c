@@ -229,7 +229,9 @@ static void summary(const fsdp *d) {
   gpt_report_throughput(&d->dp.rep, NULL);
   gpt_report_comm(&d->dp.rep);
   print_memory(d, " (summary)");
-  printf("# peak memory %.1f MiB per rank (RSS); final val_loss %.6f\n", d->dp.rep.tot.peak_mib, d->dp.rep.tot.last_val);
+  char val[32];
+  printf("# peak memory %.1f MiB per rank (RSS); final val_loss %s\n", d->dp.rep.tot.peak_mib,
+         gpt_report_val_text(d->dp.rep.tot.last_val, val, sizeof(val)));
 }
 
 /* Rank 0 rebuilds the full parameters (and, for --save, the moments) from the shards:

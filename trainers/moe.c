@@ -403,8 +403,14 @@ static void summary(const moe_trainer *t) {
   if (tot->steps == 0) return;
   gpt_report_throughput(&t->rep, "(active parameters)");
   gpt_report_comm(&t->rep);
-  printf("# peak memory %.1f MiB per rank; val_loss %.6f (first evaluation) -> %.6f (last)\n", tot->peak_mib,
-         tot->first_val, tot->last_val);
+  char first[32], last[32];
+  if (isnan(tot->first_val))
+    printf("# peak memory %.1f MiB per rank; val_loss %s\n", tot->peak_mib,
+           gpt_report_val_text(tot->last_val, last, sizeof(last)));
+  else
+    printf("# peak memory %.1f MiB per rank; val_loss %s (first evaluation) -> %s (last)\n", tot->peak_mib,
+           gpt_report_val_text(tot->first_val, first, sizeof(first)),
+           gpt_report_val_text(tot->last_val, last, sizeof(last)));
 }
 
 /* Replicated parameters must stay identical on every rank: compare a checksum. */

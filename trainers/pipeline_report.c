@@ -111,7 +111,9 @@ void pp_report_summary(const pp_trainer *t) {
   if (t->rep.tot.steps == 0) return;
   gpt_report_throughput(&t->rep, NULL);
   summary_bubble(t);
-  printf("# tied wte identical on stages 0 and %d; final val_loss %.6f\n", t->dist.nranks - 1, t->rep.tot.last_val);
+  char val[32];
+  printf("# tied wte identical on stages 0 and %d; final val_loss %s\n", t->dist.nranks - 1,
+         gpt_report_val_text(t->rep.tot.last_val, val, sizeof(val)));
 }
 
 void pp_report_plot(pp_trainer *t) {

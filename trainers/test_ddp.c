@@ -7,7 +7,8 @@
  * buckets), the same with --no-overlap, 2 ranks x 2 sequences x 2 accumulation
  * micro-steps, and 1 rank x 8; each writes its per-step CSV and a checkpoint, and its
  * losses (1e-5 relative) and final parameters (1e-5 absolute) must match the reference.
- * One rank must match it bit for bit: averaging over one rank changes nothing.
+ * One rank must match it bit for bit: averaging over one rank changes nothing. Each run
+ * evaluates nothing, and its summary must say so ("final val_loss none ..."), not "nan".
  * Without ../shared/data/tinyshakespeare.txt or the programs, the tests pass as "# SKIP".
  */
 #include <setjmp.h>
@@ -48,6 +49,9 @@ static float *run_ddp(int nranks, const char *extra, float loss[STEPS]) {
   char dir[] = "/tmp/test_ddp.XXXXXX";
   tu_mkdtemp(dir);
   assert_int_equal(tu_launch_tiny(dir, nranks, "weft-train-ddp", (tu_tiny){2, STEPS, 0, "--save"}, extra, 0), 0);
+  /* no evaluation ran (--eval-batches 0): the summary says so instead of "nan" */
+  assert_true(tu_output_has(dir, "final val_loss none (no evaluation ran)"));
+  assert_false(tu_output_has(dir, "val_loss nan"));
   tu_read_losses(dir, loss, STEPS, NULL);
   float *params = tu_read_checkpoint(dir, ref.run.m, STEPS);
   tu_rmdir(dir);

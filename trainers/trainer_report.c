@@ -77,6 +77,12 @@ void gpt_report_eval(gpt_report *r, double val_loss) {
   r->tot.last_val = val_loss;
 }
 
+const char *gpt_report_val_text(double val_loss, char *buf, size_t n) {
+  if (isnan(val_loss)) snprintf(buf, n, "none (no evaluation ran)");
+  else snprintf(buf, n, "%.6f", val_loss);
+  return buf;
+}
+
 void gpt_report_line(const gpt_report *r, const gpt_step_row *row, double gnorm, const char *mid, const char *end) {
   if (r->rank != 0) return;
   printf("%6ld %10.6f%s %8.4f %8.1f %9.0f %5.1f%% %8.1f %8.1f %8.1f%s\n", row->step, row->loss, mid, gnorm, row->ms,
