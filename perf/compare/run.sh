@@ -3,8 +3,9 @@
 #
 # Why: a number for weft alone says little on a shared 2-core box; the same ranks, sizes,
 # dtype (float32, sum), iteration counts and result checks run through the peers right
-# after it, alternating (weft, MPI, Gloo, then again for each round), so that a noisy
-# minute hits every library alike. Medians over rounds go into compare.md (busbw and
+# after it, alternating (weft, MPI, Gloo, then again for each round, the order turned by
+# one each round so that no library always runs first), so that a noisy minute hits every
+# library alike. Medians over rounds go into compare.md (busbw and
 # latency per size, weft/peer ratios) and compare.png (busbw against size, one panel per
 # collective, one line per library), written by report.py.
 #
@@ -290,9 +291,19 @@ progress() { # round coll lib
 
 log "$NP ranks, sizes $MINB..$MAXB x$FACTOR, $ROUNDS round(s) of $ITERS iters," \
   "transport $TRANSPORT, libraries:$ACTIVE; output in $OUT"
+# The libraries in round $1's order: $ACTIVE turned left by round - 1. On the 2-core VMs a
+# launch's place in the sequence moved small-message times by itself: two builds of weft
+# (8-256 B all-reduce, time old / new, medians per size) read 0.91-1.00x over 12 alternating
+# pairs with the old one first, 1.08-1.19x over 20 with the new one first, and 0.97-1.01x
+# over 20 once the order swapped every pair.
+round_order() {
+  local -a libs=($ACTIVE)
+  local n=${#libs[@]} i
+  for ((i = 0; i < n; i++)); do printf '%s ' "${libs[$(((i + $1 - 1) % n))]}"; done
+}
 for round in $(seq 1 "$ROUNDS"); do
   for coll in $COLLS; do
-    for lib in $ACTIVE; do
+    for lib in $(round_order "$round"); do
       base=$RAW/$coll.$lib.r$round
       rm -f "$base.txt" "$base".*json "$base.jsonl" "$base.err" "$base.l3"
       progress "$round" "$coll" "$lib"
