@@ -60,7 +60,7 @@ void gpt_report_add(gpt_report *r, double dt, double comm_s, double exposed_s, d
 void gpt_report_eval(gpt_report *r, double val_loss);
 /* A validation loss as the summary prints it: "%.6f", or "none (no evaluation ran)" when it
  * is NaN (--eval-batches 0, or no evaluation was due). Written into buf (n bytes, 32 are
- * enough), which it returns. */
+ * enough), which it returns. Writes only buf: thread-safe on distinct buffers. */
 const char *gpt_report_val_text(double val_loss, char *buf, size_t n);
 /* Rank 0: the step's line (mid and end as gpt_report_columns). */
 void gpt_report_line(const gpt_report *r, const gpt_step_row *row, double gnorm, const char *mid, const char *end);
