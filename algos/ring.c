@@ -29,6 +29,11 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
 
 int weft__ring_nt_output(size_t out_bytes) { return out_bytes >= weft__mem_nt_threshold(); }
 
+int weft__host_nt_output(const struct weft_comm *comm, size_t out_bytes) {
+  size_t local = (size_t)weft__comm_host_nranks(comm);
+  return out_bytes > SIZE_MAX / local || weft__ring_nt_output(out_bytes * local);
+}
+
 /* Posts r on c, or completes it at once when empty: the peer skips the same message. */
 static void post_or_skip(weft__conn *c, weft__req *r) {
   if (r->bytes == 0) {

@@ -174,5 +174,9 @@ double weft__chain_cost(const weft__cost_in *c, double per_byte);
 /* 1 when a collective whose output is out_bytes long should write it past the cache
  * (weft__mem_nt_threshold, mem/space.h): it is larger than half the L3. */
 int weft__ring_nt_output(size_t out_bytes);
+/* The same for a call whose output is out_bytes long on every rank, counting the outputs
+ * of all comm's ranks on this host together: they share its last-level cache. Used by the
+ * all-to-alls, whose blocks each rank writes once and never reads again in the call. */
+int weft__host_nt_output(const struct weft_comm *comm, size_t out_bytes);
 
 #endif

@@ -117,6 +117,10 @@ static inline weft__conn *weft__comm_conn(struct weft_comm *comm, int peer) {
   return &comm->conns[peer];
 }
 
+/* How many of comm's ranks run on this rank's host (this one included), from the system
+ * view built at init; 1 before it exists. Thread-safe (reads only). */
+int weft__comm_host_nranks(const struct weft_comm *comm);
+
 /* Chooses each peer's transport and connects them all (lib/connect.c). Errors name the
  * rank and the peer or transport. */
 weft_status_t weft__comm_connect(struct weft_comm *comm);

@@ -81,8 +81,14 @@ static guard_block *take_block(const void *user, int imported) {
 
 /* ---- data: the host space's operations on the aliases ---------------------------------- */
 
+static _Atomic size_t nt_bytes; /* weft__mem_guarded_nt_bytes */
+
+size_t weft__mem_guarded_nt_bytes(void) { return atomic_load(&nt_bytes); }
+
 static void g_copy(const weft__mem_space *s, void *dst, const void *src, size_t n, unsigned flags) {
-  weft__mem_host.copy(&weft__mem_host, resolve(dst, n), resolve(src, n), n, flags);
+  void *to = resolve(dst, n);
+  if ((flags & WEFT__MEM_NT) && to != dst) atomic_fetch_add(&nt_bytes, n);
+  weft__mem_host.copy(&weft__mem_host, to, resolve(src, n), n, flags);
 }
 
 static void g_reduce(const weft__mem_space *s, void *dst, const void *a, const void *b, size_t count,

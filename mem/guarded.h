@@ -10,4 +10,8 @@
 #include "mem/space.h"
 
 extern const weft__mem_space weft__mem_guarded;
+
+/* Bytes this process has copied into guarded memory with non-temporal stores
+ * (WEFT__MEM_NT) so far: lets a test see which copies bypass the cache. Thread-safe. */
+size_t weft__mem_guarded_nt_bytes(void);
 #endif

@@ -33,6 +33,7 @@
 #include "algos/hier.h"
 #include "algos/patterns.h"
 #include "lib/comm.h"
+#include "mem/guarded.h"
 #include "mem/kernels.h"
 #include "lib/select.h"
 #include "transports/transport.h"
@@ -667,6 +668,15 @@ static void ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts(voi
   unsetenv("WEFT_ALGO");
 }
 
+/* Creates r's communicator (the harness ran with no_init); 0 after a failed init. */
+static int init_comm(harness_rank *r) {
+  if (harness_expect_status(r, weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config),
+                            WEFT_SUCCESS, "init"))
+    return 1;
+  r->comm = NULL;
+  return 0;
+}
+
 /* The ring all-reduce keeps a large out-of-place call's partials in the communicator's
  * scratch only where receives honor non-temporal stores (WEFT__TRANSPORT_CAP_NT_LANDING:
  * shm); over sockets the kernel writes recvbuf itself, and the scratch only added a copy.
@@ -675,11 +685,7 @@ static int ring_scratch_body(harness_rank *r) {
   const char *transport = r->arg;
   setenv("WEFT_NT_COPY_BYTES", "1M", 1);
   setenv("WEFT_ALGO", "allreduce:ring", 1);
-  if (!harness_expect_status(r, weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config),
-                             WEFT_SUCCESS, "init")) {
-    r->comm = NULL;
-    return r->failures;
-  }
+  if (!init_comm(r)) return r->failures;
   size_t count = 1u << 18; /* 1 MiB of float32 */
   float *in = malloc(count * sizeof *in), *out = malloc(count * sizeof *out);
   for (size_t j = 0; j < count; j++) in[j] = (float)(r->rank + 1 + (int)(j % 7));
@@ -704,6 +710,65 @@ static void ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_
   for (int i = 0; i < 2; i++) {
     harness_opts o = {.nranks = 2, .transport = transports[i], .no_init = 1, .deadline_s = 60};
     harness_run(&o, ring_scratch_body, (void *)transports[i]);
+  }
+}
+
+/* The all-to-alls write the blocks they receive past the cache once the outputs of all the
+ * host's ranks together reach WEFT_NT_COPY_BYTES (algos/ring.h: weft__host_nt_output), not
+ * only when one message does. With the threshold at 1 MiB and 64 KiB blocks, 4 ranks'
+ * outputs add up to 1 MiB (every block, the own one too, bypasses the cache) and 2 ranks'
+ * to 256 KiB (none does). The buffers are guarded memory, which counts the bytes copied into
+ * it with non-temporal stores; WEFT_SHM_CMA_BYTES=0 keeps the messages on two copies. */
+static int a2a_nt_check(harness_rank *r, const char *what, const float *out, size_t block, size_t nt_bytes) {
+  for (int p = 0; p < r->nranks; p++)
+    for (size_t j = 0; j < block; j++) {
+      float want = (float)(p * 4096 + r->rank * 256 + (int)(j % 251));
+      if (out[(size_t)p * block + j] != want)
+        return harness_fail(r, "%s: block %d element %zu is %g, expected %g", what, p, j, out[(size_t)p * block + j], want);
+    }
+  size_t all = (size_t)r->nranks * block * sizeof(float);
+  if (r->nranks == 4 && nt_bytes < all)
+    return harness_fail(r, "%s on 4 ranks: %zu of the %zu bytes received bypassed the cache; expected all", what,
+                        nt_bytes, all);
+  if (r->nranks == 2 && nt_bytes != 0)
+    return harness_fail(r, "%s on 2 ranks: %zu bytes bypassed the cache; expected none (256 KiB on the host)", what,
+                        nt_bytes);
+  return 0;
+}
+
+static int a2a_nt_body(harness_rank *r) {
+  setenv("WEFT_NT_COPY_BYTES", "1M", 1);
+  setenv("WEFT_SHM_CMA_BYTES", "0", 1);
+  setenv("WEFT_ALGO", "alltoall:pairwise", 1);
+  if (!init_comm(r)) return r->failures;
+  size_t block = 16384, total = (size_t)r->nranks * block, bytes = total * sizeof(float); /* 64 KiB blocks */
+  void *in = NULL, *out = NULL;
+  if (weft__mem_guarded.alloc(&weft__mem_guarded, bytes, &in) != WEFT_SUCCESS ||
+      weft__mem_guarded.alloc(&weft__mem_guarded, bytes, &out) != WEFT_SUCCESS)
+    return harness_fail(r, "guarded alloc of %zu bytes", bytes);
+  float *src = weft__mem_guarded.host_view(&weft__mem_guarded, in, bytes);
+  const float *dst = weft__mem_guarded.host_view(&weft__mem_guarded, out, bytes);
+  for (int p = 0; p < r->nranks; p++)
+    for (size_t j = 0; j < block; j++) src[(size_t)p * block + j] = (float)(r->rank * 4096 + p * 256 + (int)(j % 251));
+  size_t before = weft__mem_guarded_nt_bytes();
+  if (ok(r, weft_all_to_all(in, out, block, WEFT_FLOAT32, r->comm, NULL), "all_to_all 64 KiB blocks"))
+    a2a_nt_check(r, "all_to_all", dst, block, weft__mem_guarded_nt_bytes() - before);
+  size_t vcounts[4], vdispls[4];
+  for (int p = 0; p < r->nranks; p++) vcounts[p] = block, vdispls[p] = (size_t)p * block;
+  before = weft__mem_guarded_nt_bytes();
+  if (ok(r, weft_all_to_allv(in, vcounts, vdispls, out, vcounts, vdispls, WEFT_FLOAT32, r->comm, NULL),
+         "all_to_allv 64 KiB blocks"))
+    a2a_nt_check(r, "all_to_allv", dst, block, weft__mem_guarded_nt_bytes() - before);
+  weft__mem_guarded.free(&weft__mem_guarded, in);
+  weft__mem_guarded.free(&weft__mem_guarded, out);
+  return r->failures;
+}
+
+static void all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it(void **state) {
+  (void)state;
+  for (int n = 2; n <= 4; n += 2) {
+    harness_opts o = {.nranks = n, .transport = "shm", .no_init = 1, .deadline_s = 60};
+    harness_run(&o, a2a_nt_body, NULL);
   }
 }
 
@@ -739,6 +804,7 @@ int main(void) {
       cmocka_unit_test(hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts),
       cmocka_unit_test(ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts),
       cmocka_unit_test(ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_nt),
+      cmocka_unit_test(all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

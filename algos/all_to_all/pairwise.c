@@ -12,7 +12,12 @@
  * Scratch: n * count * size in-place (our own block's part left unwritten), else none.
  * Staging only the blocks that leave measured, in-place, 5 alternating launches: 2 ranks
  * 64K 6.94 -> 5.93 us, 1M 166 -> 114, 4M 692 -> 492; 4 ranks on 2 cores 1M 406 -> 314,
- * 4M 1715 -> 1562. The tuner picks it but for
+ * 4M 1715 -> 1562. Received blocks and the own block are written past the cache once the
+ * outputs of all the host's ranks add up to half the L3 (weft__host_nt_output: they share
+ * it), not only once one block does: 4 ranks on 2 cores (Zen 3 VM, alltoall_perf -z 2, 4
+ * alternating launch pairs, old/new per pair) 4-32 MiB 1.14-1.38x faster (3-4 of 4 pairs
+ * each; 1-2 MiB and 64 MiB, unchanged or already past, 0.99-1.05x), 2 ranks 8 MiB 1.11x
+ * and 16 MiB 1.33x (4 of 4). The tuner picks it but for
  * small blocks (Bruck), and always with more ranks than cores.
  * Sources: Thakur, Rabenseifner & Gropp 2005 (pairwise exchange for long messages);
  * NCCL's all-to-all as grouped send/recv. */
@@ -26,6 +31,7 @@
 typedef struct {
   int nreq, done; /* done: a completed prefix of reqs */
   int posted, throttle; /* steps posted so far; most steps in flight (algos/throttle.h) */
+  int nt; /* received blocks are written past the cache (weft__host_nt_output) */
   const char *src;    /* sendbuf, or its staged copy in-place */
   weft__req reqs[]; /* send and receive of steps 1..n-1 */
 } a2a_state;
@@ -39,6 +45,7 @@ static void post_step(weft__task *t, a2a_state *st, int s, size_t block) {
   weft__req_init_send(snd, t->mem, st->src + (size_t)to * block, block);
   snd->staged = st->src != t->sendbuf;
   weft__req_init_recv(rcv, t->mem, (char *)t->recvbuf + (size_t)from * block, NULL, block, t->dtype, WEFT_SUM);
+  rcv->nt = st->nt;
   weft__req_post(weft__comm_conn(comm, to), snd);
   weft__req_post(weft__comm_conn(comm, from), rcv);
 }
@@ -61,6 +68,7 @@ static weft_status_t a2a_start(weft__task *t) {
   if (st == NULL) return status;
   if (block == 0) return WEFT_SUCCESS; /* nreq = 0: nothing moves on any rank */
   st->src = t->sendbuf;
+  st->nt = weft__host_nt_output(comm, (size_t)n * block);
   if (in_place) {
     char *staged = weft__comm_scratch(t, (size_t)n * block, &status);
     if (staged == NULL) return status;
@@ -71,8 +79,8 @@ static weft_status_t a2a_start(weft__task *t) {
     if (rest > 0) weft__mem_copy(t->mem, staged + own + block, (const char *)t->sendbuf + own + block, rest, 0);
     st->src = staged;
   } else {
-    /* The self block, like a received one: past the threshold, bypassing the cache. */
-    unsigned nt = weft__mem_nt_flag(block, 0);
+    /* The self block, like a received one. */
+    unsigned nt = weft__mem_nt_flag(block, st->nt);
     weft__mem_copy(t->mem, (char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block, nt);
     weft__mem_publish(t->mem, nt);
   }
