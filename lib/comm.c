@@ -77,13 +77,13 @@ static weft_status_t exchange_peer_info(struct weft_comm *c) {
   return st;
 }
 
-/* More ranks on this host than online cores: spinning while waiting would only burn the
- * time slice the rank we wait for needs, so waits yield at once (task.c). */
 int weft__comm_host_nranks(const struct weft_comm *comm) {
   if (comm->topo == NULL) return 1;
   return comm->topo->hosts[comm->topo->ranks[comm->rank].host].nranks;
 }
 
+/* More ranks on this host than online cores: spinning while waiting would only burn the
+ * time slice the rank we wait for needs, so waits yield at once (task.c). */
 static int host_oversubscribed(const struct weft_comm *c) {
   int local = weft__comm_host_nranks(c);
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
