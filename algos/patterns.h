@@ -3,7 +3,8 @@
  * state: static inline functions that unit tests exercise alone and that every rank
  * evaluates to the same answer from (rank, nranks, root).
  *
- * Binomial tree over "virtual ranks" v = (rank - root) mod n, so the root is v = 0.
+ * Binomial tree over "virtual ranks" v = (rank - root) mod n, so the root is v = 0 (the
+ * broadcast lays it over the communicator's ring order instead: weft__binomial_ring_vrank).
  *   The parent of v > 0 is v with its lowest set bit cleared; the children of v are
  *   v + m for each power of two m below v's lowest set bit (below the first power of two
  *   >= n for the root) with v + m < n. The subtree of v + m holds v+m .. v+2m-1 (clipped
@@ -40,6 +41,24 @@ static inline int weft__binomial_vrank(int rank, int root, int n) {
 }
 static inline int weft__binomial_real(int vrank, int root, int n) {
   return weft__ring_mod((long long)vrank + root, n);
+}
+/* The same tree laid over a communicator's ring order (algos/ring.h: topology order, ranks
+ * sharing a host, a NUMA node or a core next to each other) instead of rank order, so each
+ * subtree holds ring neighbours. With n a power of two, v = ring position XOR the root's:
+ * every subtree is an aligned block of ring positions (v .. v+2m-1 with v a multiple of
+ * 2m), whichever the root, so groups that fill aligned blocks (2 hosts of 2 ranks, 2 cores
+ * of 2) see one crossing message, the root's; otherwise v counts ring positions from the
+ * root's. With more ranks than cores, where weftrun binds rank r to core r mod ncores, rank
+ * order gave one core both the root and the one forwarding rank (4 ranks on 2 cores: core 0
+ * ran 4 of a broadcast's 6 sends and receives, and every call waited for it). Every rank
+ * has the same ring, so all agree on the tree. */
+static inline int weft__binomial_ring_vrank(const struct weft_comm *c, int rank, int root) {
+  int pos = weft__comm_ring_pos(c, rank), root_pos = weft__comm_ring_pos(c, root), n = c->nranks;
+  return (n & (n - 1)) == 0 ? pos ^ root_pos : weft__binomial_vrank(pos, root_pos, n);
+}
+static inline int weft__binomial_ring_real(const struct weft_comm *c, int vrank, int root) {
+  int root_pos = weft__comm_ring_pos(c, root), n = c->nranks;
+  return weft__comm_ring_rank(c, (n & (n - 1)) == 0 ? vrank ^ root_pos : (long long)root_pos + vrank);
 }
 /* The parent's virtual rank, or -1 for the root. */
 static inline int weft__binomial_parent(int v) { return v == 0 ? -1 : v & (v - 1); }

@@ -64,6 +64,29 @@ static void binomial_tree_spans_every_rank_once(void **state) {
       for (int v = 0; v < n; v++) assert_int_equal(seen[v], 1);
     }
   }
+  /* Laid over a ring order (a permutation; XOR for powers of two, else rotation): a
+   * bijection of the ranks onto 0 .. n-1 with the root at 0, on every root. */
+  for (int n = 1; n <= 70; n++) {
+    int ring[70], ring_pos[70]; /* even ranks first, as ranks bound round-robin to 2 cores */
+    for (int p = 0; p < n; p++) ring[p] = n % 2 ? 2 * p % n : p < n / 2 ? 2 * p : 2 * (p - n / 2) + 1;
+    for (int p = 0; p < n; p++) ring_pos[ring[p]] = p;
+    struct weft_comm c;
+    memset(&c, 0, sizeof c);
+    c.nranks = n;
+    c.ring = ring;
+    c.ring_pos = ring_pos;
+    for (int root = 0; root < n; root++) {
+      int hit[70] = {0};
+      assert_int_equal(weft__binomial_ring_vrank(&c, root, root), 0);
+      for (int r = 0; r < n; r++) {
+        int v = weft__binomial_ring_vrank(&c, r, root);
+        assert_true(v >= 0 && v < n);
+        hit[v]++;
+        assert_int_equal(weft__binomial_ring_real(&c, v, root), r);
+      }
+      for (int v = 0; v < n; v++) assert_int_equal(hit[v], 1);
+    }
+  }
 }
 
 static void fold_pairs_ranks_and_numbers_the_rest_in_order(void **state) {
@@ -668,6 +691,53 @@ static void ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts(voi
   unsetenv("WEFT_ALGO");
 }
 
+/* The binomial broadcast's tree follows the ring order (algos/patterns.h): on hosts 0101
+ * (ring 0 2 1 3, virtual rank = ring position XOR the root's) only the root's farthest
+ * child is on the other host, so one message crosses hosts per call whichever the root,
+ * and that child alone forwards (to its host's other rank). In rank order rank 2 forwarded
+ * to rank 3 from root 0, a second crossing (and with 4 ranks bound round-robin to 2
+ * cores, 4 of the 6 sends and receives on one core). Each rank checks its own sends: the
+ * bytes its connections sent in the call just made (lib/req.h, op_bytes). */
+static int binomial_tree_body(harness_rank *r) {
+  if (harness_init_on_emulated_host(r, "0101")) return r->failures;
+  static const char hosts[] = "0101";
+  static const int ring_pos[] = {0, 2, 1, 3};
+  float buf[8];
+  for (int root = 0; root < r->nranks; root++) {
+    for (int j = 0; j < 8; j++) buf[j] = r->rank == root ? (float)(root * 10 + j) : -1.0f;
+    char desc[64];
+    snprintf(desc, sizeof desc, "broadcast of 32 B from root %d", root);
+    if (!ok(r, weft_broadcast(buf, buf, 8, WEFT_FLOAT32, root, r->comm, NULL), desc)) return r->failures;
+    for (int j = 0; j < 8; j++)
+      if (buf[j] != (float)(root * 10 + j))
+        return harness_fail(r, "%s: element %d is %g, expected %d", desc, j, buf[j], root * 10 + j);
+    int crossing = 0, sends = 0;
+    for (int p = 0; p < r->nranks; p++) {
+      const weft__conn *c = &r->comm->conns[p];
+      if (p == r->rank || c->op_mark != r->comm->last_seq || c->op_bytes[WEFT__REQ_SEND] == 0) continue;
+      sends++;
+      crossing += hosts[p] != hosts[r->rank];
+    }
+    int v = ring_pos[r->rank] ^ ring_pos[root]; /* 0: the root, 2: its farthest child */
+    int want_sends = v == 0 ? 2 : v == 2, want_crossing = v == 0;
+    if (crossing != want_crossing || sends != want_sends)
+      harness_fail(r, "%s: this rank sent to %d peers, %d on the other host; expected %d and %d (the tree "
+                   "over ring order 0 2 1 3)", desc, sends, crossing, want_sends, want_crossing);
+  }
+  return r->failures;
+}
+
+static void binomial_broadcast_tree_follows_the_ring_order(void **state) {
+  (void)state;
+  setenv("WEFT_ALGO", "broadcast:binomial", 1);
+  harness_opts o = {0};
+  o.nranks = 4;
+  o.no_init = 1;
+  o.deadline_s = 60;
+  harness_run(&o, binomial_tree_body, NULL);
+  unsetenv("WEFT_ALGO");
+}
+
 /* Creates r's communicator (the harness ran with no_init); 0 after a failed init. */
 static int init_comm(harness_rank *r) {
   if (harness_expect_status(r, weft_comm_init_rank_config(&r->comm, r->nranks, r->id, r->rank, &r->config),
@@ -803,6 +873,7 @@ int main(void) {
       cmocka_unit_test(random_floats_reduce_to_identical_bits_on_every_rank),
       cmocka_unit_test(hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts),
       cmocka_unit_test(ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts),
+      cmocka_unit_test(binomial_broadcast_tree_follows_the_ring_order),
       cmocka_unit_test(ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_nt),
       cmocka_unit_test(all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it),
   };

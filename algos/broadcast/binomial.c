@@ -1,6 +1,7 @@
 /* broadcast/binomial.c: binomial-tree broadcast, for small messages.
  *
- * Virtual rank v = (rank - root) mod n (patterns.h). Round 0: every rank but the root
+ * Virtual rank v = ring position of rank - the root's, mod n (patterns.h: the tree over the
+ * communicator's ring order). Round 0: every rank but the root
  * receives the whole message from its parent (v with its lowest set bit cleared) into
  * recvbuf; the root copies sendbuf to recvbuf unless in-place. Round 1: it sends the message
  * to its children v + m, farthest (largest subtree) first. ceil(log2 n) levels.
@@ -25,20 +26,20 @@ static void bc_post(weft__task *t, int i) {
   int parent = weft__binomial_parent(st->v);
   if (i == 0) {
     if (parent >= 0)
-      weft__round_recv(&st->rounds, t, weft__binomial_real(parent, t->root, st->n), t->recvbuf,
+      weft__round_recv(&st->rounds, t, weft__binomial_ring_real(t->comm, parent, t->root), t->recvbuf,
                        NULL, st->bytes);
     return;
   }
   const void *src = parent < 0 ? t->sendbuf : t->recvbuf;
   for (int c = weft__binomial_nchildren(st->v, st->n) - 1; c >= 0; c--) {
     int child = weft__binomial_child(st->v, st->n, c);
-    weft__round_send(&st->rounds, t, weft__binomial_real(child, t->root, st->n), src, st->bytes);
+    weft__round_send(&st->rounds, t, weft__binomial_ring_real(t->comm, child, t->root), src, st->bytes);
   }
 }
 
 static weft_status_t bc_start(weft__task *t) {
   int n = t->comm->nranks;
-  int v = weft__binomial_vrank(t->comm->rank, t->root, n);
+  int v = weft__binomial_ring_vrank(t->comm, t->comm->rank, t->root);
   int nreq = weft__binomial_nchildren(v, n) + 1;
   weft_status_t status;
   /* not zeroed: every field is set below, each request when its round posts it */
