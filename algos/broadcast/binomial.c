@@ -1,7 +1,8 @@
 /* broadcast/binomial.c: binomial-tree broadcast, for small messages.
  *
- * Virtual rank v = ring position of rank - the root's, mod n (patterns.h: the tree over the
- * communicator's ring order). Round 0: every rank but the root
+ * Virtual rank v: the rank's ring position XOR the root's when n is a power of two, else
+ * the rank's ring position minus the root's, mod n (patterns.h, weft__binomial_ring_vrank:
+ * the tree over the communicator's ring order). Round 0: every rank but the root
  * receives the whole message from its parent (v with its lowest set bit cleared) into
  * recvbuf; the root copies sendbuf to recvbuf unless in-place. Round 1: it sends the message
  * to its children v + m, farthest (largest subtree) first. ceil(log2 n) levels.
