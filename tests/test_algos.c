@@ -699,8 +699,8 @@ static void ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts(voi
  * cores, 4 of the 6 sends and receives on one core). Each rank checks its own sends: the
  * bytes its connections sent in the call just made (lib/req.h, op_bytes). */
 static int binomial_tree_body(harness_rank *r) {
-  if (harness_init_on_emulated_host(r, "0101")) return r->failures;
   static const char hosts[] = "0101";
+  if (harness_init_on_emulated_host(r, hosts)) return r->failures;
   static const int ring_pos[] = {0, 2, 1, 3};
   float buf[8];
   for (int root = 0; root < r->nranks; root++) {
