@@ -53,6 +53,10 @@ struct weft_comm {
    * registry order (lib/task.c runs them before every operation). */
   weft_status_t (*before[WEFT__COMM_TRANSPORTS])(struct weft__task *t);
   int nbefore;
+  /* The yielding hooks of the transports with WEFT__TRANSPORT_CAP_WAIT that have one, in
+   * registry order (lib/task.c calls them around each sched_yield). */
+  void (*yielding[WEFT__COMM_TRANSPORTS])(struct weft_comm *comm, int on);
+  int nyielding;
   struct weft__topo_system *topo; /* the merged system view (topo/topo.h), built at init */
   int *ring;                 /* [nranks]: the rank at ring position p (topo order), or NULL:
                                 rank order */

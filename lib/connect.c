@@ -78,17 +78,24 @@ static weft_status_t choose_all(struct weft_comm *c, int *list, int *count) {
 /* The capabilities the core may use of each transport, and of every peer's. */
 static void discover_caps(struct weft_comm *c) {
   unsigned mask = (unsigned)weft__env_long("WEFT_TRANSPORT_CAPS", WEFT__TRANSPORT_CAP_ALL);
-  c->nbefore = 0;
+  c->nbefore = c->nyielding = 0;
   for (int t = 0; weft__transports[t] != NULL; t++) {
-    c->transport_caps[t] = weft__transports[t]->caps & mask;
-    if (c->transport_caps[t] & WEFT__TRANSPORT_CAP_PLACEMENT) c->before[c->nbefore++] = weft__transports[t]->before_collective;
+    const weft__transport *tr = weft__transports[t];
+    c->transport_caps[t] = tr->caps & mask;
+    if (c->transport_caps[t] & WEFT__TRANSPORT_CAP_PLACEMENT) c->before[c->nbefore++] = tr->before_collective;
+    if ((c->transport_caps[t] & WEFT__TRANSPORT_CAP_WAIT) && tr->yielding != NULL)
+      c->yielding[c->nyielding++] = tr->yielding;
   }
   c->caps_all = ~0u;
   for (int p = 0; p < c->nranks; p++) {
-    if (c->conns[p].tr == NULL) continue;
-    c->conns[p].caps = c->transport_caps[weft__transport_index(c->conns[p].tr)];
-    c->conns[p].slow = c->conns[p].tr->post != NULL || !(c->conns[p].caps & WEFT__TRANSPORT_CAP_RECV_REDUCE);
-    c->caps_all &= c->conns[p].caps;
+    weft__conn *conn = &c->conns[p];
+    if (conn->tr == NULL) continue;
+    conn->caps = c->transport_caps[weft__transport_index(conn->tr)];
+    conn->slow = conn->tr->post != NULL || !(conn->caps & WEFT__TRANSPORT_CAP_RECV_REDUCE);
+    conn->other_cpus = (conn->caps & WEFT__TRANSPORT_CAP_WAIT) && conn->tr->yielding != NULL &&
+                       conn->tr->peer_on_cpu != NULL && c->topo != NULL &&
+                       !weft__topo_cpusets_meet(c->topo->ranks[c->rank].cpuset, c->topo->ranks[p].cpuset);
+    c->caps_all &= conn->caps;
   }
 }
 

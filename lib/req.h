@@ -74,6 +74,10 @@ typedef struct weft__conn {
   uint64_t op_mark;                 /* comm->last_seq of the operation op_bytes count for */
   uint64_t op_bytes[2];             /* bytes of its completed sends, receives (the flight
                                        recorder's bytes per peer, lib/flight.h) */
+  /* 1 when the peer is bound to CPUs this rank is not (the topology's cpusets), and its
+   * transport can tell whether it holds its CPU now (peer_on_cpu): with more ranks than
+   * cores, waiting for it need not give this rank's CPU away (lib/task.c). */
+  int other_cpus;
   weft__req *send_head, *send_tail;
   weft__req *recv_head, *recv_tail;
 } weft__conn;

@@ -105,6 +105,22 @@ weft_status_t weft__task_run(weft__task *t);
  * weft__task_run. Caller holds comm->lock. */
 weft_status_t weft__task_drive(weft__task *t);
 
+/* With more ranks than cores on the host, whether a rank with nothing to move should spin
+ * rather than yield its CPU: 1 when it waits only for receives of at most
+ * WEFT__OVERSUB_SPIN_BYTES (1 KiB; no send pending), each from a peer whose connection has
+ * other_cpus set (bound to CPUs this rank is not) and whose transport says it holds its CPU
+ * now (peer_on_cpu); 0 otherwise, when nothing is pending, and for a broadcast (coll: a
+ * stream from the root, where yielding lets the rank sharing our CPU forward what arrived;
+ * measured no faster with spinning). The waits of weft__task_drive spin so for at most 200
+ * idle looks, then yield. Why: such a message is a few hundred nanoseconds of the peer's
+ * work away, less than the context switch a yield costs (~0.8 us on the 2-core VM), and the
+ * rank that would get our CPU is often itself waiting for a peer that is not running. A
+ * pending send waits for a receiver to drain its FIFO, and a large message for the peer's
+ * copies: the rank sharing our CPU may have work of its own then. Caller holds comm->lock;
+ * reads the connections' queues and the peers' announcements only. */
+#define WEFT__OVERSUB_SPIN_BYTES 1024u
+int weft__task_spin_for_peers(const struct weft_comm *comm, weft__coll_t coll);
+
 /* A short description for error messages: "all_reduce #42 (1024 x float32 sum)". */
 const char *weft__task_describe(const weft__task *t, char *buf, size_t len);
 

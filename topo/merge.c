@@ -26,6 +26,12 @@ int weft__topo_cpuset_count(const uint8_t *set) {
   return n;
 }
 
+int weft__topo_cpusets_meet(const uint8_t *a, const uint8_t *b) {
+  for (int i = 0; i < WEFT__TOPO_MAX_CPUS / 8; i++)
+    if (a[i] & b[i]) return 1;
+  return 0;
+}
+
 void weft__topo_cpuset_str(const uint8_t *set, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';

@@ -51,7 +51,7 @@
  *
  * What may block: listen and close (local system calls); connect (briefly, see above);
  * reg and dereg (registration, collective through the core). post, send_test, recv_test,
- * poll_fds, sleep_begin, sleep_end and peer_failed never block. sleep blocks at most the
+ * poll_fds, sleep_begin, sleep_end, yielding, peer_on_cpu and peer_failed never block. sleep blocks at most the
  * time it is given. before_collective waits for its partners, up to the timeout.
  *
  * Optional capabilities, declared in caps and discovered by the core, never assumed (a
@@ -146,6 +146,13 @@ typedef struct weft__transport {
   int (*sleep_begin)(struct weft_comm *comm, uint32_t *token);
   void (*sleep)(struct weft_comm *comm, uint32_t token, uint64_t max_ns);
   void (*sleep_end)(struct weft_comm *comm);
+  /* Optional, with WAIT: yielding(comm, 1) just before the core gives its CPU away in
+   * sched_yield, (comm, 0) when it has it back; peer_on_cpu(c) is 0 when c's peer has
+   * announced a yield or a sleep, 1 otherwise (it may still have been preempted). With
+   * more ranks than cores they let a rank that waits for a small message from a peer
+   * bound to other CPUs spin while that peer runs, instead of yielding (lib/task.c). */
+  void (*yielding)(struct weft_comm *comm, int on);
+  int (*peer_on_cpu)(const weft__conn *c);
   /* LIVENESS: 1 when peer is gone, with *why ("exited (its process is gone)"). */
   int (*peer_failed)(struct weft_comm *comm, int peer, const char **why);
   /* PLACEMENT: errors name the rank and the peer (a probe partner that never came). */

@@ -315,6 +315,17 @@ static void shm_sleep_end(struct weft_comm *comm) {
   if (d != NULL) atomic_store_explicit(&d->sleeping, 0, memory_order_relaxed);
 }
 
+static void shm_yielding(struct weft_comm *comm, int on) {
+  weft__shm_doorbell *d = own_bell(comm);
+  if (d != NULL) atomic_store_explicit(&d->yielding, (uint32_t)on, memory_order_relaxed);
+}
+
+static int shm_peer_on_cpu(const weft__conn *c) {
+  const weft__shm_doorbell *d = ((const shm_conn *)c->priv)->peer_bell;
+  return d != NULL && !atomic_load_explicit(&d->yielding, memory_order_relaxed) &&
+         !atomic_load_explicit(&d->sleeping, memory_order_relaxed);
+}
+
 /* 1 if pid no longer runs (gone, or a zombie nobody has reaped yet). */
 static int process_dead(int pid) {
   if (kill(pid, 0) != 0) return errno == ESRCH;
@@ -360,6 +371,8 @@ const weft__transport weft__transport_shm = {
     .sleep_begin = shm_sleep_begin,
     .sleep = shm_sleep,
     .sleep_end = shm_sleep_end,
+    .yielding = shm_yielding,
+    .peer_on_cpu = shm_peer_on_cpu,
     .peer_failed = shm_peer_failed,
     .before_collective = weft__shm_placement_check,
 };

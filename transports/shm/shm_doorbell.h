@@ -20,7 +20,12 @@
  * Where the kernel allows it, the fence moves off the send path: a sleeper whose doorbell
  * says `membarrier` calls membarrier(2) in place of its fence, and a sender registered for
  * it (shm_membarrier.h) then rings that doorbell with a compiler barrier only (the
- * connection's ring_fence is 0). WEFT_SHM_MEMBARRIER=0 keeps the fences on both sides. */
+ * connection's ring_fence is 0). WEFT_SHM_MEMBARRIER=0 keeps the fences on both sides.
+ *
+ * `yielding`, on a line of its own, is set by the owner around each sched_yield: with more
+ * ranks than cores a peer that waits for the owner's small message spins only while the
+ * owner holds its CPU (lib/task.c). Its own line because the owner writes it around every
+ * yield, and peers load the bell's line on every send. */
 #ifndef WEFT_SHM_DOORBELL_H
 #define WEFT_SHM_DOORBELL_H
 #include <stdatomic.h>
@@ -33,6 +38,7 @@ typedef struct {
   _Atomic uint32_t sleeping;                      /* 1 while the owner sleeps or is about to */
   uint32_t membarrier; /* set before any peer maps the segment, never changed: 1 when the
                           owner calls membarrier(2) instead of its fence before it sleeps */
+  _Alignas(WEFT__SHM_LINE) _Atomic uint32_t yielding; /* 1 while the owner is in sched_yield */
 } weft__shm_doorbell;
 
 _Static_assert(sizeof(weft__shm_doorbell) <= WEFT__SHM_SEG_HEADER, "doorbell fits the header");
