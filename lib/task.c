@@ -191,8 +191,8 @@ static weft_status_t sleep_on(struct weft_comm *comm, const weft__transport *sle
  * all-reduce 1.26-1.47x and reduce-scatter 1.25-1.54x faster, all-gather and all-to-all
  * 1.0-1.2x; context switches per 8-byte all-reduce 8.8 -> 5.9 (both cores together).
  * Spinning on every wait, sends and large messages too, ran reduce at 1-4 KiB and
- * all-reduce at 8-256 KiB 0.5-0.9x as fast; spinning in broadcasts 0.88-1.10x at 8-128 B
- * (2-6 of 10 launches faster), so they keep yielding. */
+ * all-reduce at 8-256 KiB 0.5-0.9x as fast; spinning in broadcasts 0.87-1.07x at 8-128 B
+ * over two runs of 6 and 10 pairs, mostly slower, so they keep yielding. */
 int weft__task_spin_for_peers(const struct weft_comm *comm, weft__coll_t coll) {
   if (coll == WEFT__COLL_BROADCAST) return 0;
   int waits = 0;
