@@ -51,8 +51,9 @@
  *
  * What may block: listen and close (local system calls); connect (briefly, see above);
  * reg and dereg (registration, collective through the core). post, send_test, recv_test,
- * poll_fds, sleep_begin, sleep_end, yielding, peer_on_cpu and peer_failed never block. sleep blocks at most the
- * time it is given. before_collective waits for its partners, up to the timeout.
+ * poll_fds, sleep_begin, sleep_end, yielding, peer_on_cpu and peer_failed never block. sleep
+ * blocks at most the time it is given. before_collective waits for its partners, up to the
+ * timeout.
  *
  * Optional capabilities, declared in caps and discovered by the core, never assumed (a
  * test runs the sweep with them masked off: WEFT_TRANSPORT_CAPS, lib/comm.c):
