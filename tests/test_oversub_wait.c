@@ -139,7 +139,8 @@ static int yield_announced_body(harness_rank *r) {
     harness_fail(r, "ranks bound to CPUs %d and %d: connection to peer %d has other_cpus %d, want %d", bc->cpu[0],
                  bc->cpu[1], peer, c->other_cpus, bc->want_other_cpus);
   if (comm->nyielding != 1) harness_fail(r, "%d yielding hooks, want 1 (shm's)", comm->nyielding);
-  if (r->failures || c->tr->peer_on_cpu == NULL) return r->failures + (c->tr->peer_on_cpu == NULL);
+  if (c->tr->peer_on_cpu == NULL) harness_fail(r, "connection to peer %d (%s) has no peer_on_cpu hook", peer, c->tr->name);
+  if (r->failures) return r->failures;
 
   /* Rank 0 announces a yield, then tells rank 1 through the harness's shared page (not
    * through weft, whose waits announce yields of their own); rank 1 must see it; then the
