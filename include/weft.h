@@ -345,8 +345,9 @@ WEFT_API weft_status_t weft_comm_revoke(weft_comm_t comm);
  * options (NULL, or a timeout left undefined: comm's timeout); blocking is ignored: shrink
  * returns once the new communicator is ready, since it watches the members while it is
  * built (a member that dies before joining makes every member's init fail at once). The new
- * communicator is independent of comm: destroy or abort each alone, comm only after shrink
- * returned on every remaining rank (its channel answers the slower ones).
+ * communicator is independent of comm: destroy or abort each alone, comm as soon as shrink
+ * returns (each rank sends what it agreed to every survivor before it returns, so the slower
+ * ones need nothing more from it).
  * Errors: WEFT_ERR_INVALID_ARGUMENT (comm or newcomm NULL; n < -1; exclude_ranks NULL with
  * n > 0; an excluded rank outside [0, nranks) or the caller itself; config not from
  * WEFT_CONFIG_INITIALIZER), WEFT_ERR_INVALID_USAGE (comm has no revoke channel),

@@ -9,8 +9,14 @@
  * round brought no change: every live rank sent exactly its set, and no new death was seen.
  * Since a rank sends one set to all in a round, two ranks that both finish a round without
  * change hold the same set. A rank that saw a death the deciders did not see goes on to the
- * next round; the deciders' watchers answer its AGREE with the decided set (DECIDED), and it
- * adopts that set. That set may still name a dead rank as alive: the commit that ends the
+ * next round, and adopts the decided set (DECIDED) instead: every rank that decides or adopts
+ * a set sends it to every rank it counts alive before it returns (so one that dies halfway is
+ * relayed, as a revoke is), and its watcher answers a later AGREE with it. That message
+ * matters because the failure detector cannot tell a dead rank from one that decided and
+ * left (its caller destroyed comm, or exited): both refuse connections. So a rank that sees a
+ * death first reads every message that reached it before (weft__ft_sync), and adopts a
+ * DECIDED found there rather than counting the decider failed, which would split the
+ * survivors. That set may still name a dead rank as alive: the commit that ends the
  * new communicator's build (a second agreement) then drops it on every survivor alike, and
  * shrink agrees again (comm_shrink.c). Survivors may also raise flags (ft.h), ORed like the
  * ranks' bits: the commit learns that way whether any survivor's build failed.
@@ -29,6 +35,7 @@
 #define WAIT_SLICE_MS 20
 #define PROBE_EVERY_NS 50000000ull /* how often a silent rank's liveness is checked */
 #define PROBE_WAIT_MS 200
+#define SYNC_WAIT_MS 1000 /* one loopback connect and the watcher's queue before it */
 
 typedef struct {
   struct weft_comm *comm;
@@ -38,6 +45,7 @@ typedef struct {
   uint8_t *next;       /* the union seen so far this round */
   char *pending;       /* [nranks]: a live rank whose proposal this round has not come */
   int changed;         /* a proposal differed from set, or a death was seen */
+  int death;           /* a death was seen this round */
 } round_state;
 
 /* A DECIDED from a rank that finished this epoch: adopt it. 1 when one was there. */
@@ -65,6 +73,7 @@ static void saw_death(round_state *s, int p, const char *how) {
   s->pending[p] = 0;
   weft__mask_set(s->next, p);
   s->changed = 1;
+  s->death = 1;
 }
 
 /* Sends this round's set and collects the others' (or their deaths). */
@@ -76,7 +85,7 @@ static weft_status_t run_round(round_state *s, uint32_t round, uint8_t *mask, in
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: shrink agreement: out of memory", comm->rank);
   }
   memcpy(s->next, s->set, s->mb);
-  s->changed = 0;
+  s->changed = s->death = 0;
   for (int p = 0; p < comm->nranks; p++)
     if (p != comm->rank && !weft__mask_has(s->set, p)) to[n++] = p;
   weft__ft_send(comm, to, n, WEFT__FT_AGREE, s->epoch, round, s->set, (uint32_t)s->mb, res,
@@ -123,13 +132,23 @@ static weft_status_t run_round(round_state *s, uint32_t round, uint8_t *mask, in
         }
     }
   }
+  /* A "death" may be a rank that decided and left: its DECIDED came before its refusal. */
+  if (s->death) {
+    if (!weft__ft_sync(comm, SYNC_WAIT_MS))
+      WEFT_WARN("rank %d: shrink agreement: could not read this rank's own fault-tolerance inbox in %d ms",
+                comm->rank, SYNC_WAIT_MS);
+    if (take_decided(s, mask, &st, 0)) {
+      *decided = 1;
+      return st;
+    }
+  }
   /* Our own view changed too when next gained a rank beyond every proposal (a death). */
   if (memcmp(s->next, s->set, s->mb) != 0) s->changed = 1;
   return WEFT_SUCCESS;
 }
 
 weft_status_t weft__agree_failed(struct weft_comm *comm, uint32_t epoch, uint8_t *mask) {
-  round_state s = {comm, epoch, weft__agree_mask_bytes(comm->nranks), NULL, NULL, NULL, 0};
+  round_state s = {comm, epoch, weft__agree_mask_bytes(comm->nranks), NULL, NULL, NULL, 0, 0};
   s.set = malloc(s.mb);
   s.next = malloc(s.mb);
   s.pending = calloc((size_t)comm->nranks, 1);

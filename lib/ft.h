@@ -11,7 +11,7 @@
  * failure detector the agreement uses. Messages: REVOKE (marks the communicator revoked,
  * relayed once by every receiver so a revoker that dies halfway still reaches everyone),
  * AGREE and DECIDED (lib/agree.c), NEWID (the new communicator's unique id, from the
- * shrink's leader), PING (a liveness probe; only the connect matters). */
+ * shrink's leader), PING (a liveness probe; only the connect matters), SYNC (weft__ft_sync). */
 #ifndef WEFT_FT_H
 #define WEFT_FT_H
 #include <stddef.h>
@@ -26,6 +26,7 @@ enum {
   WEFT__FT_DECIDED = 3, /* the decided bitmask (a reply to a late AGREE) */
   WEFT__FT_NEWID = 4,   /* payload: weft_unique_id_t */
   WEFT__FT_PING = 5,
+  WEFT__FT_SYNC = 6,    /* to this rank's own listener; round: weft__ft_sync's number */
 };
 
 #define WEFT__FT_MAX_PAYLOAD 4096u /* a bitmask of 32768 ranks, or an id */
@@ -57,13 +58,24 @@ void weft__ft_send(struct weft_comm *comm, const int *to, int n, uint32_t type, 
  * it did not answer within wait_ms. */
 int weft__ft_probe(struct weft_comm *comm, int rank, int wait_ms);
 
+/* Waits until the watcher has handled every connection that reached this rank's listener
+ * before the call (up to wait_ms): it connects to its own listener and waits for that
+ * message, which the watcher takes after every connection queued before it (the kernel's
+ * accept queue is first in, first out). 1 when done, 0 when wait_ms passed first. The
+ * agreement calls it on seeing a death: a rank that decided, told this one (DECIDED) and
+ * then left refuses connections as a dead one does, and its DECIDED, sent before it left,
+ * must be read before the refusal is believed. Thread safe. */
+int weft__ft_sync(struct weft_comm *comm, int wait_ms);
+
 /* Takes (unlinks) the first inbox message matching type, epoch and round (round ~0u: any)
  * and from (-1: any), waiting up to wait_ms for one; NULL when none came. Free it with
  * free(). */
 weft__ft_msg *weft__ft_take(struct weft_comm *comm, uint32_t type, uint32_t epoch, uint32_t round,
                             int from, int wait_ms);
 /* Records the agreement's decision for epoch, so the watcher answers a survivor still in
- * that agreement (its late AGREE) with DECIDED. mask: weft__agree_mask_bytes(nranks) bytes. */
+ * that agreement (its late AGREE) with DECIDED, and drops the DECIDEDs of that epoch still
+ * in the inbox (and later ones: every rank relays the decision, lib/agree.c). mask:
+ * weft__agree_mask_bytes(nranks) bytes. */
 void weft__ft_set_decided(struct weft_comm *comm, uint32_t epoch, const uint8_t *mask);
 /* The next shrink epoch of comm (every caller of shrink counts the same). */
 uint32_t weft__ft_next_epoch(struct weft_comm *comm);

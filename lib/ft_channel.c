@@ -49,6 +49,7 @@ struct weft__ft {
   weft__ft_msg *inbox;
   decided *decisions;
   uint32_t epoch;
+  uint32_t sync_asked, sync_done; /* weft__ft_sync's numbers: the last asked, the last handled */
 };
 
 static size_t mask_bytes(const struct weft_comm *comm) { return weft__agree_mask_bytes(comm->nranks); }
@@ -94,6 +95,14 @@ static void handle(struct weft_comm *comm, weft__ft_msg *m) {
     free(m);
     return;
   }
+  if (m->type == WEFT__FT_SYNC) {
+    pthread_mutex_lock(&ft->mu);
+    if (m->from == comm->rank && (int32_t)(m->round - ft->sync_done) > 0) ft->sync_done = m->round;
+    pthread_cond_broadcast(&ft->cv);
+    pthread_mutex_unlock(&ft->mu);
+    free(m);
+    return;
+  }
   if (m->type == WEFT__FT_REVOKE) {
     int by = m->round < (uint32_t)comm->nranks ? (int)m->round : m->from; /* the revoker */
     weft__comm_mark_revoked(comm, by, 1); /* relays it the first time */
@@ -105,7 +114,12 @@ static void handle(struct weft_comm *comm, weft__ft_msg *m) {
    * by one of the two, never by neither. */
   uint8_t mask[WEFT__FT_MAX_PAYLOAD];
   pthread_mutex_lock(&ft->mu);
-  const decided *d = m->type == WEFT__FT_AGREE ? find_decided(ft, m->epoch) : NULL;
+  const decided *d = m->type == WEFT__FT_AGREE || m->type == WEFT__FT_DECIDED ? find_decided(ft, m->epoch) : NULL;
+  if (d != NULL && m->type == WEFT__FT_DECIDED) { /* a relay of what this rank holds already */
+    pthread_mutex_unlock(&ft->mu);
+    free(m);
+    return;
+  }
   if (d != NULL) {
     memcpy(mask, d->mask, mask_bytes(comm));
   } else {
@@ -279,6 +293,27 @@ void weft__ft_send(struct weft_comm *comm, const int *to, int n, uint32_t type, 
   free(buf), free(fd), free(res);
 }
 
+int weft__ft_sync(struct weft_comm *comm, int wait_ms) {
+  struct weft__ft *ft = comm->ft;
+  if (ft == NULL) return 0;
+  uint64_t deadline = weft__deadline_after_ms(wait_ms);
+  pthread_mutex_lock(&ft->mu);
+  uint32_t mine = ++ft->sync_asked;
+  pthread_mutex_unlock(&ft->mu);
+  int self = comm->rank, sent = 0;
+  weft__ft_send(comm, &self, 1, WEFT__FT_SYNC, 0, mine, NULL, 0, &sent, deadline);
+  if (sent != 1) return 0;
+  struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
+  pthread_mutex_lock(&ft->mu);
+  int done;
+  for (;;) {
+    done = (int32_t)(ft->sync_done - mine) >= 0;
+    if (done || pthread_cond_timedwait(&ft->cv, &ft->mu, &ts) == ETIMEDOUT) break;
+  }
+  pthread_mutex_unlock(&ft->mu);
+  return done;
+}
+
 int weft__ft_probe(struct weft_comm *comm, int rank, int wait_ms) {
   int r;
   weft__ft_send(comm, &rank, 1, WEFT__FT_PING, 0, 0, NULL, 0, &r, weft__deadline_after_ms(wait_ms));
@@ -312,35 +347,39 @@ weft__ft_msg *weft__ft_take(struct weft_comm *comm, uint32_t type, uint32_t epoc
 void weft__ft_set_decided(struct weft_comm *comm, uint32_t epoch, const uint8_t *mask) {
   struct weft__ft *ft = comm->ft;
   decided *d = malloc(sizeof(*d) + mask_bytes(comm));
-  if (ft == NULL || d == NULL) {
-    free(d);
+  char *tell = calloc((size_t)comm->nranks, 1);
+  int *to = malloc(sizeof(int) * (size_t)comm->nranks), n = 0;
+  if (ft == NULL || d == NULL || tell == NULL || to == NULL) {
+    free(d), free(tell), free(to);
     return;
   }
   d->epoch = epoch;
   memcpy(d->mask, mask, mask_bytes(comm));
-  /* AGREEs of this epoch that came before the decision was recorded: their senders are
-   * still agreeing and the watcher answered none of them, so answer now. */
-  int *late = malloc(sizeof(int) * (size_t)comm->nranks), nlate = 0;
+  /* Every rank this one counts alive hears the decision before this rank leaves (see ft.h:
+   * a rank gone after deciding looks dead to one still agreeing). So do the senders of
+   * AGREEs of this epoch that came before the decision was recorded: they are still
+   * agreeing and the watcher answered none of them; one counted failed learns so. */
+  for (int p = 0; p < comm->nranks; p++) tell[p] = p != comm->rank && !weft__mask_has(mask, p);
   pthread_mutex_lock(&ft->mu);
   d->next = ft->decisions;
   ft->decisions = d;
   for (weft__ft_msg **pp = &ft->inbox; *pp != NULL;) {
     weft__ft_msg *m = *pp;
-    if (m->type != WEFT__FT_AGREE || m->epoch != epoch) {
+    if ((m->type != WEFT__FT_AGREE && m->type != WEFT__FT_DECIDED) || m->epoch != epoch) {
       pp = &m->next;
       continue;
     }
-    *pp = m->next;
-    int seen = 0;
-    for (int i = 0; i < nlate; i++) seen |= late[i] == m->from;
-    if (late != NULL && !seen) late[nlate++] = m->from;
+    *pp = m->next; /* a DECIDED here is another rank's copy of this decision */
+    if (m->type == WEFT__FT_AGREE) tell[m->from] = 1;
     free(m);
   }
   pthread_mutex_unlock(&ft->mu);
-  if (nlate > 0)
-    weft__ft_send(comm, late, nlate, WEFT__FT_DECIDED, epoch, 0, mask, (uint32_t)mask_bytes(comm), NULL,
+  for (int p = 0; p < comm->nranks; p++)
+    if (tell[p]) to[n++] = p;
+  if (n > 0)
+    weft__ft_send(comm, to, n, WEFT__FT_DECIDED, epoch, 0, mask, (uint32_t)mask_bytes(comm), NULL,
                   weft__deadline_after_ms(REPLY_DEADLINE_MS));
-  free(late);
+  free(tell), free(to);
 }
 
 uint32_t weft__ft_next_epoch(struct weft_comm *comm) {

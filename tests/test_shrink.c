@@ -3,9 +3,10 @@
  * WEFT_SHRINK_FAILED after a SIGKILL of a non-zero rank and of rank 0 (whose process hosts
  * the bootstrap root in these runs), on shm, socket and two emulated hosts, with a second
  * rank dying while the survivors shrink, and with a member dying midway through the build
- * of the new communicator (every survivor must end alike). Every new communicator is
- * checked: its size, which old rank each new rank is (old order kept), and exact all-reduce
- * and all-gather results. */
+ * of the new communicator (every survivor must end alike), and with a survivor that decided
+ * the agreement leaving at once (the others must adopt its decision, not count it failed).
+ * Every new communicator is checked: its size, which old rank each new rank is (old order
+ * kept), and exact all-reduce and all-gather results. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -22,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "lib/ft.h"
 #include "tests/harness.h"
 
 #define TIMEOUT_MS 15000      /* the communicators' deadline: a revoke must beat it by far */
@@ -219,6 +221,65 @@ static void run_dies_while_built(void **state) {
   harness_run(&o, dies_while_built_body, (void *)p[2]);
 }
 
+/* ---- a rank that decided the agreement leaves at once ---------------------------------- */
+
+/* The victim SIGKILLs itself when its agreement proposal has gone to one survivor and not yet
+ * to the other: send() is interposed at link time like sendmsg above, and acts only in the
+ * victim's process, on its second AGREE. The survivor that got the proposal decides at once
+ * and leaves (aborts comm: its listener closes, so it refuses connections as a dead rank
+ * does); the other sees the victim's death, goes on to another round, and must adopt the
+ * leaver's decision rather than count the leaver as failed. */
+static int die_at_agree_send; /* > 0: SIGKILL this process before its AGREE number N */
+static int agree_sends;
+
+ssize_t send(int fd, const void *buf, size_t len, int flags) {
+  uint32_t hdr[6];
+  if (die_at_agree_send > 0 && len >= sizeof(hdr)) {
+    memcpy(hdr, buf, sizeof(hdr));
+    if (hdr[0] == 0x54465746u /* ft_channel.c's FT_MAGIC */ && hdr[5] == WEFT__FT_AGREE &&
+        ++agree_sends == die_at_agree_send)
+      kill(getpid(), SIGKILL);
+  }
+  return syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+}
+
+/* With slow_accept_ms > 0 (set in rank 1's process), that rank's watcher takes each
+ * connection late (accept4 interposed like send), so the leaver's DECIDED still waits in the
+ * kernel's queue when rank 1 probes the leaver and finds it refusing: rank 1 must read its
+ * queue before it believes that death (weft__ft_sync). */
+static int slow_accept_ms;
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
+  if (slow_accept_ms > 0) harness_sleep_ms(slow_accept_ms);
+  return (int)syscall(SYS_accept4, fd, addr, len, flags);
+}
+
+static int decider_leaves_body(harness_rank *r) {
+  int victim = r->nranks - 1;
+  if (r->rank == victim) die_at_agree_send = 2;
+  if (r->rank == 1 && r->arg != NULL) slow_accept_ms = 100;
+  size_t mb = weft__agree_mask_bytes(r->nranks);
+  uint8_t mask[8] = {0};
+  weft_status_t st = weft__agree_failed(r->comm, weft__ft_next_epoch(r->comm), mask);
+  weft_comm_abort(r->comm); /* leaves at once, as a caller done with comm does */
+  r->comm = NULL;
+  if (r->rank == victim) return harness_fail(r, "the victim returned from the agreement alive");
+  if (!harness_expect_status(r, st, WEFT_SUCCESS, "the agreement")) return r->failures;
+  long long bits = 0;
+  for (size_t i = 0; i < mb; i++) bits |= (long long)mask[i] << (8 * i);
+  harness_note(r, "decided failed set 0x%llx", bits);
+  for (int p = 0; p < victim; p++)
+    if (weft__mask_has(mask, p)) harness_fail(r, "decided that rank %d, a survivor, failed", p);
+  r->shared->values[r->rank] = bits;
+  atomic_store(&r->shared->flags[r->rank], 1);
+  for (int p = 0; p < victim; p++)
+    if (!harness_wait_flag(r, p, 1, 20000)) harness_fail(r, "rank %d never returned from the agreement", p);
+    else if (r->shared->values[p] != bits)
+      harness_fail(r, "rank %d decided the failed set 0x%llx, this rank 0x%llx", p,
+                   (long long)r->shared->values[p], bits);
+  return r->failures;
+}
+
 /* ---- SIGKILL, then WEFT_SHRINK_FAILED ---------------------------------------------------- */
 
 typedef struct {
@@ -307,12 +368,24 @@ static void run_kill(void **state) {
 static void run_plain(void **state) {
   const void **p = (const void **)*state;
   harness_opts o = {0};
-  o.may_be_killed = (harness_body_fn)p[2] == member_dies_body ? 1u << ((int)(intptr_t)p[0] - 1) : 0;
+  harness_body_fn body = (harness_body_fn)p[2];
+  o.may_be_killed = body == member_dies_body ? 1u << ((int)(intptr_t)p[0] - 1) : 0;
   o.nranks = (int)(intptr_t)p[0];
   o.transport = p[1];
   o.timeout_ms = TIMEOUT_MS;
   o.deadline_s = 60;
-  harness_run(&o, (harness_body_fn)p[2], NULL);
+  harness_run(&o, body, NULL);
+}
+
+static void run_decider_leaves(void **state) {
+  const void **p = (const void **)*state;
+  harness_opts o = {0};
+  o.nranks = (int)(intptr_t)p[0];
+  o.transport = p[1];
+  o.timeout_ms = TIMEOUT_MS;
+  o.deadline_s = 60;
+  o.may_be_killed = 1u << (o.nranks - 1);
+  harness_run(&o, decider_leaves_body, (void *)p[2]);
 }
 
 static const kill_params kill2 = {2, -1, NULL}, kill0 = {0, -1, NULL}, kill3_hosts = {3, -1, "AABB"},
@@ -337,6 +410,8 @@ int main(void) {
       T("sigkill_rank0_two_emulated_hosts", 4, "auto", run_kill, &kill0_hosts),
       T("second_rank_dies_during_shrink", 5, "shm", run_kill, &kill1_then3),
       T("member_dies_mid_build_explicit_all_fail", 4, "shm", run_dies_while_built, &explicit_none),
+      T("agreement_decider_leaves_at_once", 3, "shm", run_decider_leaves, NULL),
+      T("agreement_decider_leaves_before_its_decision_is_read", 3, "shm", run_decider_leaves, "slow watcher"),
       T("member_dies_mid_build_shrink_failed_agrees_again", 4, "shm", run_dies_while_built, &failed_mode),
   };
   harness_filter_from_env();
