@@ -64,6 +64,8 @@
 
 #define SHM_DEFAULT_NSLOTS 8
 #define SHM_DEFAULT_SLOT_BYTES (256u * 1024u)
+#define SHM_OVERSUB_NSLOTS 8 /* with more ranks than cores: weft__shm_default_geometry (shm_state.h) */
+#define SHM_OVERSUB_SLOT_BYTES (128u * 1024u)
 /* Lines a sender prefetches for its next message (WEFT_SHM_PREFETCH), default and most: an
  * LL chunk's 32 lines, or 2 KiB of FIFO payload (4 KiB and more measured no faster). */
 #define SHM_DEFAULT_PREFETCH_LINES WEFT__SHM_LL_LINES
@@ -122,6 +124,11 @@ int weft__shm_can_connect(const weft__topo_system *topo, int a, int b) {
   return topo->ranks[a].host == topo->ranks[b].host ? 100 : 0;
 }
 
+void weft__shm_default_geometry(int oversubscribed, size_t *nslots, size_t *slot_bytes) {
+  *nslots = oversubscribed ? SHM_OVERSUB_NSLOTS : SHM_DEFAULT_NSLOTS;
+  *slot_bytes = oversubscribed ? SHM_OVERSUB_SLOT_BYTES : SHM_DEFAULT_SLOT_BYTES;
+}
+
 static weft_status_t read_settings(struct weft_comm *comm, size_t *nslots, size_t *slot_bytes,
                                    size_t *cma_bytes, int *cma_all) {
   *cma_bytes = weft__env_size("WEFT_SHM_CMA_BYTES", SHM_DEFAULT_CMA_BYTES);
@@ -130,8 +137,10 @@ static weft_status_t read_settings(struct weft_comm *comm, size_t *nslots, size_
     return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
                        "rank %d: shm setup: WEFT_SHM_CMA_CALLS=%s must be auto or all", comm->rank, calls);
   *cma_all = strcmp(calls, "all") == 0;
-  long n = weft__env_long("WEFT_SHM_NSLOTS", SHM_DEFAULT_NSLOTS);
-  size_t s = weft__env_size("WEFT_SHM_SLOT_BYTES", SHM_DEFAULT_SLOT_BYTES);
+  size_t default_n, default_s;
+  weft__shm_default_geometry(comm->oversubscribed, &default_n, &default_s);
+  long n = weft__env_long("WEFT_SHM_NSLOTS", (long)default_n);
+  size_t s = weft__env_size("WEFT_SHM_SLOT_BYTES", default_s);
   if (n < 1 || n > SHM_MAX_NSLOTS)
     return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
                        "rank %d: shm setup: WEFT_SHM_NSLOTS=%ld must be between 1 and %d",

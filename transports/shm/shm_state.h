@@ -65,6 +65,25 @@ static inline weft__shm_state *weft__shm_state_of(struct weft_comm *comm) {
   return comm->transport_state[slot];
 }
 
+/* The FIFO geometry per direction of each pair when WEFT_SHM_NSLOTS / WEFT_SHM_SLOT_BYTES
+ * leave it unset: 8 slots of 256 KiB; with more ranks on the host than cores
+ * (comm->oversubscribed, the same on every rank of a host, as the geometry must be), 8 slots
+ * of 128 KiB. Why the smaller one: ranks that share a core take turns on it, so a sender
+ * runs ahead by up to the whole FIFO before its receiver runs, and every byte of the lead
+ * is read back after the other ranks' calls went through the caches (an all-to-all of 4
+ * ranks touches 12 FIFOs: 24 MiB at 2 MiB each, most of the VM's 32 MiB L3 before the
+ * buffers); halving the lead halves that. Measured on the Zen 3 VM (2 cores, one L3),
+ * 4 ranks, 12 launches per geometry rotated in one run, medians of per-launch ratios
+ * (64 KiB-64 MiB), 8 x 128K against 8 x 256K: all-reduce 1.11-1.38x faster (9-11 of 12),
+ * all-to-all 1.02-1.32x (1.21-1.32x at 1-8 MiB), reduce-scatter 1.06-1.21x, broadcast
+ * 1.01-1.23x, all-gather 1.07-1.50x from 1 MiB and 0.85-1.03x below (16-256 KiB again,
+ * 12 launches: 0.97-1.03x); 3 ranks all-reduce 0.98-1.14x, all-to-all 1.02-1.53x;
+ * 8 ranks all-reduce 0.95-1.08x to 1 MiB, 1.07-1.48x from 2 MiB. 4 x 128K ran all-to-all
+ * faster still (1.10-1.80x) but lost all-reduce to 1 MiB (0.86-0.97x) and all-gather at
+ * 64-128 KiB (0.81-0.84x); 8 x 64K and 2 x 256K lost all-reduce or all-gather to it.
+ * Thread safety: pure. */
+void weft__shm_default_geometry(int oversubscribed, size_t *nslots, size_t *slot_bytes);
+
 /* Setup (shm_setup.c): the transport's listen, connect, close and can_connect. */
 int weft__shm_can_connect(const struct weft__topo_system *topo, int a, int b);
 weft_status_t weft__shm_listen(struct weft_comm *comm, const int *peers, int npeers, void *card);
