@@ -23,7 +23,8 @@ struct weft_comm;
 enum {
   WEFT__FT_REVOKE = 1,
   WEFT__FT_AGREE = 2,   /* round's proposal: a bitmask of failed ranks */
-  WEFT__FT_DECIDED = 3, /* the decided bitmask (a reply to a late AGREE) */
+  WEFT__FT_DECIDED = 3, /* the decided bitmask: sent by every rank that decides or adopts it,
+                           and the reply to a late AGREE */
   WEFT__FT_NEWID = 4,   /* payload: weft_unique_id_t */
   WEFT__FT_PING = 5,
   WEFT__FT_SYNC = 6,    /* to this rank's own listener; round: weft__ft_sync's number */
