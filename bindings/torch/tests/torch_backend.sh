@@ -23,7 +23,7 @@ step() {
   n=$((n + 1)); name=$1; shift
   if "$@" >"bindings/torch/$name.log" 2>&1; then echo "ok $n - $name"
   else bad=1; echo "not ok $n - $name"; sed 's/^/# /' "bindings/torch/$name.log" | grep -v "^# INFO" | tail -40; fi
-  grep -E "^(ok|not ok) |passed, |^# test_[A-Za-z0-9_]+: (FAIL|ERROR|no result)$" "bindings/torch/$name.log" | sed 's/^/#   /'
+  grep -E "^(ok|not ok) |passed, |^# test_[A-Za-z0-9_]+: (FAIL|ERROR|no result|not run)$" "bindings/torch/$name.log" | sed 's/^/#   /'
 }
 step backend_collectives_subgroups_timeouts_failures env PYTHONPATH="$pp" "$py" "$here/test_backend.py"
 step ddp_on_weft_equals_ddp_on_gloo env PYTHONPATH="$pp" "$py" "$here/test_ddp_vs_gloo.py" \
