@@ -39,7 +39,12 @@ trap stop EXIT
 trap 'exit 1' INT TERM
 
 node=$(hostname -s)
-base=$((20000 + ($$ % 2000) * 4)) # two runs on one machine do not share ports
+# Two runs on one machine do not share ports, and none is one weft derives for the bootstrap
+# root under Slurm (20000-39999, lib/launch_slurm.c: this test's jobs 1 and 2 use 20064 and
+# 20128, which the old base 20000 + ($$ % 2000) * 4 gave slurmctld one run in 1000: "cannot
+# listen on 0.0.0.0:20064: Address already in use") or the kernel hands out for connections
+# (32768-60999).
+base=$((61000 + ($$ % 1000) * 4))
 ncpu=$(nproc)
 [ "$ncpu" -lt 4 ] && ncpu=4 # 4 tasks on this node whatever it has (config_overrides)
 cat >"$dir/slurm.conf" <<EOF
