@@ -231,11 +231,14 @@ else
 fi
 
 # weft-tune --measure: fits the tuner's model here and prints a WEFT_TUNER_MODEL the tuner
-# takes without a warning (positive alpha and beta for both transports).
+# takes without a warning (positive alpha and beta for both transports). Into a file, its
+# header comes once (a child forked with stdout unflushed once wrote it again per launch)
+# and the ranks' warnings of a transport that cannot run here (ib) stay out of it.
 timeout 300 ./weft-tune --measure >"$out" 2>&1
 rc=$?
 model=$(sed -n 's/^export WEFT_TUNER_MODEL="\(.*\)"$/\1/p' "$out")
-if [ $rc -eq 0 ] && echo "$model" | grep -Eq '^shm:[0-9.e+-]+(,[0-9.e+-]+){4};socket:[0-9.e+-]+(,[0-9.e+-]+){4}$' &&
+if [ $rc -eq 0 ] && [ "$(grep -c '^# weft-tune --measure:' "$out")" -eq 1 ] && ! grep -q ' WARN ' "$out" &&
+   echo "$model" | grep -Eq '^shm:[0-9.e+-]+(,[0-9.e+-]+){4};socket:[0-9.e+-]+(,[0-9.e+-]+){4}$' &&
    echo "$model" | awk -F'[:,;]' '{ exit !($2 > 0 && $3 > 0 && $8 > 0 && $9 > 0) }' &&
    WEFT_TUNER_MODEL="$model" ./weft-tune -n 2 >>"$out" 2>&1 && ! grep -q 'cannot read' "$out"; then
   ok "weft-tune --measure prints a model the tuner accepts"

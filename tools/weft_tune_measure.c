@@ -37,6 +37,8 @@ typedef struct {
   char bindir[PATH_MAX]; /* where weftrun and the perf programs are */
   size_t chunk;
   const char *transport; /* a registered transport's name (WEFT_TRANSPORT) */
+  char reason[512];      /* what the ranks of the last failed launch said */
+  char why[1024];        /* that launch and its reason */
 } tune_ctx;
 
 /* The directory of this executable, where `make` and `make install` put the perf tools. */
@@ -66,24 +68,45 @@ static double read_p50(const char *path) {
   return p && exact == 2 ? strtod(p + 9, NULL) : -1;
 }
 
+/* Why a launch of prog failed, from its ranks' stderr at path: the first line a rank wrote
+ * as prog ("all_reduce_perf: rank 0: ... failed: ..."), else the last line; "" if none. */
+static void failure_reason(const char *path, const char *prog, char *why, size_t len) {
+  why[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char line[512];
+  size_t plen = strlen(prog);
+  int own = 0;
+  while (!own && fgets(line, sizeof line, f)) {
+    if (line[0] == '\n') continue;
+    own = strncmp(line, prog, plen) == 0 && line[plen] == ':';
+    snprintf(why, len, "%.*s", (int)strcspn(line, "\n"), line);
+  }
+  fclose(f);
+}
+
 /* One launch: weftrun -n N PROG -b S -e S -z 2 -L 1 ... with WEFT_ALGO=ring (blocking calls,
- * no barrier between them; -L: p50 of single calls). Returns p50 us or -1. */
-static double launch(const tune_ctx *c, const char *prog, int n, size_t bytes) {
-  char dir[] = "/tmp/weft-tune-XXXXXX", json[sizeof dir + 16];
+ * no barrier between them; -L: p50 of single calls). Returns p50 us, or -1 with the reason in
+ * c->reason: the ranks' stderr is kept, not shown, since a transport that cannot run here (ib
+ * without a device) fails every launch and its ranks' warnings would bury the result. */
+static double launch(tune_ctx *c, const char *prog, int n, size_t bytes) {
+  char dir[] = "/tmp/weft-tune-XXXXXX", json[sizeof dir + 16], err[sizeof dir + 16];
   if (mkdtemp(dir) == NULL) return -1;
   snprintf(json, sizeof json, "%s/row.json", dir);
+  snprintf(err, sizeof err, "%s/stderr", dir);
   char weftrun[PATH_MAX + 16], exe[PATH_MAX + 32], np[16], size[32], iters[16];
   snprintf(weftrun, sizeof weftrun, "%s/weftrun", c->bindir);
   snprintf(exe, sizeof exe, "%s/%s", c->bindir, prog);
   snprintf(np, sizeof np, "%d", n);
   snprintf(size, sizeof size, "%zu", bytes);
   snprintf(iters, sizeof iters, "%d", bytes < 65536 ? 300 : 20);
+  fflush(NULL); /* else the child's freopen writes out a copy of what stdout still buffers */
   pid_t pid = fork();
   if (pid == 0) {
     setenv("WEFT_ALGO", "ring", 1);
     setenv("WEFT_TRANSPORT", c->transport, 1);
     unsetenv("WEFT_TUNER_MODEL");
-    if (!freopen("/dev/null", "w", stdout)) _exit(127);
+    if (!freopen("/dev/null", "w", stdout) || !freopen(err, "w", stderr)) _exit(127);
     execl(weftrun, "weftrun", "-n", np, "--bind-to", "none", exe, "-b", size, "-e", size, "-z", "2",
           "-L", "1", "-n", iters, "-w", "5", "-J", json, (char *)NULL);
     _exit(127);
@@ -92,7 +115,9 @@ static double launch(const tune_ctx *c, const char *prog, int n, size_t bytes) {
   double p50 = -1;
   if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
     p50 = read_p50(json);
+  if (p50 < 0) failure_reason(err, prog, c->reason, sizeof c->reason);
   unlink(json);
+  unlink(err);
   rmdir(dir);
   return p50;
 }
@@ -102,14 +127,15 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Median p50 of LAUNCHES launches; -1 (with a message) when any failed. */
-static double median_p50(const tune_ctx *c, const char *prog, int n, size_t bytes) {
+/* Median p50 of LAUNCHES launches; -1 when any failed, with the launch and its reason in
+ * c->why. */
+static double median_p50(tune_ctx *c, const char *prog, int n, size_t bytes) {
   double v[LAUNCHES];
   for (int i = 0; i < LAUNCHES; i++) {
     v[i] = launch(c, prog, n, bytes);
     if (v[i] < 0) {
-      fprintf(stderr, "weft-tune: %s/weftrun -n %d %s -b %zu (WEFT_TRANSPORT=%s) failed\n", c->bindir, n, prog,
-              bytes, c->transport);
+      snprintf(c->why, sizeof c->why, "weftrun -n %d %s -b %zu (WEFT_TRANSPORT=%s) failed%s%s", n, prog, bytes,
+               c->transport, c->reason[0] ? ": " : "", c->reason);
       return -1;
     }
   }
@@ -121,11 +147,12 @@ static double ceil_div(double x, double y) { return ceil(x / y); }
 
 /* alpha (us) and beta (us per byte) on n ranks, from the 8-byte all-reduce and the
  * all-gather (nccl-tests sizes an all-gather by its whole receive buffer: block = S / n). */
-static int fit_alpha_beta(const tune_ctx *c, int n, double *alpha, double *beta) {
+static int fit_alpha_beta(tune_ctx *c, int n, double *alpha, double *beta) {
   double t8 = median_p50(c, "all_reduce_perf", n, 8);
+  if (t8 < 0) return -1;
   size_t block = BIG_BYTES / (size_t)n;
   double tag = median_p50(c, "all_gather_perf", n, block * (size_t)n);
-  if (t8 < 0 || tag < 0) return -1;
+  if (tag < 0) return -1;
   *alpha = t8 / (2.0 * (n - 1));
   double steps = ceil_div((double)block, (double)c->chunk) * (n - 1);
   *beta = fmax((tag - steps * *alpha) / ((n - 1) * (double)block), 1e-9);
@@ -135,7 +162,7 @@ static int fit_alpha_beta(const tune_ctx *c, int n, double *alpha, double *beta)
 }
 
 /* gamma (us per byte) on 2 ranks, given alpha and beta. */
-static int fit_gamma(const tune_ctx *c, double alpha, double beta, double *gamma) {
+static int fit_gamma(tune_ctx *c, double alpha, double beta, double *gamma) {
   double B = (double)BIG_BYTES, n = 2;
   double t = median_p50(c, "all_reduce_perf", 2, BIG_BYTES);
   if (t < 0) return -1;
@@ -177,8 +204,11 @@ int weft_tune_measure(size_t chunk_bytes) {
     char row[128];
     c.transport = weft__transports[t]->name;
     if (fit_transport(&c, (int)cores, t == 0, row, sizeof row)) {
-      if (t == 0) return 1; /* the host's own transport must run */
-      printf("# %s does not run on this host: it keeps its own row\n", c.transport);
+      if (t == 0) { /* the host's own transport must run */
+        fprintf(stderr, "weft-tune: %s/%s\n", c.bindir, c.why);
+        return 1;
+      }
+      printf("# %s does not run on this host (%s): it keeps its own row\n", c.transport, c.why);
       continue;
     }
     at += (size_t)snprintf(model + at, sizeof model - at, "%s%s", at ? ";" : "", row);
