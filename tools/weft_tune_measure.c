@@ -8,17 +8,19 @@
  *
  * How: for each registered transport (WEFT_TRANSPORT=<name>, transports/registry.c) that
  * runs on this host, real ranks started by weftrun next to this program run
- * all_reduce_perf / all_gather_perf with WEFT_ALGO=ring and blocking calls (-z 2 -L 1), 3
- * launches each, and the median of their p50 times is solved against the same cost
- * functions select.c uses (ag_ring, ar_ring):
- *     ring all-reduce of 8 B       t = 2 (n-1) alpha                     -> alpha
- *     ring all-gather, block b     t = ceil(b/chunk) (n-1) alpha + (n-1) b beta   -> beta
- *     ring all-reduce of B bytes   t = ceil(B/(n chunk)) 2 (n-1) alpha
+ * all_reduce_perf / all_gather_perf with a fixed WEFT_ALGO and blocking calls (-z 2 -L 1),
+ * 3 launches each, and the median of their p50 times is solved against the same cost
+ * functions select.c uses (ag_ring, ar_ring, ar_recursive_doubling):
+ *     ring all-reduce of 8 B       t = 2 (n-1) l                          -> l, a step of 8 B
+ *     ring all-gather, block b     t = ceil(b/chunk) (n-1) l + (n-1) b beta       -> beta
+ *     ring all-reduce of B bytes   t = ceil(B/(n chunk)) 2 (n-1) l
  *                                      + 2 (n-1)/n B beta + (n-1)/n B gamma       -> gamma
- * with n = 2 ranks; then the same two first fits with 2 x cores ranks give the
+ *     all-reduce, all-gather and reduce-scatter, 4 KiB .. 1 MiB, each by its log-depth
+ *     algorithm and by the ring: alpha is the value whose choices lose least (fit_alpha_choices)
+ * with n = 2 ranks; then the all-gather and the choices with 2 x cores ranks give the
  * oversubscription terms (for the registry's first transport, the one ranks of a host
- * use; the others keep 0 and 1): oversub_alpha = alpha' - alpha, oversub_beta = beta' / beta.
- * beta and gamma are printed per KiB, as WEFT_TUNER_MODEL takes them. Takes ~1 minute. */
+ * use; the others keep 0 and 1): oversub_beta = beta' / beta, oversub_alpha = alpha' - alpha.
+ * beta and gamma are printed per KiB, as WEFT_TUNER_MODEL takes them. Takes ~2 minutes. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -27,6 +29,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "lib/select.h"
 #include "tools/weft_tune_measure.h"
 #include "transports/transport.h"
 
@@ -52,20 +55,37 @@ static int find_bindir(char *out, size_t len) {
   return 0;
 }
 
-/* The weft p50_us of the one result of a perf program's -J document (nccl-tests' JSON,
- * weft's figures under "weft"); -1 when missing or when a half has wrong elements. */
-static double read_p50(const char *path) {
+/* The sizes and weft p50_us of every result of a perf program's -J document (nccl-tests'
+ * JSON, weft's figures under "weft"), up to MAX_ROWS; -1 when none, or when a result lacks
+ * its p50 or a half of it has wrong elements. */
+#define MAX_ROWS 16
+typedef struct {
+  int n;
+  double bytes[MAX_ROWS], p50[MAX_ROWS];
+} perf_rows;
+
+static int read_rows(const char *path, perf_rows *out) {
+  out->n = 0;
   FILE *f = fopen(path, "r");
   if (!f) return -1;
   static char doc[1 << 20];
-  size_t n = fread(doc, 1, sizeof doc - 1, f);
+  size_t len = fread(doc, 1, sizeof doc - 1, f);
   fclose(f);
-  doc[n] = '\0';
-  const char *w = strstr(doc, "\"weft\":{\"algorithm\":");
-  const char *p = w ? strstr(w, "\"p50_us\":") : NULL;
-  int exact = 0;
-  for (const char *q = doc; (q = strstr(q, "\"nwrong\":")) != NULL; q++) exact += strtod(q + 9, NULL) == 0;
-  return p && exact == 2 ? strtod(p + 9, NULL) : -1;
+  doc[len] = '\0';
+  for (char *r = strstr(doc, "{\"size\":"); r != NULL && out->n < MAX_ROWS;) {
+    char *next = strstr(r + 1, "{\"size\":");
+    if (next) *next = '\0'; /* this result's text only */
+    const char *w = strstr(r, "\"weft\":{\"algorithm\":");
+    const char *p = w ? strstr(w, "\"p50_us\":") : NULL;
+    int exact = 0;
+    for (const char *q = r; (q = strstr(q, "\"nwrong\":")) != NULL; q++) exact += strtod(q + 9, NULL) == 0;
+    if (!p || exact != 2) return -1;
+    out->bytes[out->n] = strtod(r + 8, NULL);
+    out->p50[out->n++] = strtod(p + 9, NULL);
+    if (next) *next = '{';
+    r = next;
+  }
+  return out->n > 0 ? 0 : -1;
 }
 
 /* Why a launch of prog failed, from its ranks' stderr at path: the first line a rank wrote
@@ -85,41 +105,45 @@ static void failure_reason(const char *path, const char *prog, char *why, size_t
   fclose(f);
 }
 
-/* One launch: weftrun -n N PROG -b S -e S -z 2 -L 1 ... with WEFT_ALGO=ring (blocking calls,
- * no barrier between them; -L: p50 of single calls). Returns p50 us, or -1 with the reason in
- * c->reason: the ranks' stderr is kept, not shown, since a transport that cannot run here (ib
- * without a device) fails every launch and its ranks' warnings would bury the result. */
-static double launch(tune_ctx *c, const char *prog, int n, size_t bytes) {
+/* One launch: weftrun -n N PROG -b LO -e HI -f 2 -z 2 -L 1 ... with WEFT_ALGO=algo (blocking
+ * calls, no barrier between them; -L: p50 of single calls), its rows in out. Returns 0, or
+ * -1 with the reason in c->reason: the ranks' stderr is kept, not shown, since a transport
+ * that cannot run here (ib without a device) fails every launch and its ranks' warnings
+ * would bury the result. */
+static int launch(tune_ctx *c, const char *prog, const char *algo, int n, size_t lo, size_t hi,
+                  perf_rows *out) {
   char dir[] = "/tmp/weft-tune-XXXXXX", json[sizeof dir + 16], err[sizeof dir + 16];
   if (mkdtemp(dir) == NULL) return -1;
   snprintf(json, sizeof json, "%s/row.json", dir);
   snprintf(err, sizeof err, "%s/stderr", dir);
-  char weftrun[PATH_MAX + 16], exe[PATH_MAX + 32], np[16], size[32], iters[16];
+  char weftrun[PATH_MAX + 16], exe[PATH_MAX + 32], np[16], from[32], to[32], iters[16];
   snprintf(weftrun, sizeof weftrun, "%s/weftrun", c->bindir);
   snprintf(exe, sizeof exe, "%s/%s", c->bindir, prog);
   snprintf(np, sizeof np, "%d", n);
-  snprintf(size, sizeof size, "%zu", bytes);
-  snprintf(iters, sizeof iters, "%d", bytes < 65536 ? 300 : 20);
+  snprintf(from, sizeof from, "%zu", lo);
+  snprintf(to, sizeof to, "%zu", hi);
+  snprintf(iters, sizeof iters, "%d", hi < 65536 ? 300 : lo < hi ? 100 : 20);
   fflush(NULL); /* else the child's freopen writes out a copy of what stdout still buffers */
   pid_t pid = fork();
   if (pid == 0) {
-    setenv("WEFT_ALGO", "ring", 1);
+    setenv("WEFT_ALGO", algo, 1);
     setenv("WEFT_TRANSPORT", c->transport, 1);
     unsetenv("WEFT_TUNER_MODEL");
     if (!freopen("/dev/null", "w", stdout) || !freopen(err, "w", stderr)) _exit(127);
-    execl(weftrun, "weftrun", "-n", np, "--bind-to", "none", exe, "-b", size, "-e", size, "-z", "2",
+    /* bound as the perf programs run by default and as make bench runs them (rank r on core
+     * r mod cores): unbound, 2 ranks sometimes shared a core and the crossover moved */
+    execl(weftrun, "weftrun", "-n", np, "--bind-to", "core", exe, "-b", from, "-e", to, "-f", "2", "-z", "2",
           "-L", "1", "-n", iters, "-w", "5", "-J", json, (char *)NULL);
     _exit(127);
   }
-  int status = 0;
-  double p50 = -1;
+  int status = 0, rc = -1;
   if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-    p50 = read_p50(json);
-  if (p50 < 0) failure_reason(err, prog, c->reason, sizeof c->reason);
+    rc = read_rows(json, out);
+  if (rc < 0) failure_reason(err, prog, c->reason, sizeof c->reason);
   unlink(json);
   unlink(err);
   rmdir(dir);
-  return p50;
+  return rc;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -127,26 +151,53 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Median p50 of LAUNCHES launches; -1 when any failed, with the launch and its reason in
- * c->why. */
-static double median_p50(tune_ctx *c, const char *prog, int n, size_t bytes) {
-  double v[LAUNCHES];
-  for (int i = 0; i < LAUNCHES; i++) {
-    v[i] = launch(c, prog, n, bytes);
-    if (v[i] < 0) {
-      snprintf(c->why, sizeof c->why, "weftrun -n %d %s -b %zu (WEFT_TRANSPORT=%s) failed%s%s", n, prog, bytes,
-               c->transport, c->reason[0] ? ": " : "", c->reason);
-      return -1;
+static double median(double *v, int k) {
+  qsort(v, (size_t)k, sizeof v[0], cmp_double);
+  return v[k / 2];
+}
+
+/* Per size of lo, 2 lo, .. hi: the median p50 of LAUNCHES launches of prog with WEFT_ALGO=algo
+ * into out; -1 when any failed, with the launch and its reason in c->why. Two algorithms
+ * measured together (b non-NULL: algo_b into out_b) alternate launch by launch, so a slow
+ * spell of the machine falls on both. */
+static int median_rows2(tune_ctx *c, const char *prog, int n, size_t lo, size_t hi, const char *algo,
+                        perf_rows *out, const char *algo_b, perf_rows *out_b) {
+  perf_rows runs[2][LAUNCHES];
+  for (int i = 0; i < LAUNCHES; i++)
+    for (int j = 0; j < (algo_b ? 2 : 1); j++) {
+      const char *a = j ? algo_b : algo;
+      if (launch(c, prog, a, n, lo, hi, &runs[j][i]) < 0 || runs[j][i].n != runs[0][0].n) {
+        snprintf(c->why, sizeof c->why, "weftrun -n %d %s -b %zu -e %zu (WEFT_TRANSPORT=%s WEFT_ALGO=%s) failed%s%s",
+                 n, prog, lo, hi, c->transport, a, c->reason[0] ? ": " : "", c->reason);
+        return -1;
+      }
+    }
+  for (int j = 0; j < (algo_b ? 2 : 1); j++) {
+    perf_rows *o = j ? out_b : out;
+    o->n = runs[0][0].n;
+    for (int r = 0; r < o->n; r++) {
+      double v[LAUNCHES];
+      for (int i = 0; i < LAUNCHES; i++) v[i] = runs[j][i].p50[r];
+      o->bytes[r] = runs[0][0].bytes[r];
+      o->p50[r] = median(v, LAUNCHES);
     }
   }
-  qsort(v, LAUNCHES, sizeof v[0], cmp_double);
-  return v[LAUNCHES / 2];
+  return 0;
+}
+
+/* The median p50 of one size with WEFT_ALGO=ring; -1 when a launch failed (c->why). */
+static double median_p50(tune_ctx *c, const char *prog, int n, size_t bytes) {
+  perf_rows rows;
+  if (median_rows2(c, prog, n, bytes, bytes, "ring", &rows, NULL, NULL)) return -1;
+  return rows.p50[0];
 }
 
 static double ceil_div(double x, double y) { return ceil(x / y); }
 
-/* alpha (us) and beta (us per byte) on n ranks, from the 8-byte all-reduce and the
- * all-gather (nccl-tests sizes an all-gather by its whole receive buffer: block = S / n). */
+/* The latency of one step of an 8-byte message (us) and beta (us per byte) on n ranks, from
+ * the 8-byte all-reduce and the all-gather (nccl-tests sizes an all-gather by its whole
+ * receive buffer: block = S / n); the latency takes the steps' share out of the all-gather's
+ * and all-reduce's time, alpha itself comes from fit_alpha_choices. */
 static int fit_alpha_beta(tune_ctx *c, int n, double *alpha, double *beta) {
   double t8 = median_p50(c, "all_reduce_perf", n, 8);
   if (t8 < 0) return -1;
@@ -156,7 +207,7 @@ static int fit_alpha_beta(tune_ctx *c, int n, double *alpha, double *beta) {
   *alpha = t8 / (2.0 * (n - 1));
   double steps = ceil_div((double)block, (double)c->chunk) * (n - 1);
   *beta = fmax((tag - steps * *alpha) / ((n - 1) * (double)block), 1e-9);
-  printf("#   %-6s %d ranks: all_reduce 8 B %8.2f us -> alpha %.3f us; all_gather %zu B %9.1f us -> beta %.4f us/KiB\n",
+  printf("#   %-6s %d ranks: all_reduce 8 B %8.2f us -> %.3f us a step; all_gather %zu B %9.1f us -> beta %.4f us/KiB\n",
          c->transport, n, t8, *alpha, block * (size_t)n, tag, *beta * 1024);
   return 0;
 }
@@ -173,16 +224,116 @@ static int fit_gamma(tune_ctx *c, double alpha, double beta, double *gamma) {
   return 0;
 }
 
-/* One transport's five parameters, as "alpha,beta,gamma,oversub_alpha,oversub_beta". */
-static int fit_transport(tune_ctx *c, int cores, int oversub, char *out, size_t len) {
-  double a, b, g, a2 = 0, b2 = 0;
-  if (fit_alpha_beta(c, 2, &a, &b) || fit_gamma(c, a, b, &g)) return -1;
-  double oa = 0, ob = 1;
-  int over = 2 * cores > 8 ? 8 : 2 * cores;
-  if (oversub && over > 2) {
-    if (fit_alpha_beta(c, over, &a2, &b2)) return -1;
-    oa = fmax(a2 - a, 0);
+/* One choice the tuner makes by size between two algorithms of a collective, as the perf
+ * program measures it. The model sees an all-gather's and a reduce-scatter's block per
+ * rank, the program's size column their whole buffer. */
+typedef struct {
+  const char *prog;
+  weft__coll_t coll;
+  const char *algo[2]; /* the log-depth one first */
+  int per_rank;        /* model bytes = size / n */
+} tuner_choice;
+
+static const tuner_choice choices[] = {
+    {"all_reduce_perf", WEFT__COLL_ALL_REDUCE, {"recursive_doubling", "ring"}, 0},
+    {"all_gather_perf", WEFT__COLL_ALL_GATHER, {"bruck", "ring"}, 1},
+    {"reduce_scatter_perf", WEFT__COLL_REDUCE_SCATTER, {"recursive_doubling", "ring"}, 1},
+};
+#define NCHOICES (sizeof choices / sizeof choices[0])
+
+/* The row of coll named name, or NULL. */
+static const weft__algo *algo_row(weft__coll_t coll, const char *name) {
+  const weft__algo *rows[WEFT__SELECT_MAX_CANDIDATES];
+  int k = weft__select_candidates(coll, rows, WEFT__SELECT_MAX_CANDIDATES);
+  for (int i = 0; i < k; i++)
+    if (strcmp(rows[i]->name, name) == 0) return rows[i];
+  return NULL;
+}
+
+/* Which of the two algorithms of ch (0 or 1) the model picks on n ranks for model bytes
+ * under alpha, beta, gamma (us, us per byte) of c's transport, from select.c's own cost
+ * functions and caps; -1 when either is past its cap (no choice to make). */
+static int model_pick(const tune_ctx *c, const tuner_choice *ch, int n, size_t bytes, double a, double b, double g) {
+  char spec[256];
+  snprintf(spec, sizeof spec, "%s:%.17g,%.17g,%.17g,0,1", c->transport, a, b * 1024, g * 1024);
+  setenv("WEFT_TUNER_MODEL", spec, 1);
+  weft__select_input in = {.coll = ch->coll, .nranks = n, .bytes = bytes,
+                           .transport = weft__transport_by_name(c->transport), .chunk_bytes = c->chunk,
+                           .nhosts = 1, .min_local = n, .max_local = n};
+  double cost[2];
+  for (int i = 0; i < 2; i++) {
+    const weft__algo *row = algo_row(ch->coll, ch->algo[i]);
+    cost[i] = row && (row->max_bytes == 0 || bytes <= row->max_bytes) ? weft__select_cost(row, &in) : -1;
+  }
+  unsetenv("WEFT_TUNER_MODEL");
+  if (cost[0] < 0 || cost[1] < 0) return -1;
+  return cost[1] < cost[0];
+}
+
+/* alpha (us) on n ranks, given beta and gamma (us per byte): the value whose choices lose
+ * least time on this machine. Each choice's two algorithms run at CROSS_LO, 2 CROSS_LO, ..
+ * CROSS_HI (launches alternating); for alpha on a log grid the model picks one per size,
+ * and a pick costs the measured time beyond the faster one's, relative to it, summed over
+ * sizes and choices. alpha is the geometric middle of the grid's least-loss span.
+ * Why not the 8-byte latency: a step of a message above the LL threshold (lib/proto.h)
+ * costs several times one of 8 B, and alpha decides only where latency meets bandwidth; on
+ * the family-26 EPYC VM (2026-11-29) the 8-byte alpha (0.5 us) put the 2-rank all-reduce's
+ * ring from 8 KiB, where it ran 2-4x slower than recursive doubling up to 32 KiB. Why every
+ * choice and not one crossover: near a crossover the two algorithms differ by less than
+ * launches do (the 2-rank all-reduce's first size with the ring ahead moved 23 KiB -
+ * 870 KiB between runs), and a size counts by what a wrong pick there costs. */
+#define CROSS_LO ((size_t)4 << 10)
+#define CROSS_HI ((size_t)1 << 20)
+#define ALPHA_GRID 241 /* 0.1 .. 1000 us, 60 points a decade */
+static int fit_alpha_choices(tune_ctx *c, int n, double b, double g, double *alpha) {
+  perf_rows t[NCHOICES][2];
+  for (size_t k = 0; k < NCHOICES; k++)
+    if (median_rows2(c, choices[k].prog, n, CROSS_LO, CROSS_HI, choices[k].algo[0], &t[k][0], choices[k].algo[1],
+                     &t[k][1]))
+      return -1;
+  double loss[ALPHA_GRID], least = INFINITY;
+  for (int i = 0; i < ALPHA_GRID; i++) {
+    double a = 0.1 * pow(10, i / 60.0);
+    loss[i] = 0;
+    for (size_t k = 0; k < NCHOICES; k++)
+      for (int r = 0; r < t[k][0].n; r++) {
+        size_t bytes = (size_t)t[k][0].bytes[r] / (choices[k].per_rank ? (size_t)n : 1);
+        int pick = model_pick(c, &choices[k], n, bytes, a, b, g);
+        if (pick < 0) continue;
+        double mine = t[k][pick].p50[r], best = fmin(t[k][0].p50[r], t[k][1].p50[r]);
+        loss[i] += (mine - best) / best;
+      }
+    least = fmin(least, loss[i]);
+  }
+  int lo = 0, hi = ALPHA_GRID - 1;
+  while (loss[lo] > least + 1e-9) lo++;
+  hi = lo;
+  while (hi + 1 < ALPHA_GRID && loss[hi + 1] <= least + 1e-9) hi++;
+  *alpha = 0.1 * pow(10, (lo + hi) / 120.0);
+  printf("#   %-6s %d ranks: all_reduce, all_gather, reduce_scatter %zu B-%zu B, log-depth against ring: "
+         "alpha %.3g-%.3g us lose least (%.2f) -> alpha %.3f us%s\n",
+         c->transport, n, CROSS_LO, CROSS_HI, 0.1 * pow(10, lo / 60.0), 0.1 * pow(10, hi / 60.0), least, *alpha,
+         lo == 0 ? " (or less)" : hi == ALPHA_GRID - 1 ? " (or more)" : "");
+  return 0;
+}
+
+/* One transport's five parameters, as "alpha,beta,gamma,oversub_alpha,oversub_beta". The
+ * oversubscription terms are measured for the host's own transport (oversub) with 2 x cores
+ * ranks where that is at most MAX_OVERSUB_RANKS; otherwise they stay the transport's own. */
+#define MAX_OVERSUB_RANKS 8
+static int fit_transport(tune_ctx *c, const weft__transport *tr, int cores, int oversub, char *out, size_t len) {
+  double lat, a, b, g, lat2, a2, b2;
+  if (fit_alpha_beta(c, 2, &lat, &b) || fit_gamma(c, lat, b, &g) || fit_alpha_choices(c, 2, b, g, &a)) return -1;
+  double oa = oversub ? tr->model.oversub_alpha : 0, ob = oversub ? tr->model.oversub_beta : 1;
+  int over = 2 * cores;
+  if (oversub && over <= MAX_OVERSUB_RANKS) {
+    if (fit_alpha_beta(c, over, &lat2, &b2)) return -1;
     ob = fmax(b2 / b, 1);
+    if (fit_alpha_choices(c, over, b * ob, g * ob, &a2)) return -1;
+    oa = fmax(a2 - a, 0);
+  } else if (oversub) {
+    printf("#   %-6s more ranks than cores: %d ranks would take too long; keeping its terms %g, %g\n", c->transport,
+           over, oa, ob);
   }
   snprintf(out, len, "%s:%.3g,%.3g,%.3g,%.3g,%.3g", c->transport, a, b * 1024, g * 1024, oa, ob);
   return 0;
@@ -195,7 +346,7 @@ int weft_tune_measure(size_t chunk_bytes) {
     return 1;
   }
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  printf("# weft-tune --measure: ring all-reduce / all-gather p50 of blocking calls, median of %d launches,\n"
+  printf("# weft-tune --measure: all-reduce / all-gather p50 of blocking calls, median of %d launches,\n"
          "# %ld online cores, chunk %zu B; perf programs from %s\n",
          LAUNCHES, cores, chunk_bytes, c.bindir);
   char model[1024] = "";
@@ -203,7 +354,7 @@ int weft_tune_measure(size_t chunk_bytes) {
   for (int t = 0; weft__transports[t] != NULL; t++) {
     char row[128];
     c.transport = weft__transports[t]->name;
-    if (fit_transport(&c, (int)cores, t == 0, row, sizeof row)) {
+    if (fit_transport(&c, weft__transports[t], (int)cores, t == 0, row, sizeof row)) {
       if (t == 0) { /* the host's own transport must run */
         fprintf(stderr, "weft-tune: %s/%s\n", c.bindir, c.why);
         return 1;

@@ -354,13 +354,19 @@ static int shm_peer_failed(struct weft_comm *comm, int peer, const char **why) {
  * and 7.0 against 6.7 us when quiet, so alpha < 1 us; alpha = 6 puts the crossover between
  * the two measured ones (32 KiB: 40.8 against 30.9 us loaded, 11.6 against 13.2 us quiet).
  * 512 KiB took 104 us with the ring, hence beta ~0.1 us/KiB; with 4 ranks on the 2 cores
- * the per-byte cost doubled (ring: 160 us at 128 KiB). */
+ * the per-byte cost doubled (ring: 160 us at 128 KiB). With more ranks than cores a step
+ * also waits for its peer to be scheduled: `weft-tune --measure` on the AMD EPYC VM of
+ * 2026-11-29 (4 ranks on 2 cores, the choices' fit) gave 37-41 us more per step, and with
+ * 40 the 4-rank all-reduce, all-gather and reduce-scatter keep their log-depth algorithms
+ * up to 256 KiB, 32 KiB and 8 KiB (block) where the ring took over from 64 KiB, 8 KiB and
+ * 2 KiB: 1.3-2.2x faster at all-reduce 64-128 KiB, all-gather 32-256 KiB (whole buffer) and
+ * reduce-scatter 8-32 KiB (3 alternating rounds), no slower elsewhere (16 KiB-1 MiB). */
 const weft__transport weft__transport_shm = {
     .name = "shm",
     .caps = WEFT__TRANSPORT_CAP_RECV_REDUCE | WEFT__TRANSPORT_CAP_INLINE | WEFT__TRANSPORT_CAP_PEER_MEMORY |
             WEFT__TRANSPORT_CAP_WAIT | WEFT__TRANSPORT_CAP_LIVENESS | WEFT__TRANSPORT_CAP_PLACEMENT |
             WEFT__TRANSPORT_CAP_NT_LANDING,
-    .model = {6.0, 0.10, 0.05, 0.0, 2.0},
+    .model = {6.0, 0.10, 0.05, 40.0, 2.0},
     .card_bytes = sizeof(weft__shm_card),
     .can_connect = weft__shm_can_connect,
     .listen = weft__shm_listen,
