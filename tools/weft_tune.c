@@ -80,7 +80,7 @@ static void resolve_coll(weft__select_input in, const weft__algo_filter *f, size
 static void usage(FILE *f) {
   fprintf(f, "usage: weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MIN] [-e MAX] [-c COLL] [-v]\n"
              "       weft-tune --list\n"
-             "       weft-tune --measure   (fits WEFT_TUNER_MODEL to this machine, ~1 minute)\n"
+             "       weft-tune --measure   (fits WEFT_TUNER_MODEL to this machine, ~40 s on 2 cores)\n"
              "Prints the algorithm weft's tuner picks per collective and size range\n"
              "(honours WEFT_ALGO, WEFT_TUNER_MODEL and WEFT_CHUNK_BYTES).\n");
 }
