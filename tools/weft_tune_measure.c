@@ -20,7 +20,7 @@
  * with n = 2 ranks; then the all-gather and the choices with 2 x cores ranks give the
  * oversubscription terms (for the registry's first transport, the one ranks of a host
  * use; the others keep 0 and 1): oversub_beta = beta' / beta, oversub_alpha = alpha' - alpha.
- * beta and gamma are printed per KiB, as WEFT_TUNER_MODEL takes them. Takes ~2 minutes. */
+ * beta and gamma are printed per KiB, as WEFT_TUNER_MODEL takes them. Takes ~40 s on 2 cores. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -198,26 +198,26 @@ static double ceil_div(double x, double y) { return ceil(x / y); }
  * the 8-byte all-reduce and the all-gather (nccl-tests sizes an all-gather by its whole
  * receive buffer: block = S / n); the latency takes the steps' share out of the all-gather's
  * and all-reduce's time, alpha itself comes from fit_alpha_choices. */
-static int fit_alpha_beta(tune_ctx *c, int n, double *alpha, double *beta) {
+static int fit_step_beta(tune_ctx *c, int n, double *step, double *beta) {
   double t8 = median_p50(c, "all_reduce_perf", n, 8);
   if (t8 < 0) return -1;
   size_t block = BIG_BYTES / (size_t)n;
   double tag = median_p50(c, "all_gather_perf", n, block * (size_t)n);
   if (tag < 0) return -1;
-  *alpha = t8 / (2.0 * (n - 1));
+  *step = t8 / (2.0 * (n - 1));
   double steps = ceil_div((double)block, (double)c->chunk) * (n - 1);
-  *beta = fmax((tag - steps * *alpha) / ((n - 1) * (double)block), 1e-9);
+  *beta = fmax((tag - steps * *step) / ((n - 1) * (double)block), 1e-9);
   printf("#   %-6s %d ranks: all_reduce 8 B %8.2f us -> %.3f us a step; all_gather %zu B %9.1f us -> beta %.4f us/KiB\n",
-         c->transport, n, t8, *alpha, block * (size_t)n, tag, *beta * 1024);
+         c->transport, n, t8, *step, block * (size_t)n, tag, *beta * 1024);
   return 0;
 }
 
-/* gamma (us per byte) on 2 ranks, given alpha and beta. */
-static int fit_gamma(tune_ctx *c, double alpha, double beta, double *gamma) {
+/* gamma (us per byte) on 2 ranks, given the 8-byte step (us) and beta. */
+static int fit_gamma(tune_ctx *c, double step, double beta, double *gamma) {
   double B = (double)BIG_BYTES, n = 2;
   double t = median_p50(c, "all_reduce_perf", 2, BIG_BYTES);
   if (t < 0) return -1;
-  double rest = t - ceil_div(B, n * (double)c->chunk) * 2 * (n - 1) * alpha - 2 * (n - 1) / n * B * beta;
+  double rest = t - ceil_div(B, n * (double)c->chunk) * 2 * (n - 1) * step - 2 * (n - 1) / n * B * beta;
   *gamma = fmax(rest / ((n - 1) / n * B), 0.0);
   printf("#   %-6s 2 ranks: all_reduce %zu B %9.1f us -> gamma %.4f us/KiB\n", c->transport, BIG_BYTES, t,
          *gamma * 1024);
@@ -250,13 +250,18 @@ static const weft__algo *algo_row(weft__coll_t coll, const char *name) {
   return NULL;
 }
 
-/* Which of the two algorithms of ch (0 or 1) the model picks on n ranks for model bytes
- * under alpha, beta, gamma (us, us per byte) of c's transport, from select.c's own cost
- * functions and caps; -1 when either is past its cap (no choice to make). */
-static int model_pick(const tune_ctx *c, const tuner_choice *ch, int n, size_t bytes, double a, double b, double g) {
+/* Makes alpha, beta, gamma (us, us per byte) c's transport's model for select.c's cost
+ * functions, through WEFT_TUNER_MODEL (its only way in); unset it when done. */
+static void use_model(const tune_ctx *c, double a, double b, double g) {
   char spec[256];
   snprintf(spec, sizeof spec, "%s:%.17g,%.17g,%.17g,0,1", c->transport, a, b * 1024, g * 1024);
   setenv("WEFT_TUNER_MODEL", spec, 1);
+}
+
+/* Which of the two algorithms of ch (0 or 1) the model in use (use_model) picks on n ranks
+ * for model bytes, from select.c's own cost functions and caps; -1 when either is past its
+ * cap (no choice to make). */
+static int model_pick(const tune_ctx *c, const tuner_choice *ch, int n, size_t bytes) {
   weft__select_input in = {.coll = ch->coll, .nranks = n, .bytes = bytes,
                            .transport = weft__transport_by_name(c->transport), .chunk_bytes = c->chunk,
                            .nhosts = 1, .min_local = n, .max_local = n};
@@ -265,7 +270,6 @@ static int model_pick(const tune_ctx *c, const tuner_choice *ch, int n, size_t b
     const weft__algo *row = algo_row(ch->coll, ch->algo[i]);
     cost[i] = row && (row->max_bytes == 0 || bytes <= row->max_bytes) ? weft__select_cost(row, &in) : -1;
   }
-  unsetenv("WEFT_TUNER_MODEL");
   if (cost[0] < 0 || cost[1] < 0) return -1;
   return cost[1] < cost[0];
 }
@@ -293,18 +297,19 @@ static int fit_alpha_choices(tune_ctx *c, int n, double b, double g, double *alp
       return -1;
   double loss[ALPHA_GRID], least = INFINITY;
   for (int i = 0; i < ALPHA_GRID; i++) {
-    double a = 0.1 * pow(10, i / 60.0);
+    use_model(c, 0.1 * pow(10, i / 60.0), b, g);
     loss[i] = 0;
     for (size_t k = 0; k < NCHOICES; k++)
       for (int r = 0; r < t[k][0].n; r++) {
         size_t bytes = (size_t)t[k][0].bytes[r] / (choices[k].per_rank ? (size_t)n : 1);
-        int pick = model_pick(c, &choices[k], n, bytes, a, b, g);
+        int pick = model_pick(c, &choices[k], n, bytes);
         if (pick < 0) continue;
         double mine = t[k][pick].p50[r], best = fmin(t[k][0].p50[r], t[k][1].p50[r]);
         loss[i] += (mine - best) / best;
       }
     least = fmin(least, loss[i]);
   }
+  unsetenv("WEFT_TUNER_MODEL");
   int lo = 0, hi = ALPHA_GRID - 1;
   while (loss[lo] > least + 1e-9) lo++;
   hi = lo;
@@ -322,12 +327,12 @@ static int fit_alpha_choices(tune_ctx *c, int n, double b, double g, double *alp
  * ranks where that is at most MAX_OVERSUB_RANKS; otherwise they stay the transport's own. */
 #define MAX_OVERSUB_RANKS 8
 static int fit_transport(tune_ctx *c, const weft__transport *tr, int cores, int oversub, char *out, size_t len) {
-  double lat, a, b, g, lat2, a2, b2;
-  if (fit_alpha_beta(c, 2, &lat, &b) || fit_gamma(c, lat, b, &g) || fit_alpha_choices(c, 2, b, g, &a)) return -1;
+  double step, a, b, g, step2, a2, b2;
+  if (fit_step_beta(c, 2, &step, &b) || fit_gamma(c, step, b, &g) || fit_alpha_choices(c, 2, b, g, &a)) return -1;
   double oa = oversub ? tr->model.oversub_alpha : 0, ob = oversub ? tr->model.oversub_beta : 1;
   int over = 2 * cores;
   if (oversub && over <= MAX_OVERSUB_RANKS) {
-    if (fit_alpha_beta(c, over, &lat2, &b2)) return -1;
+    if (fit_step_beta(c, over, &step2, &b2)) return -1;
     ob = fmax(b2 / b, 1);
     if (fit_alpha_choices(c, over, b * ob, g * ob, &a2)) return -1;
     oa = fmax(a2 - a, 0);
