@@ -9,6 +9,7 @@
 #include "lib/log.h"
 #include "lib/reg.h"
 #include "lib/status.h"
+#include "lib/stream_cuda.h"
 #include "lib/window.h"
 
 #define DESC_MAGIC 0x57444952u /* "WDIR" */
@@ -226,10 +227,17 @@ static char *resolve(weft__task *t, int j, const buf_desc *d, size_t bytes, cons
 /* Hands the task over to the tuner's usual algorithm (every rank does, having seen the
  * same descriptors). */
 static weft_status_t fall_back(weft__task *t) {
+  const weft__algo *usual = weft__select_modelled(t);
+  if (usual == NULL) { /* device buffers: only the direct rows take them unstaged (lib/stream_cuda.c) */
+    char what[160];
+    return weft__error(t->comm, WEFT_ERR_INVALID_USAGE, "rank %d: %s direct: this rank's buffers are in registered "
+                       "windows of %s memory, a peer's are not; a call on buffers in device windows needs them in "
+                       "windows on every rank", t->comm->rank, weft__task_describe(t, what, sizeof what), t->mem->name);
+  }
   t->comm->direct_fallbacks++;
   if (t->state != (void *)t->state_inline) free(t->state);
   t->state = NULL;
-  t->algo = weft__select_modelled(t);
+  t->algo = usual;
   if (weft__tuner_trace_on()) {
     char what[160];
     weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct: a buffer on some rank is in no window or registration "
@@ -276,7 +284,12 @@ static weft_status_t run_work(weft__task *t, direct_state *st) {
   if (weft__tuner_trace_on())
     weft__log_write(WEFT__LOG_INFO, "tuner: %s: direct (every rank's buffers registered: windows "
                     "or weft_comm_register)", weft__task_describe(t, desc, sizeof desc));
-  st->ops->work(t, &b);
+  if (weft__cuda_direct_queued(t)) { /* this rank's share already waits on the caller's CUDA stream */
+    status = weft__cuda_direct_release(t, st->in, st->out);
+    if (status != WEFT_SUCCESS) return status;
+  } else {
+    st->ops->work(t, &b);
+  }
   comm->direct_calls++;
   weft__mem_wait(t->mem); /* the (non-temporal) stores land before "done" tells peers to read */
   for (int j = 0; j < n; j++) {

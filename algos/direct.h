@@ -28,6 +28,13 @@ typedef struct {
   void *tmp;    /* WEFT__DIRECT_PIECE bytes of scratch, 64-byte aligned */
 } weft__direct_bufs;
 
+/* The memory kinds the direct rows take: the CPU's, and device memory in registered
+ * windows (lib/stream_cuda.c passes a call on device buffers to them unstaged only then). */
+#define WEFT__DIRECT_SPACES (WEFT__MEM_KINDS_CPU | WEFT__MEM_KIND_BIT(WEFT__MEM_CUDA))
+
+/* Ranks a one-pass fold of every rank's block takes (its pointer arrays on the stack). */
+#define WEFT__DIRECT_FOLD_MAX 64
+
 /* Bytes a direct collective handles per step. Small, so a piece reduced into tmp is still
  * in L1 when it is copied out, and reads and non-temporal writes interleave finely: 2-rank
  * all-reduce 16-256 MiB measured 9.2-10.9 GB/s with 4 KiB pieces, 8.4-11.2 with 8 KiB,
@@ -52,6 +59,16 @@ weft_status_t weft__direct_progress(weft__task *t);
  * one and its larger buffer holds at least comm->direct_min_bytes. Depends only on values equal on every
  * rank. Caller holds comm->lock. */
 int weft__direct_wanted(const weft__task *t);
+
+/* 1 when t's work goes in whole blocks, one copy or kernel each, instead of cache-sized
+ * pieces: on a device every operation is a launch (microseconds of the host's time), so
+ * 8 KiB pieces would cost thousands of launches a call. Device buffers reach the direct
+ * algorithms only in registered windows (lib/stream_cuda.c), on 2 to WEFT__CUDA_FANOUT_MAX
+ * ranks (mem/cuda_kernels.h): one fan-out kernel then folds every rank's block.
+ * The guarded space (tests) takes the same path, so the suite runs it on a CPU. */
+static inline int weft__direct_whole_blocks(const weft__task *t) {
+  return t->mem->kind == WEFT__MEM_CUDA || t->mem->kind == WEFT__MEM_GUARDED;
+}
 
 /* Copies n bytes through t's memory space; past the cache (weft__mem_nt_flag) when the
  * collective's output (out_bytes, whole) is large. Shared by the work functions; the

@@ -53,7 +53,9 @@
 #include "lib/stream.h"
 #include "lib/stream_cuda.h"
 #include "lib/task.h"
+#include "lib/window.h"
 #include "mem/cuda.h"
+#include "mem/cuda_kernels.h"
 #include "mem/space.h"
 
 #define NSLOTS 16 /* calls in flight per bound stream before enqueue waits for the oldest */
@@ -62,10 +64,12 @@ typedef CUresult (*pfn_wait32)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
 static pfn_wait32 drv_wait32;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static int trace_on; /* WEFT_CUDA_TRACE */
+static int direct_mode; /* WEFT_CUDA_DIRECT: 0 (default) stage every call; see runs_direct */
 
 static void load_driver(void) {
   drv_wait32 = (pfn_wait32)weft__cuda_driver_entry("cuStreamWaitValue32");
   trace_on = weft__env_long("WEFT_CUDA_TRACE", 0) != 0;
+  direct_mode = (int)weft__env_long("WEFT_CUDA_DIRECT", 0);
 }
 
 /* One call's steps (tracing): host CLOCK_MONOTONIC ns, and the GPU's times in ms between
@@ -84,6 +88,9 @@ typedef struct {
   char *host;       /* pinned staging memory (cudaHostAlloc), NULL until a staged call needs it */
   size_t bytes;
   cudaEvent_t ev_in, ev_out;
+  cudaEvent_t ev_kernels;   /* WEFT_CUDA_DIRECT=2: after the call's kernels on the caller's stream */
+  volatile unsigned *gate;  /* ... which run only once the thread opened it (mapped pinned memory) */
+  unsigned *gate_dev;       /* the same word as the GPU reaches it */
   int used;         /* ev_out was recorded: wait for it before reusing the slot */
   cudaEvent_t ev_start, ev_waited; /* tracing only */
   trace_rec tr;
@@ -113,6 +120,12 @@ typedef struct {
   uint32_t ticket;
   slot *sl;
   int staged;
+  /* WEFT_CUDA_DIRECT=2 (queued_direct): the call's kernels wait on the caller's stream for
+   * ticket `go`; they were queued for every rank's buffers at these addresses. */
+  int queued_direct;
+  uint32_t go;
+  struct weft__cuda_binding *b;
+  char *assumed_in[WEFT__CUDA_FANOUT_MAX], *assumed_out[WEFT__CUDA_FANOUT_MAX];
   int nin, nout;
   xfer *in, *out; /* into the trailing array */
   xfer all[];
@@ -214,6 +227,7 @@ static void binding_free(struct weft__cuda_binding *b) {
     if (s->host != NULL) cudaFreeHost(s->host);
     if (s->ev_in != NULL) cudaEventDestroy(s->ev_in);
     if (s->ev_out != NULL) cudaEventDestroy(s->ev_out);
+    if (s->ev_kernels != NULL) cudaEventDestroy(s->ev_kernels);
   }
   if (b->done != NULL) cudaFreeHost(b->done);
   pthread_mutex_destroy(&b->mu);
@@ -237,18 +251,24 @@ static weft_status_t binding_new(cudaStream_t user, struct weft__cuda_binding **
   b->user = user;
   weft_status_t st = WEFT_SUCCESS;
   cudaError_t e = cudaGetDevice(&b->device);
-  if (e == cudaSuccess) e = cudaHostAlloc((void **)&b->done, 64, cudaHostAllocMapped | cudaHostAllocPortable);
+  /* 64 bytes (a cache line) for the ticket, then one for each slot's gate */
+  if (e == cudaSuccess) e = cudaHostAlloc((void **)&b->done, 64 * (1 + NSLOTS), cudaHostAllocMapped | cudaHostAllocPortable);
   if (e == cudaSuccess) {
-    *b->done = 0;
+    memset(b->done, 0, 64 * (1 + NSLOTS));
     void *d = NULL;
     e = cudaHostGetDevicePointer(&d, b->done, 0);
     b->done_dev = (CUdeviceptr)(uintptr_t)d;
+    for (int i = 0; i < NSLOTS; i++) {
+      b->slots[i].gate = (volatile unsigned *)((char *)b->done + 64 * (1 + i));
+      b->slots[i].gate_dev = (unsigned *)((char *)d + 64 * (1 + i));
+    }
   }
   unsigned flags = trace_on ? cudaEventDefault : cudaEventDisableTiming; /* timed only when tracing */
   for (int i = 0; i < NSLOTS && e == cudaSuccess; i++) {
     slot *s = &b->slots[i];
     e = cudaEventCreateWithFlags(&s->ev_in, flags);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->ev_out, flags);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&s->ev_kernels, cudaEventDisableTiming);
     if (e == cudaSuccess && trace_on) e = cudaEventCreateWithFlags(&s->ev_start, cudaEventDefault);
     if (e == cudaSuccess && trace_on) e = cudaEventCreateWithFlags(&s->ev_waited, cudaEventDefault);
   }
@@ -373,6 +393,172 @@ static int extents_of(weft__task *t, extent *e) {
   return n;
 }
 
+/* ---- calls on the device buffers themselves -------------------------------------------------- */
+
+/* 1 when t runs unstaged, on its device buffers: the direct algorithms (algos/direct.h) then
+ * read and write every rank's buffers in place through CUDA IPC, with one kernel or copy
+ * per block on the stream thread's own CUDA stream. The peers' buffers were imported when
+ * the windows were registered, so no CUDA IPC handle is opened while the caller's stream
+ * waits for the call. That needs every buffer of t inside a usable window of device memory
+ * on this rank (and so on every rank, NCCL's window contract: a rank whose buffers are not
+ * fails the call with a message naming the difference), a collective with a direct row,
+ * 2 to WEFT__CUDA_FANOUT_MAX ranks (one fan-out kernel folds them), and the size from which
+ * weft__direct_wanted takes the direct row on the stream's thread (the same rule, so the
+ * row is there to take it). Every input here is the same on every rank but where the
+ * buffers are.
+ * Not yet run on a GPU, so off by default: WEFT_CUDA_DIRECT=1 turns it on (an earlier form,
+ * which opened peers' handles per call, hung on an H200; tests/gpu/cuda_wait_probe asks
+ * CUDA the two questions that decide whether this one can: tests/gpu/gpu_check.sh).
+ * The window list is read without comm->lock, which is held for a whole running operation:
+ * windows change only in weft_comm_window_(de)register, collective calls of the callers,
+ * not while the same callers enqueue calls on the comm. */
+static int plan_queued(const weft__task *t, device_call *dc);
+
+static int runs_direct(const weft__task *t, const extent *e, int n, device_call *dc) {
+  struct weft_comm *comm = t->comm;
+  if (direct_mode == 0 || comm->direct_windows == 0 || comm->nranks < 2 || comm->nranks > WEFT__CUDA_FANOUT_MAX || n == 0)
+    return 0;
+  size_t bytes = t->count * weft__dtype_size(t->dtype);
+  switch (t->coll) {
+    case WEFT__COLL_ALL_REDUCE:
+    case WEFT__COLL_BROADCAST: break;
+    case WEFT__COLL_ALL_TO_ALL:
+      if (t->sendbuf == t->recvbuf) return 0; /* no direct all-to-all in place */
+      /* fall through */
+    case WEFT__COLL_ALL_GATHER:
+    case WEFT__COLL_REDUCE_SCATTER: bytes *= (size_t)comm->nranks; break;
+    default: return 0;
+  }
+  size_t min = comm->oversubscribed ? comm->direct_min_bytes * 16 : comm->direct_min_bytes;
+  if (bytes == 0 || bytes < min) return 0;
+  for (int i = 0; i < n; i++) {
+    struct weft_window *w = weft__window_find(comm, e[i].dev, e[i].hi);
+    if (w == NULL || w->space->kind != WEFT__MEM_CUDA) return 0;
+  }
+  return direct_mode != 2 || plan_queued(t, dc);
+}
+
+/* ---- WEFT_CUDA_DIRECT=2: the direct kernels on the caller's stream ------------------------------ */
+
+/* The same direct algorithms, but each rank's share is queued on the caller's CUDA stream at
+ * enqueue, between a stream wait for ticket `go` and one for the call's last ticket, behind
+ * a gate word that the kernels read as they start:
+ *   caller:  ev_in | wait(go) | kernels (gated) | ev_kernels | wait(done) | ev_out
+ *   thread:  waits for ev_in; the direct driver's first handshake (every rank is in the call,
+ *            and where its buffers are); weft__cuda_direct_release checks that they are where
+ *            the kernels were told, opens the gate, writes `go`, waits for ev_kernels; the
+ *            driver's second handshake; writes `done`.
+ * So no CUDA work at all runs on another stream while the caller's stream waits, and
+ * nothing is opened then: whichever of the two questions of tests/gpu/cuda_wait_probe CUDA
+ * answers badly, this form does not ask it. The kernels need every rank's buffers at
+ * enqueue, before any rank has said where they are: they are assumed at the offset this
+ * rank's buffers have in its own windows (NCCL's symmetric windows require it too); a rank
+ * whose buffers are elsewhere fails the call by name, and its closed gate makes the queued
+ * kernels write nothing. Broadcast stays staged (a non-root does not know the root's send
+ * buffer). */
+
+/* Every rank's buffer at the offset p has in this rank's window; 0 when a window is too
+ * short for it. */
+static int assume_symmetric(struct weft_comm *comm, const void *p, size_t bytes, char **at) {
+  struct weft_window *w = weft__window_find(comm, p, bytes);
+  if (w == NULL) return 0;
+  size_t off = (size_t)((const char *)p - w->base);
+  for (int j = 0; j < comm->nranks; j++) {
+    if (w->peer_base[j] == NULL || !weft__span_fits(off, bytes, w->peer_bytes[j])) return 0;
+    at[j] = w->peer_base[j] + off;
+  }
+  return 1;
+}
+
+static int plan_queued(const weft__task *t, device_call *dc) {
+  struct weft_comm *comm = t->comm;
+  size_t c = t->count * weft__dtype_size(t->dtype), all = c * (size_t)comm->nranks, sb = c, rb = c;
+  switch (t->coll) {
+    case WEFT__COLL_ALL_REDUCE: break;
+    case WEFT__COLL_ALL_GATHER: rb = all; break;
+    case WEFT__COLL_REDUCE_SCATTER: sb = all; break;
+    case WEFT__COLL_ALL_TO_ALL: sb = rb = all; break;
+    default: return 0;
+  }
+  return assume_symmetric(comm, t->sendbuf, sb, dc->assumed_in) &&
+         assume_symmetric(comm, t->recvbuf, rb, dc->assumed_out);
+}
+
+/* This rank's share of the direct collective (as algos/<collective>/direct.c's whole-block
+ * work does it), on the caller's stream, gated; then ev_kernels. */
+static weft_status_t queue_kernels(struct weft__cuda_binding *b, const weft__task *t, device_call *dc) {
+  struct weft_comm *comm = t->comm;
+  int n = comm->nranks, me = comm->rank, rc = 0;
+  size_t es = weft__dtype_size(t->dtype), count = t->count, block = count * es;
+  char *outs[WEFT__CUDA_FANOUT_MAX], *ins[WEFT__CUDA_FANOUT_MAX], **in = dc->assumed_in, **out = dc->assumed_out;
+  const volatile unsigned *gate = dc->sl->gate_dev;
+  switch (t->coll) {
+    case WEFT__COLL_ALL_REDUCE: { /* block me of n near-equal blocks (algos/direct.h) */
+      size_t q = count / (size_t)n, r = count % (size_t)n, um = (size_t)me;
+      size_t lo = um * q + (um < r ? um : r), hi = lo + q + (um < r ? 1 : 0);
+      for (int j = 0; j < n; j++) outs[j] = out[j] + lo * es, ins[j] = in[j] + lo * es;
+      if (hi > lo) rc = weft__cuda_fanout_gated(outs, n, ins, n, hi - lo, t->dtype, t->op, gate, b->user);
+      break;
+    }
+    case WEFT__COLL_ALL_GATHER:
+      for (int j = 0; j < n; j++) outs[j] = out[j] + (size_t)me * block;
+      ins[0] = in[me];
+      rc = weft__cuda_fanout_gated(outs, n, ins, 1, count, t->dtype, WEFT_SUM, gate, b->user);
+      break;
+    case WEFT__COLL_REDUCE_SCATTER:
+      for (int j = 0; j < n; j++) ins[j] = in[j] + (size_t)me * block;
+      outs[0] = out[me];
+      rc = weft__cuda_fanout_gated(outs, 1, ins, n, count, t->dtype, t->op, gate, b->user);
+      break;
+    case WEFT__COLL_ALL_TO_ALL:
+      for (int j = 0; j < n && rc == 0; j++) {
+        outs[0] = out[j] + (size_t)me * block;
+        ins[0] = in[me] + (size_t)j * block;
+        rc = weft__cuda_fanout_gated(outs, 1, ins, 1, count, t->dtype, WEFT_SUM, gate, b->user);
+      }
+      break;
+    default: break;
+  }
+  if (rc != 0) return cuda_err(comm, (cudaError_t)rc, "queueing the direct kernels on the CUDA stream");
+  CUDA_TRY(comm, cudaEventRecord(dc->sl->ev_kernels, b->user), "cudaEventRecord");
+  return WEFT_SUCCESS;
+}
+
+static void nap(unsigned round) {
+  if (round < 64) sched_yield();
+  else nanosleep(&(struct timespec){0, round < 1024 ? 2000 : 50000}, NULL);
+}
+
+int weft__cuda_direct_queued(const weft__task *t) {
+  const device_call *dc = t->device_call;
+  return dc != NULL && dc->queued_direct;
+}
+
+weft_status_t weft__cuda_direct_release(weft__task *t, char *const *in, char *const *out) {
+  device_call *dc = t->device_call;
+  struct weft_comm *comm = t->comm;
+  for (int j = 0; j < comm->nranks; j++) {
+    int bad_in = in[j] != dc->assumed_in[j], bad_out = out[j] != dc->assumed_out[j];
+    if (bad_in || bad_out) { /* the gate stays shut: the queued kernels write nothing */
+      char what[160];
+      return weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: %s direct on the CUDA stream: peer %d's %s "
+                         "buffer is not at the offset of ours in its window: with WEFT_CUDA_DIRECT=2 a call's "
+                         "buffers must sit at the same offset of the same windows on every rank", comm->rank,
+                         weft__task_describe(t, what, sizeof what), j, bad_in ? "send" : "receive");
+    }
+  }
+  __atomic_store_n(dc->sl->gate, 1u, __ATOMIC_RELEASE);
+  __atomic_store_n(dc->b->done, dc->go, __ATOMIC_RELEASE); /* the caller's stream runs the kernels */
+  for (unsigned round = 0;; round++) {
+    cudaError_t e = cudaEventQuery(dc->sl->ev_kernels);
+    if (e == cudaSuccess) return WEFT_SUCCESS;
+    if (e != cudaErrorNotReady) return cuda_err(comm, e, "waiting for the direct kernels on the CUDA stream");
+    if (atomic_load(&comm->aborted))
+      return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: the communicator was aborted", comm->rank);
+    nap(round);
+  }
+}
+
 /* ---- staging ------------------------------------------------------------------------------ */
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
@@ -456,7 +642,12 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
   if (dc == NULL) return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: out of memory", comm->rank);
   dc->in = dc->all;
   dc->out = dc->all + nx;
+  dc->b = b;
   t->device_call = dc;
+  if (ne > 0 && runs_direct(t, e, ne, dc)) {
+    dc->queued_direct = direct_mode == 2;
+    ne = 0; /* nothing to stage */
+  }
   CUDA_TRY(comm, cudaSetDevice(b->device), "cudaSetDevice");
   uint32_t ticket = b->issued + 1;
   size_t need = ne > 0 ? stage(t, e, ne, NULL, NULL) : 0;
@@ -478,13 +669,22 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
                "staging the input (cudaMemcpyAsync)");
   }
   CUDA_TRY(comm, cudaEventRecord(sl->ev_in, b->user), "cudaEventRecord");
-  dc->ticket = ticket;
   dc->sl = sl;
+  if (dc->queued_direct) { /* two tickets: the kernels run after `go`, the stream goes on after the last */
+    *sl->gate = 0;          /* the slot's last call is complete (take_slot) */
+    dc->go = ticket++;
+  }
+  dc->ticket = ticket;
   b->issued = ticket;
   /* From here the thread will run the call and write its ticket, whatever happens below. */
   weft__stream_push(s, t);
   if (b->log != NULL) sl->tr.enq_queued = weft__now_ns();
-  CUresult r = drv_wait32((CUstream)b->user, b->done_dev, ticket, CU_STREAM_WAIT_VALUE_GEQ);
+  CUresult r = CUDA_SUCCESS;
+  if (dc->queued_direct) {
+    r = drv_wait32((CUstream)b->user, b->done_dev, dc->go, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_SUCCESS) WEFT_TRY(queue_kernels(b, t, dc));
+  }
+  if (r == CUDA_SUCCESS) r = drv_wait32((CUstream)b->user, b->done_dev, ticket, CU_STREAM_WAIT_VALUE_GEQ);
   if (r != CUDA_SUCCESS)
     return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: cuStreamWaitValue32 failed (CUresult %d): the CUDA "
                        "stream does not wait for the call", comm->rank, (int)r);
@@ -514,11 +714,6 @@ weft_status_t weft__cuda_enqueue(weft_stream_t s, struct weft__cuda_binding *b, 
 }
 
 /* ---- the progress thread ------------------------------------------------------------------------ */
-
-static void nap(unsigned round) {
-  if (round < 64) sched_yield();
-  else nanosleep(&(struct timespec){0, round < 1024 ? 2000 : 50000}, NULL);
-}
 
 weft_status_t weft__cuda_task_begin(struct weft__cuda_binding *b, weft__task *t) {
   device_call *dc = t->device_call;

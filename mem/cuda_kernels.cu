@@ -229,7 +229,14 @@ constexpr int kThreads = 256;
 /* Elements [head, head + nvec * W) as vectors, the rest ([0, head) and the tail after
  * the vectors) one by one; both loops stride over the whole grid. */
 template <typename F>
-__global__ void __launch_bounds__(kThreads) elementwise(F f, size_t n, size_t head, size_t nvec) {
+__global__ void __launch_bounds__(kThreads) elementwise(F f, size_t n, size_t head, size_t nvec,
+                                                        const volatile unsigned *gate) {
+  if (gate != nullptr) { /* one read per block; the same outcome for every thread */
+    __shared__ unsigned open;
+    if (threadIdx.x == 0) open = *gate;
+    __syncthreads();
+    if (open == 0) return;
+  }
   size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t v = tid; v < nvec; v += stride) f.vec(head + v * F::W);
@@ -281,7 +288,8 @@ size_t vector_head(const void *const *p, int np, size_t elem, size_t n) {
 }
 
 template <typename F>
-int launch(const F &f, size_t n, const void *const *ptrs, int nptrs, void *stream) {
+int launch(const F &f, size_t n, const void *const *ptrs, int nptrs, void *stream,
+           const volatile unsigned *gate = nullptr) {
   if (n == 0) return 0;
   size_t head = vector_head(ptrs, nptrs, sizeof(typename F::S), n);
   size_t nvec = (n - head) / F::W;
@@ -292,7 +300,7 @@ int launch(const F &f, size_t n, const void *const *ptrs, int nptrs, void *strea
   size_t want = (items + kThreads - 1) / kThreads;
   size_t fit = (size_t)sms * (size_t)blocks_per_sm<F>();
   unsigned blocks = (unsigned)(want < fit ? want : fit);
-  elementwise<F><<<blocks, kThreads, 0, (cudaStream_t)stream>>>(f, n, head, nvec);
+  elementwise<F><<<blocks, kThreads, 0, (cudaStream_t)stream>>>(f, n, head, nvec, gate);
   return (int)cudaGetLastError();
 }
 
@@ -356,9 +364,11 @@ extern "C" int weft__cuda_avg(void *buf, size_t count, weft_datatype_t dt, int d
   });
 }
 
-extern "C" int weft__cuda_reduce_fanout(char *const *out, int nout, char *const *in, int nin, size_t count,
-                                        weft_datatype_t dt, weft_redop_t op, void *stream) {
-  if (nin < 2 || nin > WEFT__CUDA_FANOUT_MAX || nout < 1 || nout > WEFT__CUDA_FANOUT_MAX)
+/* Both fan-out entries: nin >= 1 (1: a copy into every output), gate as
+ * weft__cuda_fanout_gated's (NULL: none). */
+static int fanout(char *const *out, int nout, char *const *in, int nin, size_t count, weft_datatype_t dt,
+                  weft_redop_t op, const volatile unsigned *gate, void *stream) {
+  if (nin < 1 || nin > WEFT__CUDA_FANOUT_MAX || nout < 1 || nout > WEFT__CUDA_FANOUT_MAX)
     return cudaErrorInvalidValue;
   return with_datatype(dt, [&](auto k) {
     using K = decltype(k);
@@ -371,7 +381,20 @@ extern "C" int weft__cuda_reduce_fanout(char *const *out, int nout, char *const 
       f.nin = nin;
       f.nout = nout;
       f.avg = op == WEFT_AVG;
-      return launch(f, count, ptrs, nin + nout, stream);
+      return launch(f, count, ptrs, nin + nout, stream, gate);
     });
   });
+}
+
+extern "C" int weft__cuda_reduce_fanout(char *const *out, int nout, char *const *in, int nin, size_t count,
+                                        weft_datatype_t dt, weft_redop_t op, void *stream) {
+  if (nin < 2) return cudaErrorInvalidValue;
+  return fanout(out, nout, in, nin, count, dt, op, nullptr, stream);
+}
+
+extern "C" int weft__cuda_fanout_gated(char *const *out, int nout, char *const *in, int nin, size_t count,
+                                       weft_datatype_t dt, weft_redop_t op, const volatile unsigned *gate,
+                                       void *stream) {
+  if (gate == nullptr) return cudaErrorInvalidValue;
+  return fanout(out, nout, in, nin, count, dt, op, gate, stream);
 }

@@ -52,6 +52,15 @@ int weft__cuda_avg(void *buf, size_t count, weft_datatype_t dt, int divisor, voi
 int weft__cuda_reduce_fanout(char *const *out, int nout, char *const *in, int nin, size_t count,
                              weft_datatype_t dt, weft_redop_t op, void *stream);
 
+/* weft__cuda_reduce_fanout's fold, 1 <= nin <= 8 (nin 1: a copy of in[0] into every
+ * output), done only if *gate reads nonzero when the kernel starts (each block reads it
+ * once); otherwise the kernel writes nothing. gate is memory the device reads (mapped
+ * pinned host memory: cudaHostGetDevicePointer), written by the host before the stream
+ * reaches the kernel. For kernels queued before the host knows whether they may run
+ * (lib/stream_cuda.c). */
+int weft__cuda_fanout_gated(char *const *out, int nout, char *const *in, int nin, size_t count,
+                            weft_datatype_t dt, weft_redop_t op, const volatile unsigned *gate, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,8 +21,9 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
 static void work(const weft__task *t, const weft__direct_bufs *b) {
   int n = t->comm->nranks, me = t->comm->rank;
   size_t block = t->count * weft__dtype_size(t->dtype), out_bytes = block * (size_t)n;
-  for (size_t at = 0; at < block; at += WEFT__DIRECT_PIECE) {
-    size_t k = block - at < WEFT__DIRECT_PIECE ? block - at : WEFT__DIRECT_PIECE;
+  size_t piece = weft__direct_whole_blocks(t) ? block : WEFT__DIRECT_PIECE;
+  for (size_t at = 0; at < block; at += piece) {
+    size_t k = block - at < piece ? block - at : piece;
     for (int j = 0; j < n; j++)
       weft__direct_copy(t, b->out[j] + (size_t)me * block + at, b->in[me] + at, k, out_bytes);
   }
@@ -32,5 +33,5 @@ const weft__direct_ops weft__direct_all_gather = {extents, work};
 
 const weft__algo weft__algo_all_gather_direct = {
     .name = "direct", .coll = WEFT__COLL_ALL_GATHER, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__DIRECT_SPACES,
     .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

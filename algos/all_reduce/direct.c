@@ -16,8 +16,6 @@
 #include "lib/comm.h"
 #include "lib/dtype.h"
 
-#define WEFT__DIRECT_FUSED_MAX 64 /* ranks the fused pass takes (pointer arrays on the stack) */
-
 static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *recv_bytes) {
   *send_bytes = *recv_bytes = t->count * weft__dtype_size(t->dtype);
   return 1;
@@ -44,13 +42,27 @@ static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, siz
   size_t es = weft__dtype_size(t->dtype);
   double bytes = (double)t->count * (double)es, thr = (double)weft__mem_nt_threshold();
   double touched = 2.0 * n * bytes; /* every rank's send and receive buffer */
-  if (t->sendbuf == t->recvbuf || touched < 2.0 * thr || n > WEFT__DIRECT_FUSED_MAX) return 0;
-  char *out[WEFT__DIRECT_FUSED_MAX], *in[WEFT__DIRECT_FUSED_MAX];
+  if (t->sendbuf == t->recvbuf || touched < 2.0 * thr || n > WEFT__DIRECT_FOLD_MAX) return 0;
+  char *out[WEFT__DIRECT_FOLD_MAX], *in[WEFT__DIRECT_FOLD_MAX];
   for (int j = 0; j < n; j++) {
     out[j] = b->out[j] + lo * es;
     in[j] = b->in[j] + lo * es;
   }
   return t->mem->reduce_fanout(t->mem, out, n, in, n, hi - lo, t->dtype, t->op);
+}
+
+/* Whole blocks (a device: algos/direct.h): one fan-out of every rank's block r into every
+ * rank's output, in place too (each element is read before it is written). */
+static int whole(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
+  int n = t->comm->nranks;
+  size_t es = weft__dtype_size(t->dtype);
+  if (!weft__direct_whole_blocks(t) || n > WEFT__DIRECT_FOLD_MAX || n < 2) return 0;
+  char *out[WEFT__DIRECT_FOLD_MAX], *in[WEFT__DIRECT_FOLD_MAX];
+  for (int j = 0; j < n; j++) {
+    out[j] = b->out[j] + lo * es;
+    in[j] = b->in[j] + lo * es;
+  }
+  return hi == lo || t->mem->reduce_fanout(t->mem, out, n, in, n, hi - lo, t->dtype, t->op);
 }
 
 static void work(const weft__task *t, const weft__direct_bufs *b) {
@@ -59,7 +71,7 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   /* Out of place, non-temporal stores past the cache; in place ordinary ones (above). */
   unsigned nt = t->sendbuf == t->recvbuf ? 0 : weft__mem_nt_flag(t->count * es, 0);
   weft__direct_block(t->count, n, t->comm->rank, &lo, &hi);
-  if (fused(t, b, lo, hi)) return;
+  if (whole(t, b, lo, hi) || fused(t, b, lo, hi)) return;
   for (size_t at = lo; at < hi; at += piece) {
     size_t k = hi - at < piece ? hi - at : piece, off = at * es;
     weft__mem_reduce(t->mem, b->tmp, b->in[0] + off, b->in[1] + off, k, t->dtype, t->op);
@@ -73,5 +85,5 @@ const weft__direct_ops weft__direct_all_reduce = {extents, work};
 
 const weft__algo weft__algo_all_reduce_direct = {
     .name = "direct", .coll = WEFT__COLL_ALL_REDUCE, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__DIRECT_SPACES,
     .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

@@ -30,5 +30,5 @@ const weft__direct_ops weft__direct_all_to_all = {extents, work};
 
 const weft__algo weft__algo_all_to_all_direct = {
     .name = "direct", .coll = WEFT__COLL_ALL_TO_ALL, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__DIRECT_SPACES,
     .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

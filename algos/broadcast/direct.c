@@ -23,8 +23,9 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   int n = t->comm->nranks;
   size_t es = weft__dtype_size(t->dtype), lo, hi, out_bytes = t->count * es;
   weft__direct_block(t->count, n, t->comm->rank, &lo, &hi);
-  for (size_t at = lo * es; at < hi * es; at += WEFT__DIRECT_PIECE) {
-    size_t k = hi * es - at < WEFT__DIRECT_PIECE ? hi * es - at : WEFT__DIRECT_PIECE;
+  size_t piece = weft__direct_whole_blocks(t) ? (hi - lo) * es : WEFT__DIRECT_PIECE;
+  for (size_t at = lo * es; at < hi * es; at += piece) {
+    size_t k = hi * es - at < piece ? hi * es - at : piece;
     for (int j = 0; j < n; j++) weft__direct_copy(t, b->out[j] + at, b->in[t->root] + at, k, out_bytes);
   }
 }
@@ -33,5 +34,5 @@ const weft__direct_ops weft__direct_broadcast = {extents, work};
 
 const weft__algo weft__algo_broadcast_direct = {
     .name = "direct", .coll = WEFT__COLL_BROADCAST, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__DIRECT_SPACES,
     .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

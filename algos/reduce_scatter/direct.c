@@ -29,6 +29,13 @@ static void work(const weft__task *t, const weft__direct_bufs *b) {
   size_t block = t->count * es, base = (size_t)me * block;
   int in_place = (const char *)t->recvbuf == (const char *)t->sendbuf + base;
   unsigned nt = in_place ? 0 : weft__mem_nt_flag(block, 0);
+  /* Whole blocks (a device: algos/direct.h): one fold of every rank's block me into ours
+   * (in place, our output is exactly our input's block: read before written). */
+  if (weft__direct_whole_blocks(t) && n >= 2 && n <= WEFT__DIRECT_FOLD_MAX) {
+    char *in[WEFT__DIRECT_FOLD_MAX], *out[1] = {b->out[me]};
+    for (int j = 0; j < n; j++) in[j] = b->in[j] + base;
+    if (t->count == 0 || t->mem->reduce_fanout(t->mem, out, 1, in, n, t->count, t->dtype, t->op)) return;
+  }
   for (size_t at = 0; at < t->count; at += piece) {
     size_t k = t->count - at < piece ? t->count - at : piece, off = at * es;
     weft__mem_reduce(t->mem, b->tmp, b->in[0] + base + off, b->in[1] + base + off, k, t->dtype, t->op);
@@ -42,5 +49,5 @@ const weft__direct_ops weft__direct_reduce_scatter = {extents, work};
 
 const weft__algo weft__algo_reduce_scatter_direct = {
     .name = "direct", .coll = WEFT__COLL_REDUCE_SCATTER, .start = weft__direct_start,
-    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__MEM_KINDS_CPU,
+    .progress = weft__direct_progress, .wanted = weft__direct_wanted, .spaces = WEFT__DIRECT_SPACES,
     .needs = WEFT__TRANSPORT_CAP_PEER_MEMORY};

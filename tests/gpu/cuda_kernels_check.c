@@ -19,8 +19,8 @@
  * the first GPU run showed exactly that in 3 of 110 checks.
  *
  * Without a CUDA device it prints "1..0 # SKIP ..." and exits 0; else it exits 1 when a
- * check failed. WEFT_SEED sets the seed. tests/gpu/gpu_check.sh runs it on the GPU
- * machine. */
+ * check failed. WEFT_SEED sets the seed; --floors runs the benchmark alone (the floors of
+ * the collectives' benchmark). tests/gpu/gpu_check.sh runs it on the GPU machine. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -395,7 +395,7 @@ static void benchmark(void) {
 
 /* ---- main -------------------------------------------------------------------------- */
 
-int main(void) {
+int main(int argc, char **argv) {
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
   if (e != cudaSuccess || ndev == 0) {
@@ -409,6 +409,12 @@ int main(void) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   printf("# device 0: %s, %d multiprocessors; seed 0x%llx\n", prop.name, prop.multiProcessorCount,
          (unsigned long long)rng_state);
+  if (argc > 1 && strcmp(argv[1], "--floors") == 0) { /* the benchmark alone: the collectives' floors */
+    printf("1..1\n");
+    benchmark();
+    printf("ok 1 - floors measured\n");
+    return 0;
+  }
   for (int k = 0; k < WEFT__CUDA_FANOUT_MAX; k++) {
     CUDA_CHECK(cudaMalloc((void **)&d_in[k], buf_bytes));
     if (!(h_in[k] = malloc(buf_bytes))) return printf("Bail out! out of memory\n"), 1;

@@ -1,32 +1,83 @@
 #!/bin/sh
 # gpu_check.sh BIN_DIR OUT_DIR: the GPU machine's run, in one call. BIN_DIR holds
-# tests/gpu/{cuda_kernels_check,test_cuda_collectives} (a build directory). Runs the
-# stream-order checks, the small and the large sweeps on 2 ranks sharing the GPU (3 and 4
-# with GPU_RANKS), the 2-rank and the 1-rank benchmarks, and (GPU_KERNELS=1) the device
-# kernels against the host kernels with the copy and reduction floors. Logs in OUT_DIR; a
-# summary on stdout.
+# tests/gpu/{cuda_kernels_check,test_cuda_collectives,cuda_wait_probe} (a build directory,
+# or what tests/gpu/pack.sh packed). In order, most telling first, each part under a
+# timeout (and every rank under its own alarm), logs in OUT_DIR, a summary on stdout:
+#   floors    the device's copy and reduction bandwidth (cuda_kernels_check --floors);
+#   probe     what CUDA does while a stream waits (cuda_wait_probe);
+#   windows   buffers in registered device windows, 2 ranks sharing the GPU, the direct
+#             path through CUDA IPC (staged below 4 KiB) in both its forms
+#             (WEFT_CUDA_DIRECT=2, then 1): stream order, the benchmark, the small and
+#             the large sweeps;
+#   mps       for the first form that did not hang, under MPS (the processes' kernels then
+#             share the GPU instead of taking turns): stream order, the benchmark, and 3
+#             and 4 ranks' small sweeps;
+#   staged    the staged path (plain cudaMalloc buffers): stream order and small sweep;
+# GPU_KERNELS=1 adds the device kernels against the host kernels (~3 min).
 set -u
 b=$1
 out=$2
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
-rc=0
 t=$b/tests/gpu/test_cuda_collectives
-for part in order small large; do
-  timeout $([ $part = order ] && echo 40 || echo 60) "$t" --only $part ${GPU_RANKS:-2} >"$out/$part.log" 2>&1 || rc=1
-  echo "== $part: $(grep -E '^(not )?ok' "$out/$part.log" | tr '\n' ' ')"
-  grep -E '^# rank' "$out/$part.log" | grep -v INFO | tail -8
+rc=0
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
+
+# part NAME TIMEOUT COMMAND...: runs it into $out/NAME.log, prints its TAP lines
+part() {
+  name=$1
+  secs=$2
+  shift 2
+  start=$(date +%s)
+  timeout "$secs" "$@" >"$out/$name.log" 2>&1 || rc=1
+  echo "== $name ($(( $(date +%s) - start )) s): $(grep -E '^(not )?ok' "$out/$name.log" | sed 's/ - .*//' | tr '\n' ' ')"
+  grep -E '^# rank|stuck' "$out/$name.log" | grep -v INFO | tail -6
+}
+
+part floors 90 "$b/tests/gpu/cuda_kernels_check" --floors
+grep -E '^# (floor|reduce)' "$out/floors.log" | head -3
+part probe 90 "$b/tests/gpu/cuda_wait_probe"
+grep -E '^# (same|two|the copy)' "$out/probe.log"
+
+# The windows parts, once per form of the direct path (WEFT_CUDA_DIRECT, lib/stream_cuda.c):
+# 2 queues each rank's kernels on the caller's stream, 1 runs them on weft's thread's
+# stream. A form that hangs would only hang again in every part after: they are skipped.
+good=""
+for mode in 2 1; do
+  export WEFT_CUDA_DIRECT=$mode
+  part win${mode}_order 45 "$t" --windows --only order 2
+  if grep -q 'stuck' "$out/win${mode}_order.log"; then
+    echo "== WEFT_CUDA_DIRECT=$mode hung: its other parts are skipped"
+    continue
+  fi
+  [ -z "$good" ] && good=$mode
+  part win${mode}_bench 90 "$t" --windows --bench 2
+  grep -v INFO "$out/win${mode}_bench.log" | grep -E '^ |^#' | head -30
+  part win${mode}_small 60 "$t" --windows --only small 2
+  part win${mode}_large 60 "$t" --windows --only large 2
 done
-timeout 80 "$t" --bench 2 >"$out/bench.log" 2>&1 || rc=1
-echo "== bench (2 ranks, one GPU, float32 sum, out of place; busbw GB/s = 1e9 B/s)"
-grep -v 'INFO' "$out/bench.log" | head -60
-# 1 rank, up to 128 KiB: weft's own cost per call, without a second process on the GPU
-WEFT_GPU_BENCH_MAX_BYTES=131072 timeout 40 "$t" --bench 1 >"$out/bench1.log" 2>&1 || rc=1
-echo "== bench, 1 rank (weft's path alone), up to 128 KiB"
-grep -v 'INFO' "$out/bench1.log" | head -20
+
+if [ -n "$good" ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  export WEFT_CUDA_DIRECT=$good CUDA_MPS_PIPE_DIRECTORY=/tmp/weft-mps CUDA_MPS_LOG_DIRECTORY=/tmp/weft-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  if nvidia-cuda-mps-control -d; then
+    echo "== MPS control daemon started (WEFT_CUDA_DIRECT=$good)"
+    part mps_win_order 45 "$t" --windows --only order 2
+    part mps_win_bench 90 "$t" --windows --bench 2
+    grep -v INFO "$out/mps_win_bench.log" | grep -E '^ |^#' | head -30
+    part mps_win_small34 90 "$t" --windows --only small 3 4
+    echo quit | nvidia-cuda-mps-control
+    sleep 1
+  fi
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+fi
+unset WEFT_CUDA_DIRECT
+
+part staged_order 45 "$t" --only order 2
+part staged_small 60 "$t" --only small 2
+
 if [ "${GPU_KERNELS:-0}" = 1 ]; then
-  timeout 200 "$b/tests/gpu/cuda_kernels_check" >"$out/kernels.log" 2>&1 || rc=1
+  part kernels 200 "$b/tests/gpu/cuda_kernels_check"
   echo "== kernels: $(grep -c '^ok' "$out/kernels.log") ok, $(grep -c '^not ok' "$out/kernels.log") not ok"
-  grep -E '^not ok|^#' "$out/kernels.log" | head -20
+  grep -E '^not ok' "$out/kernels.log" | head -10
 fi
 exit $rc

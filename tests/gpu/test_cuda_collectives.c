@@ -13,7 +13,13 @@
  *           output away, five times over with different values, small and large; then
  *           checks every copy (a collective that did not wait for the kernel, or a copy that
  *           did not wait for the collective, gives the wrong value);
- *   blocking a call on device buffers with a NULL stream.
+ *   blocking a call on device buffers with a NULL stream (then, with --windows, an all-reduce
+ *           whose buffers sit at another offset of the windows on each rank).
+ * With --windows first, the test's device buffers are registered windows
+ * (weft_comm_window_register); with WEFT_CUDA_DIRECT set, calls from 4 KiB on then run
+ * direct, every rank reading and writing its peers' device buffers through CUDA IPC
+ * (lib/stream_cuda.c), and each call checks that it ran the path it should (staged below
+ * that size, for reduce, gather, scatter and send/recv, and without WEFT_CUDA_DIRECT).
  * With --bench [N] it instead times, on N ranks (2 by default), all-reduce, all-gather,
  * reduce-scatter and broadcast of float32 from 8 B to 128 MiB (WEFT_GPU_BENCH_MAX_BYTES
  * lowers the top) with CUDA events after warm-up (median of 11) and prints nccl-tests'
@@ -32,6 +38,7 @@
 #include <unistd.h>
 #include "weft.h"
 #include "weft_cuda.h"
+#include "lib/comm.h"
 #include "lib/dtype.h"
 #include "mem/kernels.h"
 
@@ -39,6 +46,7 @@ int test_slow_fill(float *buf, size_t count, float value, long long spin, void *
 int test_copy_out(float *dst, const float *src, size_t count, void *stream);
 
 static int me, nr, fails;
+static int use_windows; /* --windows: the test's device buffers are registered windows */
 static char phase[200] = "start";
 static size_t pool_bytes;
 static char *pool_hs, *pool_hr, *pool_want, *pool_ds, *pool_dr;
@@ -124,6 +132,25 @@ static void compare(const char *what, const void *got, const void *want, size_t 
     }
 }
 
+/* Whether a call runs direct on the device buffers (lib/stream_cuda.c runs_direct): turned
+ * on (WEFT_CUDA_DIRECT), in windows, a collective with a direct row, 2-8 ranks, its larger
+ * buffer at least the windows' minimum (WEFT_DIRECT_MIN_BYTES; 16 times that with more
+ * ranks than cores). */
+static int expect_direct(int coll, size_t block_bytes, int inplace) {
+  size_t bytes = block_bytes, min = comm->oversubscribed ? comm->direct_min_bytes * 16 : comm->direct_min_bytes;
+  const char *mode = getenv("WEFT_CUDA_DIRECT");
+  if (!use_windows || mode == NULL || atoi(mode) == 0 || nr < 2 || nr > 8) return 0;
+  switch (coll) {
+    case AR: break;
+    case BC: if (atoi(mode) == 2) return 0; /* stays staged on the caller's stream */
+      break;
+    case A2A: if (inplace) return 0; /* fall through */
+    case AG: case RS: bytes *= (size_t)nr; break;
+    default: return 0;
+  }
+  return bytes > 0 && bytes >= min;
+}
+
 static void one_call(int coll, weft_datatype_t dt, weft_redop_t op, size_t c, int inplace) {
   size_t es = weft__dtype_size(dt), n = (size_t)nr;
   int root = (int)(c % n);
@@ -168,6 +195,7 @@ static void one_call(int coll, weft_datatype_t dt, weft_redop_t op, size_t c, in
   /* cudaMemset and a pageable cudaMemcpy may still run on the legacy stream when they
    * return, and cs does not synchronize with it (non-blocking): wait for them here. */
   CK(cudaDeviceSynchronize());
+  uint64_t direct_before = comm->direct_calls;
   weft_status_t st = WEFT_SUCCESS;
   switch (coll) {
     case AR: st = weft_all_reduce(send, recv, c, dt, op, comm, ws); break;
@@ -189,6 +217,10 @@ static void one_call(int coll, weft_datatype_t dt, weft_redop_t op, size_t c, in
   CK(cudaStreamSynchronize(cs));
   st = weft_stream_synchronize(ws);
   if (st != WEFT_SUCCESS) FAIL("%s: stream: %d: %s", what, (int)st, weft_get_last_error(comm));
+  int direct = expect_direct(coll, c * es, inplace);
+  if ((comm->direct_calls != direct_before) != direct)
+    FAIL("%s: ran %s, expected %s", what, comm->direct_calls != direct_before ? "direct" : "staged",
+         direct ? "direct (buffers in device windows)" : "staged");
   /* what this rank's receive buffer must hold */
   size_t check = rn;
   int untouched = 0;
@@ -258,8 +290,18 @@ static void sweep(size_t lo_count, size_t big) {
 static void order(size_t count) {
   enum { ROUNDS = 5 };
   float *in = NULL, *out = NULL, *res = NULL;
-  CK(cudaMalloc((void **)&in, count * sizeof(float)));
-  CK(cudaMalloc((void **)&out, count * sizeof(float)));
+  if (use_windows) { /* the direct path: the buffers inside the registered pools */
+    if (2 * count * sizeof(float) > pool_bytes) {
+      FAIL("order: %zu floats exceed the windows", count);
+      return;
+    }
+    in = (float *)pool_ds;
+    out = (float *)pool_dr;
+  } else {
+    CK(cudaMalloc((void **)&in, count * sizeof(float)));
+    CK(cudaMalloc((void **)&out, count * sizeof(float)));
+  }
+  uint64_t direct_before = comm->direct_calls;
   CK(cudaMalloc((void **)&res, ROUNDS * count * sizeof(float)));
   CK(cudaMemset(in, 0, count * sizeof(float)));
   CK(cudaDeviceSynchronize());
@@ -271,6 +313,8 @@ static void order(size_t count) {
   }
   CK(cudaStreamSynchronize(cs));
   if (weft_stream_synchronize(ws) != WEFT_SUCCESS) FAIL("order: stream: %s", weft_get_last_error(comm));
+  if (comm->direct_calls - direct_before != (expect_direct(AR, count * sizeof(float), 0) ? ROUNDS : 0))
+    FAIL("order: %llu of %d all-reduces ran direct", (unsigned long long)(comm->direct_calls - direct_before), ROUNDS);
   float *h = malloc(ROUNDS * count * sizeof(float));
   CK(cudaMemcpy(h, res, ROUNDS * count * sizeof(float), cudaMemcpyDeviceToHost));
   for (int k = 0; k < ROUNDS; k++) {
@@ -282,8 +326,10 @@ static void order(size_t count) {
       }
   }
   free(h);
-  cudaFree(in);
-  cudaFree(out);
+  if (!use_windows) {
+    cudaFree(in);
+    cudaFree(out);
+  }
   cudaFree(res);
 }
 
@@ -304,6 +350,46 @@ static void blocking(void) {
   cudaFree(d);
 }
 
+/* Buffers at different offsets of the windows on different ranks (with --windows): the
+ * stream thread's form of the direct path (WEFT_CUDA_DIRECT=1) and the staged path take
+ * them, each rank saying where its buffers are; the caller's-stream form (2) queued its
+ * kernels for the same offsets on every rank, so it must fail the call on every rank,
+ * naming the difference, and its kernels must write nothing. Runs last: a failed call may
+ * leave the communicator failed. */
+static void asymmetric(void) {
+  enum { COUNT = 4096 };
+  size_t shift = (size_t)me * 256;
+  const char *m = getenv("WEFT_CUDA_DIRECT");
+  int mode = m != NULL ? atoi(m) : 0;
+  float *in = (float *)(pool_ds + shift), *out = (float *)(pool_dr + shift), h[COUNT];
+  for (int i = 0; i < COUNT; i++) h[i] = (float)(me + 1 + i % 7);
+  CK(cudaMemcpy(in, h, sizeof h, cudaMemcpyHostToDevice));
+  CK(cudaMemset(out, 0xAB, sizeof h));
+  CK(cudaDeviceSynchronize());
+  weft_status_t st = weft_all_reduce(in, out, COUNT, WEFT_FLOAT32, WEFT_SUM, comm, ws);
+  CK(cudaStreamSynchronize(cs));
+  if (st == WEFT_SUCCESS) st = weft_stream_synchronize(ws);
+  CK(cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost));
+  if (mode == 2) {
+    const char *why = weft_get_last_error(comm);
+    if (st == WEFT_SUCCESS) FAIL("asymmetric offsets, WEFT_CUDA_DIRECT=2: the call succeeded");
+    else if (strstr(why, "offset") == NULL) FAIL("asymmetric offsets: the error does not say why: %s", why);
+    unsigned char *b = (unsigned char *)h;
+    for (size_t i = 0; i < sizeof h; i++)
+      if (b[i] != 0xAB) {
+        FAIL("asymmetric offsets, WEFT_CUDA_DIRECT=2: the failed call wrote its output (byte %zu)", i);
+        break;
+      }
+    return;
+  }
+  if (st != WEFT_SUCCESS) FAIL("asymmetric offsets: %d: %s", (int)st, weft_get_last_error(comm));
+  for (int i = 0; i < COUNT; i++)
+    if (h[i] != (float)(nr * (nr + 1) / 2 + nr * (i % 7))) {
+      FAIL("asymmetric offsets: element %d: %g", i, h[i]);
+      break;
+    }
+}
+
 /* ---- the benchmark ---------------------------------------------------------------------------------- */
 
 static int cmp_float(const void *a, const void *b) {
@@ -318,6 +404,13 @@ static void bench(void) {
   CK(cudaMalloc((void **)&s, maxb));
   CK(cudaMalloc((void **)&r, maxb));
   CK(cudaMemset(s, 1, maxb));
+  CK(cudaDeviceSynchronize());
+  weft_window_t wins[2] = {NULL, NULL};
+  if (use_windows && (weft_comm_window_register(comm, s, maxb, &wins[0], 0) != WEFT_SUCCESS ||
+                      weft_comm_window_register(comm, r, maxb, &wins[1], 0) != WEFT_SUCCESS)) {
+    FAIL("bench: window register: %s", weft_get_last_error(comm));
+    return;
+  }
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -359,6 +452,8 @@ static void bench(void) {
       if (me == 0) printf("  %-14s %12zu %10.2f %10.2f %10.2f\n", bnames[b], bytes, us, algbw, algbw * factor);
     }
   fflush(stdout);
+  for (int k = 0; k < 2; k++)
+    if (wins[k] != NULL) weft_comm_window_deregister(comm, wins[k]);
   cudaFree(s);
   cudaFree(r);
 }
@@ -386,6 +481,16 @@ static int rank_main(int rank, int n, weft_unique_id_t id, int what) {
     FAIL("cannot allocate the test's buffers");
     return 1;
   }
+  weft_window_t wins[2] = {NULL, NULL};
+  if (what != 2 && use_windows) {
+    snprintf(phase, sizeof phase, "window register");
+    if (weft_comm_window_register(comm, pool_ds, pool_bytes, &wins[0], 0) != WEFT_SUCCESS ||
+        weft_comm_window_register(comm, pool_dr, pool_bytes, &wins[1], 0) != WEFT_SUCCESS) {
+      FAIL("window register: %s", weft_get_last_error(comm));
+      return 1;
+    }
+    if (comm->direct_windows != 2) FAIL("the device windows are not usable for direct collectives");
+  }
   if (what == 0) sweep(1, 4097);     /* small calls */
   if (what == 3) sweep(big, big);    /* large calls: several pipeline chunks of the host algorithms */
   if (what == 1) {
@@ -395,9 +500,16 @@ static int rank_main(int rank, int n, weft_unique_id_t id, int what) {
     order((size_t)1 << 22);
     snprintf(phase, sizeof phase, "blocking all_reduce");
     blocking();
+    if (use_windows) {
+      snprintf(phase, sizeof phase, "buffers at other offsets of the windows on each rank");
+      asymmetric();
+    }
   }
   if (what == 2) bench();
   snprintf(phase, sizeof phase, "destroy");
+  for (int k = 0; k < 2; k++)
+    if (wins[k] != NULL && weft_comm_window_deregister(comm, wins[k]) != WEFT_SUCCESS)
+      FAIL("window deregister: %s", weft_get_last_error(comm));
   weft_stream_destroy(ws);
   cudaStreamDestroy(cs);
   weft_comm_destroy(comm);
@@ -450,6 +562,12 @@ int main(int argc, char **argv) {
     printf("1..0 # SKIP no CUDA device (%s)\n", why);
     return 0;
   }
+  if (argc > 1 && strcmp(argv[1], "--windows") == 0) { /* first: the options below as before */
+    use_windows = 1;
+    argv[1] = argv[0];
+    argv++;
+    argc--;
+  }
   if (argc > 1 && strcmp(argv[1], "--bench") == 0) return run(argc > 2 ? atoi(argv[2]) : 2, 2) != 0;
   /* [--only small|large|order] [ranks ...] */
   int only = -1, a = 1;
@@ -471,7 +589,8 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 3; k++) {
       if (only >= 0 && parts[k] != only) continue;
       int bad = run(ranks[i], parts[k]);
-      printf("%sok %d - %d ranks sharing one GPU: %s\n", bad ? "not " : "", ++t, ranks[i], part_names[parts[k]]);
+      printf("%sok %d - %d ranks sharing one GPU%s: %s\n", bad ? "not " : "", ++t, ranks[i],
+             use_windows ? ", buffers in device windows" : "", part_names[parts[k]]);
       failed |= bad;
       fflush(stdout);
     }
