@@ -32,6 +32,12 @@ typedef struct {
   nccl__scaled scaled; /* a PreMulSum op's scaled input, released after the call */
 } nccl__call;
 
+/* The caller must wait for c before it returns: on a weft stream of its own, or on a CUDA
+ * stream when c reads a host copy of the input (PreMulSum) that is freed after the call. */
+static int must_wait(const nccl__call *c) {
+  return c->stream != NULL && (!c->async || (c->scaled.p != NULL && !c->scaled.on_device));
+}
+
 static weft_status_t execute(const nccl__call *c) {
   weft_comm_t w = c->comm->w;
   const void *in = c->scaled.p != NULL ? c->scaled.p : c->send;
@@ -116,7 +122,7 @@ static ncclResult_t record(const nccl__call *c) {
 static ncclResult_t submit(nccl__call *c) {
   if (in_group()) return record(c);
   weft_status_t st = execute(c);
-  if (st == WEFT_SUCCESS && c->stream != NULL && !c->async) st = weft_stream_synchronize(c->stream);
+  if (st == WEFT_SUCCESS && must_wait(c)) st = weft_stream_synchronize(c->stream);
   nccl__scaled_release(&c->scaled);
   return nccl__from_weft(st);
 }
@@ -138,7 +144,7 @@ static void *run_share(void *arg) {
   for (size_t i = 0; i < s->n; i++)
     if (s->calls[i].comm == s->comm) {
       execute(&s->calls[i]);
-      if (s->calls[i].stream != NULL && !s->calls[i].async) stream = s->calls[i].stream;
+      if (must_wait(&s->calls[i])) stream = s->calls[i].stream;
     }
   s->st = weft_group_end();
   if (s->st == WEFT_SUCCESS && stream != NULL) s->st = weft_stream_synchronize(stream);

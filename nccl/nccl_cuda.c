@@ -157,6 +157,9 @@ ncclResult_t nccl__cuda_scale(void **scaled, const void *input, size_t count, we
   const void *shost = sdev != NULL ? NULL : scalar_ptr != NULL ? scalar_ptr : scalar_value;
   cudaError_t e = cudaMallocAsync(scaled, bytes, cs);
   if (e == cudaSuccess) e = (cudaError_t)weft__nccl_scale(*scaled, input, count, (int)dt, sdev, shost, cs);
+  /* Not on a CUDA stream: weft's call may read the copy outside the legacy stream's order (a
+   * stream from ncclWeftStreamCreate), so it is complete first. */
+  if (e == cudaSuccess && cs == NULL) e = cudaStreamSynchronize(NULL);
   if (e != cudaSuccess) {
     cudaGetLastError();
     if (*scaled != NULL) cudaFreeAsync(*scaled, cs);

@@ -212,6 +212,7 @@ static void premul(size_t c) {
     char hv[8], dv[8];
     put(dt, hv, 0, 0.5), put(dt, dv, 0, 3.0);
     CK(cudaMemcpy(dscalar, dv, es, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* a pageable copy may still be in flight; cs does not wait for it */
     for (int dev = 0; dev < 2; dev++) {
       snprintf(phase, sizeof phase, "PreMulSum dt %d %s scalar count %zu", (int)dt, dev ? "device" : "host", c);
       ncclRedOp_t op;
