@@ -523,6 +523,35 @@ static void init_all_single_thread(void) {
       ok ? "6 on every rank" : ncclGetLastError(NULL));
 }
 
+/* nccl-tests' threads mode: one thread inits every rank inside a group (each init returns
+ * at once, ncclGroupEnd waits for all), then each rank's thread calls on its own. */
+typedef struct {
+  ncclComm_t comm;
+  int v, ok;
+} group_rank;
+
+static void *group_rank_main(void *arg) {
+  group_rank *g = arg;
+  g->ok = ncclGroupStart() == ncclSuccess && ncclAllReduce(&g->v, &g->v, 1, ncclInt, ncclSum, g->comm, NULL) == ncclSuccess &&
+          ncclGroupEnd() == ncclSuccess;
+  return NULL;
+}
+
+static void init_in_group_single_thread(void) {
+  enum { N = 3 };
+  group_rank g[N];
+  pthread_t th[N];
+  ncclUniqueId id;
+  int ok = ncclGetUniqueId(&id) == ncclSuccess && ncclGroupStart() == ncclSuccess;
+  for (int i = 0; i < N; i++) ok = ok && ncclCommInitRank(&g[i].comm, N, id, i) == ncclSuccess;
+  ok = ok && ncclGroupEnd() == ncclSuccess;
+  for (int i = 0; i < N && ok; i++) g[i].v = i + 1, ok = pthread_create(&th[i], NULL, group_rank_main, &g[i]) == 0;
+  for (int i = 0; i < N && ok; i++) pthread_join(th[i], NULL), ok = g[i].ok && g[i].v == N * (N + 1) / 2;
+  for (int i = 0; i < N && ok; i++) ok = ncclCommDestroy(g[i].comm) == ncclSuccess;
+  tap(ok, "ncclCommInitRank of 3 ranks inside one group from one thread, then a rank per thread (%s)",
+      ok ? "6 on every rank" : ncclGetLastError(NULL));
+}
+
 static void error_strings(void) {
   int ok = 1;
   for (int r = 0; r < ncclNumResults; r++)
@@ -545,12 +574,13 @@ int main(void) {
   /* This test writes ncclMemAlloc's memory on the host: host memory also where a CUDA device
    * is present (libnccl.so.2 built with CUDA gives device memory there, as NCCL does). */
   setenv("WEFT_NCCL_MEM", "host", 0);
-  printf("1..10\n");
+  printf("1..11\n");
   error_strings();
   static const char *transports[] = {"shm", "socket"};
   for (int t = 0; t < 2; t++)
     for (int n = 1; n <= 4; n++) run_ranks(n, transports[t]);
   /* Last: its communicators' threads in this process must not be alive when ranks fork. */
   init_all_single_thread();
+  init_in_group_single_thread();
   return test_failed ? 1 : 0;
 }
