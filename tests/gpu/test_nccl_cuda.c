@@ -283,7 +283,10 @@ static void order(size_t c) {
         break;
       }
   }
-  cudaFree(in), cudaFree(out), cudaFree(copies), cudaFreeHost(host);
+  CK(cudaFree(in));
+  CK(cudaFree(out));
+  CK(cudaFree(copies));
+  CK(cudaFreeHost(host));
 }
 
 /* A NULL stream with device buffers: the call is complete when it returns; its buffers from
@@ -349,7 +352,7 @@ static int rank_main(int rank, int n, ncclUniqueId id, int what) {
   snprintf(phase, sizeof phase, "destroy");
   if (cudaStreamSynchronize(cs) != cudaSuccess) FAIL("the stream failed");
   if (ncclCommDestroy(comm) != ncclSuccess) FAIL("ncclCommDestroy: %s", ncclGetLastError(NULL));
-  cudaStreamDestroy(cs);
+  if (cudaStreamDestroy(cs) != cudaSuccess) FAIL("cudaStreamDestroy failed");
   return fails > 0;
 }
 
