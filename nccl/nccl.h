@@ -7,15 +7,24 @@
  * against this file and library unchanged. Every function also exists as pnccl<Name>
  * (the profiling entry point NCCL exports); nccl<Name> is a weak alias of it.
  *
- * Contract of this build (no GPU path yet):
- *   - buffers are host memory;
- *   - the stream argument is NULL, cudaStreamLegacy / cudaStreamPerThread (taken as the
- *     default stream), or a stream from ncclWeftStreamCreate (nccl_weft.h); any other
- *     value gets ncclInvalidUsage;
- *   - every call completes before it returns (a group: at its outermost ncclGroupEnd);
- *   - what this build cannot do (fp8 datatypes, CUDA devices, ncclGroupSimulateEnd's cost
- *     model) returns ncclInvalidUsage and a message in ncclGetLastError, never undefined
- *     behaviour.
+ * Contract of this build:
+ *   - without CUDA (weft built without the toolkit): buffers are host memory; the stream
+ *     argument is NULL, cudaStreamLegacy / cudaStreamPerThread (taken as the default
+ *     stream), or a stream from ncclWeftStreamCreate (nccl_weft.h); any other value gets
+ *     ncclInvalidUsage; every call completes before it returns (a group: at its outermost
+ *     ncclGroupEnd);
+ *   - with CUDA (WEFT_HAVE_CUDA): buffers may also be device memory (cudaMalloc, ncclMemAlloc,
+ *     which gives device memory of the current device where a device is present); a real
+ *     cudaStream_t is bound to a weft stream (one per stream and device, made on first use
+ *     and kept) and the call is queued in that stream's order and returns at once, as
+ *     NCCL's: its errors come back through ncclCommGetAsyncError and the next call. NULL,
+ *     cudaStreamLegacy and cudaStreamPerThread still block: on device buffers the call runs
+ *     in the legacy default stream's order and returns when done. A cudaStream_t on a
+ *     machine without a CUDA device gets ncclInvalidUsage saying so. PreMulSum on device
+ *     buffers scales the input on the device, in the call's stream;
+ *   - what this build cannot do (fp8 datatypes, ncclCommCuDevice, NCCL's device API
+ *     (nccl_device.h), ncclGroupSimulateEnd's cost model) returns ncclInvalidUsage and a
+ *     message in ncclGetLastError, never undefined behaviour.
  * The library lives in $libdir/weft/nccl/ so it never shadows a real NCCL; link or
  * LD_LIBRARY_PATH there to pick it up. Weft's semantics (errors naming rank, peer and
  * operation; WEFT_* environment variables) apply underneath: see weft.h and the README.

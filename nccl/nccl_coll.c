@@ -8,6 +8,7 @@
  * NCCL), each communicator's calls run on a thread of their own, since one rank's collective
  * would otherwise wait for a rank whose calls come later on the same thread. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include "nccl/nccl_internal.h"
@@ -27,12 +28,19 @@ typedef struct {
   int root;            /* root, or peer for send and recv */
   ncclComm_t comm;
   weft_stream_t stream;
-  void *scaled;        /* a PreMulSum op's scaled input, freed after the call */
+  int async;           /* stream is bound to a CUDA stream: the call returns once queued */
+  nccl__scaled scaled; /* a PreMulSum op's scaled input, released after the call */
 } nccl__call;
+
+/* The caller must wait for c before it returns: on a weft stream of its own, or on a CUDA
+ * stream when c reads a host copy of the input (PreMulSum) that is freed after the call. */
+static int must_wait(const nccl__call *c) {
+  return c->stream != NULL && (!c->async || (c->scaled.p != NULL && !c->scaled.on_device));
+}
 
 static weft_status_t execute(const nccl__call *c) {
   weft_comm_t w = c->comm->w;
-  const void *in = c->scaled != NULL ? c->scaled : c->send;
+  const void *in = c->scaled.p != NULL ? c->scaled.p : c->send;
   switch (c->kind) {
     case CALL_ALL_REDUCE: return weft_all_reduce(in, c->recv, c->count, c->dt, c->op, w, c->stream);
     case CALL_REDUCE: return weft_reduce(in, c->recv, c->count, c->dt, c->op, c->root, w, c->stream);
@@ -57,8 +65,40 @@ static __thread size_t group_n, group_cap;
 static int in_group(void) { return group_depth > 0; }
 
 static void discard_group(void) {
-  for (size_t i = 0; i < group_n; i++) free(group_calls[i].scaled);
+  for (size_t i = 0; i < group_n; i++) nccl__scaled_release(&group_calls[i].scaled);
   group_n = 0;
+}
+
+int nccl__in_group(void) { return in_group(); }
+
+/* Communicators whose init started inside this thread's group (ncclCommInitRank between
+ * ncclGroupStart and ncclGroupEnd, as nccl-tests inits several ranks from one thread): the
+ * inits run non-blocking and the outermost ncclGroupEnd waits for them. */
+static __thread ncclComm_t *group_inits;
+static __thread size_t group_ninits, group_cap_inits;
+
+ncclResult_t nccl__group_defer_init(ncclComm_t comm) {
+  if (group_ninits == group_cap_inits) {
+    size_t cap = group_cap_inits ? 2 * group_cap_inits : 8;
+    ncclComm_t *t = realloc(group_inits, cap * sizeof(*t));
+    if (t == NULL) return nccl__fail(ncclSystemError, "rank %d: out of memory recording a grouped init", comm->rank);
+    group_inits = t, group_cap_inits = cap;
+  }
+  group_inits[group_ninits++] = comm;
+  return ncclSuccess;
+}
+
+/* Waits for every init deferred to this group's end; the first failure is the result. */
+static ncclResult_t finish_inits(void) {
+  ncclResult_t r = ncclSuccess;
+  for (size_t i = 0; i < group_ninits; i++) {
+    weft_status_t st = WEFT_IN_PROGRESS;
+    while (weft_comm_get_async_error(group_inits[i]->w, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS)
+      sched_yield();
+    if (st != WEFT_SUCCESS && r == ncclSuccess) r = nccl__from_weft(st);
+  }
+  group_ninits = 0;
+  return r;
 }
 
 static ncclResult_t record(const nccl__call *c) {
@@ -66,7 +106,8 @@ static ncclResult_t record(const nccl__call *c) {
     size_t cap = group_cap ? 2 * group_cap : 16;
     nccl__call *t = realloc(group_calls, cap * sizeof(*t));
     if (t == NULL) {
-      free(c->scaled);
+      nccl__scaled scaled = c->scaled;
+      nccl__scaled_release(&scaled);
       return nccl__fail(ncclSystemError, "rank %d: out of memory recording a grouped call", c->comm->rank);
     }
     group_calls = t, group_cap = cap;
@@ -75,12 +116,14 @@ static ncclResult_t record(const nccl__call *c) {
   return ncclSuccess;
 }
 
-/* Runs c now (outside a group) or records it; owns c->scaled either way. */
-static ncclResult_t submit(const nccl__call *c) {
+/* Runs c now (outside a group) or records it; owns c->scaled either way. On a CUDA stream
+ * the call returns once queued, as NCCL's do (its errors come from ncclCommGetAsyncError and
+ * the next call); on a weft stream it is waited for. */
+static ncclResult_t submit(nccl__call *c) {
   if (in_group()) return record(c);
   weft_status_t st = execute(c);
-  if (st == WEFT_SUCCESS && c->stream != NULL) st = weft_stream_synchronize(c->stream);
-  free(c->scaled);
+  if (st == WEFT_SUCCESS && must_wait(c)) st = weft_stream_synchronize(c->stream);
+  nccl__scaled_release(&c->scaled);
   return nccl__from_weft(st);
 }
 
@@ -101,7 +144,7 @@ static void *run_share(void *arg) {
   for (size_t i = 0; i < s->n; i++)
     if (s->calls[i].comm == s->comm) {
       execute(&s->calls[i]);
-      if (s->calls[i].stream != NULL) stream = s->calls[i].stream;
+      if (must_wait(&s->calls[i])) stream = s->calls[i].stream;
     }
   s->st = weft_group_end();
   if (s->st == WEFT_SUCCESS && stream != NULL) s->st = weft_stream_synchronize(stream);
@@ -157,6 +200,8 @@ NCCL_API(ncclResult_t, ncclGroupStart, void) {
 NCCL_API(ncclResult_t, ncclGroupEnd, void) {
   if (group_depth == 0) return nccl__fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--group_depth > 0) return ncclSuccess;
+  ncclResult_t r = finish_inits();
+  if (r != ncclSuccess) return discard_group(), r;
   return replay_group();
 }
 
@@ -164,7 +209,7 @@ NCCL_API(ncclResult_t, ncclGroupEnd, void) {
  * caller is told. */
 NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo) {
   if (group_depth == 0) return nccl__fail(ncclInvalidUsage, "ncclGroupSimulateEnd without ncclGroupStart");
-  if (--group_depth == 0) discard_group();
+  if (--group_depth == 0) finish_inits(), discard_group();
   return nccl__fail(ncclInvalidUsage, "ncclGroupSimulateEnd: weft has no cost estimate to report; "
                     "the group's calls were discarded, not run");
 }
@@ -178,7 +223,8 @@ static ncclResult_t prepare(nccl__call *c, call_kind kind, const void *send, voi
   c->kind = kind, c->send = send, c->recv = recv, c->count = count, c->root = root, c->comm = comm;
   ncclResult_t r = nccl__check_comm(comm, what);
   if (r == ncclSuccess) r = nccl__dtype(dt, &c->dt, what);
-  if (r == ncclSuccess) r = nccl__stream(s, &c->stream, what);
+  if (r == ncclSuccess) r = nccl__stream(s, &c->stream, &c->async, what);
+  if (r == ncclSuccess) nccl__cuda_see(send, recv); /* weft then recognises device pointers */
   return r;
 }
 
@@ -188,7 +234,10 @@ static ncclResult_t reduction(call_kind kind, const void *send, void *recv, size
                               const char *what) {
   nccl__call c;
   ncclResult_t r = prepare(&c, kind, send, recv, count, dt, root, comm, s, what);
-  if (r == ncclSuccess) r = nccl__resolve_op(comm, op, dt, send, inputs, &c.op, &c.scaled, what);
+  /* A device input is scaled in the stream the call runs in: the caller's CUDA stream, or the
+   * legacy default stream (NULL) where weft runs a blocking call on device buffers. */
+  cudaStream_t cs = c.async ? s : NULL;
+  if (r == ncclSuccess) r = nccl__resolve_op(comm, op, dt, send, inputs, cs, &c.op, &c.scaled, what);
   return r == ncclSuccess ? submit(&c) : r;
 }
 

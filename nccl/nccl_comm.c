@@ -22,10 +22,15 @@ static ncclResult_t init_rank(ncclComm_t *comm, int nranks, const char *idbytes,
   if (r != ncclSuccess) return r;
   weft_unique_id_t id;
   memcpy(id.internal, idbytes, sizeof(id.internal));
+  /* Inside a group a blocking init is started non-blocking and awaited at the outermost
+   * ncclGroupEnd, so one thread can init several ranks of a communicator (as NCCL allows). */
+  int deferred = nccl__in_group() && cfg.blocking;
+  if (deferred) cfg.blocking = 0;
   weft_comm_t w = NULL;
   weft_status_t st = weft_comm_init_rank_config(&w, nranks, id, rank, &cfg);
   if (st != WEFT_SUCCESS && st != WEFT_IN_PROGRESS) return nccl__from_weft(st);
   r = nccl__wrap(w, rank, nranks, comm);
+  if (r == ncclSuccess && deferred) return nccl__group_defer_init(*comm);
   return r != ncclSuccess ? r : nccl__from_weft(st);
 }
 

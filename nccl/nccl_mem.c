@@ -4,8 +4,20 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include "nccl/nccl_internal.h"
+#ifdef WEFT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#include "weft_cuda.h"
+#endif
 
+/* As NCCL's, device memory of the current device where a CUDA device is present (with
+ * WEFT_HAVE_CUDA; weft_mem_alloc_device, which also arms weft's device-pointer recognition);
+ * host memory that peers can map where there is none, or when WEFT_NCCL_MEM=host (a program
+ * that, against NCCL's contract, touches ncclMemAlloc's memory on the host). weft_mem_free
+ * frees either. */
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size) {
+#ifdef WEFT_HAVE_CUDA
+  if (ptr != NULL && size > 0 && nccl__cuda_mem_device()) return nccl__from_weft(weft_mem_alloc_device(ptr, size));
+#endif
   return nccl__from_weft(weft_mem_alloc(ptr, size));
 }
 

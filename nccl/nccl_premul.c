@@ -1,6 +1,7 @@
-/* nccl_premul.c: ncclRedOpCreatePreMulSum / ncclRedOpDestroy on host buffers.
+/* nccl_premul.c: ncclRedOpCreatePreMulSum / ncclRedOpDestroy.
  * A PreMulSum op multiplies every rank's input by the op's scalar, then sums: here the
- * input is scaled into a temporary copy (integers wrap as weft's sum does; fp16 and bf16
+ * input is scaled into a temporary copy (device memory scaled by nccl_kernels.cu in the
+ * call's stream when the input is on the device, host memory otherwise) (integers wrap as weft's sum does; fp16 and bf16
  * are scaled in fp32 and rounded to nearest-even, as weft reduces them) and the copy is
  * summed with WEFT_SUM. Op values are ncclNumOps + slot, per communicator. */
 #include <stdint.h>
@@ -82,18 +83,20 @@ static void scale(void *dst, const void *src, size_t count, weft_datatype_t dt, 
 }
 
 ncclResult_t nccl__resolve_op(struct ncclComm *comm, ncclRedOp_t op, ncclDataType_t dt, const void *input,
-                              size_t count, weft_redop_t *wop, void **scaled, const char *what) {
-  *scaled = NULL;
+                              size_t count, cudaStream_t cs, weft_redop_t *wop, nccl__scaled *scaled,
+                              const char *what) {
+  memset(scaled, 0, sizeof(*scaled));
   if ((int)op >= 0 && (int)op < ncclNumOps) {
     *wop = (weft_redop_t)op; /* weft's op values are NCCL's */
     return ncclSuccess;
   }
   int slot = (int)op - ncclNumOps;
   unsigned char s[8];
+  const void *sptr = NULL;
   pthread_mutex_lock(&comm->mu);
   int ok = slot >= 0 && slot < NCCL__MAX_PREMUL && comm->premul[slot].used && comm->premul[slot].datatype == dt;
   size_t es = weft_datatype_size((weft_datatype_t)dt);
-  if (ok) memcpy(s, comm->premul[slot].scalar_ptr ? comm->premul[slot].scalar_ptr : comm->premul[slot].scalar, es);
+  if (ok) sptr = comm->premul[slot].scalar_ptr, memcpy(s, comm->premul[slot].scalar, es);
   pthread_mutex_unlock(&comm->mu);
   if (!ok)
     return nccl__fail(ncclInvalidArgument, "rank %d: %s: op %d is neither a built-in op nor a PreMulSum op "
@@ -101,8 +104,30 @@ ncclResult_t nccl__resolve_op(struct ncclComm *comm, ncclRedOp_t op, ncclDataTyp
   *wop = WEFT_SUM;
   if (count == 0) return ncclSuccess;
   if (input == NULL) return nccl__fail(ncclInvalidArgument, "rank %d: %s: sendbuff is NULL", comm->rank, what);
-  *scaled = malloc(count * es);
-  if (*scaled == NULL) return nccl__fail(ncclSystemError, "rank %d: %s: out of memory for the scaled input", comm->rank, what);
-  scale(*scaled, input, count, (weft_datatype_t)dt, s);
+  /* Device input: scaled on the device in the call's stream order; the scalar (ncclScalarDevice)
+   * is read there when it is device memory, on the host when it is host memory. */
+  if (nccl__cuda_is_device(input)) {
+    scaled->on_device = 1, scaled->cs = cs;
+    return nccl__cuda_scale(&scaled->p, input, count, (weft_datatype_t)dt, sptr, s, cs, what);
+  }
+  if (sptr != NULL) {
+    if (nccl__cuda_is_device(sptr)) {
+      if (nccl__cuda_read(s, sptr, es) != 0)
+        return nccl__fail(ncclUnhandledCudaError, "rank %d: %s: cannot read the PreMulSum scalar at %p", comm->rank,
+                          what, sptr);
+    } else {
+      memcpy(s, sptr, es); /* ncclScalarDevice on host memory: read at each call */
+    }
+  }
+  scaled->p = malloc(count * es);
+  if (scaled->p == NULL)
+    return nccl__fail(ncclSystemError, "rank %d: %s: out of memory for the scaled input", comm->rank, what);
+  scale(scaled->p, input, count, (weft_datatype_t)dt, s);
   return ncclSuccess;
+}
+
+void nccl__scaled_release(nccl__scaled *scaled) {
+  if (scaled->on_device) nccl__cuda_free_async(scaled->p, scaled->cs);
+  else free(scaled->p);
+  scaled->p = NULL;
 }

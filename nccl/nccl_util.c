@@ -70,17 +70,22 @@ static int stream_slot(weft_stream_t s) {
   return -1;
 }
 
-ncclResult_t nccl__stream(cudaStream_t s, weft_stream_t *out, const char *what) {
-  *out = NULL;
+/* NULL, cudaStreamLegacy and cudaStreamPerThread: blocking (on device buffers weft runs the
+ * call in the legacy default stream's order); a weft stream: as it is; any other value is a
+ * CUDA stream (nccl_cuda.c binds it, or says why it cannot). */
+ncclResult_t nccl__stream(cudaStream_t s, weft_stream_t *out, int *async, const char *what) {
+  *out = NULL, *async = 0;
   if (s == NULL || s == (cudaStream_t)0x1 || s == (cudaStream_t)0x2) return ncclSuccess;
   pthread_mutex_lock(&streams_mu);
   int known = stream_slot((weft_stream_t)s) >= 0;
   pthread_mutex_unlock(&streams_mu);
-  if (!known)
-    return nccl__fail(ncclInvalidUsage, "%s: stream %p is neither NULL nor a stream from "
-                      "ncclWeftStreamCreate: this build takes host buffers and no CUDA stream", what, (void *)s);
-  *out = (weft_stream_t)s;
-  return ncclSuccess;
+  if (known) {
+    *out = (weft_stream_t)s;
+    return ncclSuccess;
+  }
+  ncclResult_t r = nccl__cuda_stream(s, out, what);
+  if (r == ncclSuccess) *async = 1;
+  return r;
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclWeftStreamCreate(cudaStream_t *stream) {
