@@ -1,7 +1,7 @@
 #!/bin/sh
 # gpu_check.sh BIN_DIR OUT_DIR: the GPU machine's run, in one call. BIN_DIR holds
-# tests/gpu/{cuda_kernels_check,test_cuda_collectives,cuda_wait_probe} (a build directory,
-# or what tests/gpu/pack.sh packed). In order, most telling first, each part under a
+# tests/gpu/{cuda_kernels_check,test_cuda_collectives,cuda_wait_probe,test_nccl_cuda} (a build
+# directory, or what tests/gpu/pack.sh packed). In order, most telling first, each part under a
 # timeout (and every rank under its own alarm), logs in OUT_DIR, a summary on stdout:
 #   floors    the device's copy and reduction bandwidth (cuda_kernels_check --floors);
 #   probe     what CUDA does while a stream waits (cuda_wait_probe);
@@ -13,6 +13,8 @@
 #             share the GPU instead of taking turns): stream order, the benchmark, and 3
 #             and 4 ranks' small sweeps;
 #   staged    the staged path (plain cudaMalloc buffers): stream order and small sweep;
+#   nccl      libnccl.so.2 on device buffers and CUDA streams (tests/gpu/test_nccl_cuda),
+#             and nccl-tests -c 1 on it where pack.sh packed them (tests/gpu/nccl_tests.sh);
 # GPU_KERNELS=1 adds the device kernels against the host kernels (~3 min).
 set -u
 b=$1
@@ -74,6 +76,16 @@ unset WEFT_CUDA_DIRECT
 
 part staged_order 45 "$t" --only order 2
 part staged_small 60 "$t" --only small 2
+
+# libnccl.so.2 on device buffers and CUDA streams: its own test, then NVIDIA's nccl-tests
+# where pack.sh packed them (2 ranks as threads of one process: no CUDA IPC between them)
+if [ -x "$b/tests/gpu/test_nccl_cuda" ]; then
+  part nccl_cuda 150 "$b/tests/gpu/test_nccl_cuda" 2 3
+fi
+if [ -d "$b/nccl-tests" ]; then
+  here=$(cd "$(dirname "$0")" && pwd)
+  NCCL_TESTS_TIMEOUT=${NCCL_TESTS_TIMEOUT:-75} sh "$here/nccl_tests.sh" "$b" "$b/nccl-tests" "$out/nccl-tests" || rc=1
+fi
 
 if [ "${GPU_KERNELS:-0}" = 1 ]; then
   part kernels 200 "$b/tests/gpu/cuda_kernels_check"
