@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "tests/gpu/gpu_ranks.h"
 
 #define RELEASE_MS 1500
 #define BYTES ((size_t)64 << 20)
@@ -267,15 +268,9 @@ static void two_processes(pid_t pid, int rd, int wr) {
 int main(void) {
   /* The device check and the peer are children: a process that initialized CUDA cannot
    * give it to a child it forks. */
-  pid_t p = fork();
-  if (p == 0) {
-    int n = 0;
-    _exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? 0 : 3);
-  }
-  int status = 0;
-  waitpid(p, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    printf("1..0 # SKIP no CUDA device\n");
+  char why[200];
+  if (!gpu_ranks_device(why, sizeof why)) {
+    printf("1..0 # SKIP no CUDA device (%s)\n", why);
     return 0;
   }
   int to_peer[2], from_peer[2];

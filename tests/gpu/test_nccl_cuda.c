@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "nccl.h"
+#include "tests/gpu/gpu_ranks.h"
 
 /* tests/gpu/order_kernels.cu */
 int test_slow_fill(float *buf, size_t count, float value, long long spin, void *stream);
@@ -356,48 +357,25 @@ static int rank_main(int rank, int n, ncclUniqueId id, int what) {
   return fails > 0;
 }
 
-static int run(int n, int what) {
+typedef struct {
   ncclUniqueId id;
-  if (ncclGetUniqueId(&id) != ncclSuccess) return -1;
-  pid_t pids[16];
-  for (int r = 0; r < n; r++) {
-    fflush(NULL);
-    pids[r] = fork();
-    if (pids[r] == 0) _exit(rank_main(r, n, id, what));
-  }
-  int bad = 0;
-  for (int r = 0; r < n; r++) {
-    int status = 0;
-    waitpid(pids[r], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      bad = 1;
-      if (WIFSIGNALED(status)) fprintf(stderr, "# rank %d killed by signal %d\n", r, WTERMSIG(status));
-    }
-  }
-  return bad;
+  int what;
+} run_args;
+
+static int rank_entry(int rank, int n, void *arg) {
+  const run_args *a = arg;
+  return rank_main(rank, n, a->id, a->what);
+}
+
+static int run(int n, int what) {
+  run_args a = {.what = what};
+  if (ncclGetUniqueId(&a.id) != ncclSuccess) return -1;
+  return gpu_ranks_run(n, rank_entry, &a);
 }
 
 int main(int argc, char **argv) {
-  /* CUDA is initialized only in the ranks (a process that forks after initializing it leaves
-   * its children unable to use it), so the probe for a device is a child too. */
-  int pfd[2];
-  char why[200] = "";
-  if (pipe(pfd) != 0) return 1;
-  pid_t p = fork();
-  if (p == 0) {
-    int count = 0;
-    cudaError_t e = cudaGetDeviceCount(&count);
-    char msg[200];
-    snprintf(msg, sizeof msg, "%s", e != cudaSuccess ? cudaGetErrorString(e) : count == 0 ? "no device" : "");
-    if (write(pfd[1], msg, strlen(msg) + 1) < 0) _exit(1);
-    _exit(e == cudaSuccess && count > 0 ? 0 : 3);
-  }
-  close(pfd[1]);
-  ssize_t got = read(pfd[0], why, sizeof why - 1);
-  (void)got;
-  int status = 0;
-  waitpid(p, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  char why[200];
+  if (!gpu_ranks_device(why, sizeof why)) {
     printf("1..0 # SKIP no CUDA device (%s)\n", why);
     return 0;
   }

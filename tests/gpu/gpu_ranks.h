@@ -1,0 +1,63 @@
+/* gpu_ranks.h: what the GPU tests share: the probe for a usable CUDA device and the ranks as
+ * forked processes sharing it. Header-only (static inline functions), CUDA runtime and POSIX only,
+ * so a test written against nccl.h alone can use it too.
+ *
+ * CUDA is initialized only in children: a process that initialized CUDA cannot hand it to
+ * the children it forks, so the probe runs in a child too, and the ranks are forked before
+ * the parent touches CUDA. */
+#ifndef WEFT_TESTS_GPU_RANKS_H
+#define WEFT_TESTS_GPU_RANKS_H
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* 1 when a child finds a CUDA device; else 0, with the reason in why[len]. */
+static inline int gpu_ranks_device(char *why, size_t len) {
+  int pfd[2];
+  if (len > 0) why[0] = '\0';
+  if (pipe(pfd) != 0) {
+    snprintf(why, len, "pipe failed");
+    return 0;
+  }
+  pid_t p = fork();
+  if (p == 0) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    char msg[200];
+    snprintf(msg, sizeof msg, "%s", e != cudaSuccess ? cudaGetErrorString(e) : count == 0 ? "no device" : "");
+    if (write(pfd[1], msg, strlen(msg) + 1) < 0) _exit(1);
+    _exit(e == cudaSuccess && count > 0 ? 0 : 3);
+  }
+  close(pfd[1]);
+  ssize_t got = read(pfd[0], why, len > 0 ? len - 1 : 0);
+  if (got >= 0 && (size_t)got < len) why[got] = '\0';
+  close(pfd[0]);
+  int status = 0;
+  waitpid(p, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Forks n ranks (at most 16), rank r running rank_main(r, n, arg) and exiting with what it
+ * returns; 0 when every rank exits 0, else 1 (a rank killed by a signal is named). */
+static inline int gpu_ranks_run(int n, int (*rank_main)(int rank, int n, void *arg), void *arg) {
+  pid_t pids[16];
+  if (n < 1 || n > 16) return 1;
+  for (int r = 0; r < n; r++) {
+    fflush(NULL);
+    pids[r] = fork();
+    if (pids[r] == 0) _exit(rank_main(r, n, arg));
+  }
+  int bad = 0;
+  for (int r = 0; r < n; r++) {
+    int status = 0;
+    waitpid(pids[r], &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      bad = 1;
+      if (WIFSIGNALED(status)) fprintf(stderr, "# rank %d killed by signal %d\n", r, WTERMSIG(status));
+    }
+  }
+  return bad;
+}
+#endif
