@@ -14,7 +14,8 @@
 #             and 4 ranks' small sweeps;
 #   staged    the staged path (plain cudaMalloc buffers): stream order and small sweep;
 #   nccl      libnccl.so.2 on device buffers and CUDA streams (tests/gpu/test_nccl_cuda),
-#             and nccl-tests -c 1 on it where pack.sh packed them (tests/gpu/nccl_tests.sh);
+#             and nccl-tests -c 1 on it where pack.sh packed them (tests/gpu/nccl_tests.sh),
+#             then on NVIDIA's NCCL where the machine has one (the ratio of the two);
 # GPU_KERNELS=1 adds the device kernels against the host kernels (~3 min).
 set -u
 b=$1
@@ -85,6 +86,14 @@ fi
 if [ -d "$b/nccl-tests" ]; then
   here=$(cd "$(dirname "$0")" && pwd)
   NCCL_TESTS_TIMEOUT=${NCCL_TESTS_TIMEOUT:-75} sh "$here/nccl_tests.sh" "$b" "$b/nccl-tests" "$out/nccl-tests" || rc=1
+  # The same on NVIDIA's NCCL where the machine's PyTorch brought one: 2 ranks on one GPU need
+  # NCCL_MULTI_RANK_GPU_ENABLE (NCCL 2.30); side by side with the rows above
+  nv=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.nccl"); print(list(s.submodule_search_locations)[0] + "/lib")' 2>/dev/null)
+  if [ -n "$nv" ] && [ -f "$nv/libnccl.so.2" ]; then
+    echo "== NVIDIA's NCCL ($nv), NCCL_MULTI_RANK_GPU_ENABLE=1"
+    NCCL_TESTS_LIBDIR=$nv NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_TESTS_TIMEOUT=${NCCL_TESTS_TIMEOUT:-75} \
+      sh "$here/nccl_tests.sh" "$b" "$b/nccl-tests" "$out/nccl-tests-nvidia"
+  fi
 fi
 
 if [ "${GPU_KERNELS:-0}" = 1 ]; then

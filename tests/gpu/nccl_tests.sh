@@ -6,7 +6,8 @@
 # Each run's output goes to OUT_DIR/<test>.log; its summary lines are printed. Exit status:
 # 0 when every run ended in time with 0 wrong values.
 # libnccl.so.2 comes from BUILD_DIR/nccl/.libs when there, else from NCCLTESTS_BIN_DIR.
-# Environment: NCCL_TESTS_TIMEOUT (seconds per run, 180), NCCL_TESTS_ARGS (the arguments,
+# Environment: NCCL_TESTS_LIBDIR (run on the libnccl.so.2 there instead, e.g. NVIDIA's),
+# NCCL_TESTS_TIMEOUT (seconds per run, 180), NCCL_TESTS_ARGS (the arguments,
 # "-b 8 -e 64M -f 4 -c 1 -t 2 -g 1"), NCCL_TESTS_MPS=1 (run under an MPS control daemon of
 # its own: the ranks' contexts then share the GPU at once instead of taking turns).
 set -u
@@ -15,6 +16,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 lib=$bin
 test -f "$build/nccl/.libs/libnccl.so.2" && lib=$(cd "$build/nccl/.libs" && pwd)
+[ -n "${NCCL_TESTS_LIBDIR:-}" ] && lib=$NCCL_TESTS_LIBDIR # another libnccl.so.2 (NVIDIA's, side by side)
 args=${NCCL_TESTS_ARGS:--b 8 -e 64M -f 4 -c 1 -t 2 -g 1}
 limit=${NCCL_TESTS_TIMEOUT:-180}
 if [ "${NCCL_TESTS_MPS:-0}" = 1 ]; then
@@ -32,6 +34,7 @@ for t in all_reduce all_gather reduce_scatter sendrecv; do
     WEFT_DEVMAP_DEVICES=2 timeout -k 10 "$limit" "$bin/${t}_perf" $args >"$log" 2>&1
   rc=$?
   grep -E "^#  Rank|Out of bounds|Avg bus bandwidth|wrong|Test (FAIL|failure)|failure|error" "$log" | head -20
+  awk '$1 ~ /^[0-9]+$/ && $1 >= 1048576' "$log" | head -8 # the rows from 1 MiB: time, algbw, busbw
   [ $rc -eq 124 ] && echo "# $t: TIMEOUT after ${limit}s; last lines:" && tail -5 "$log"
   [ $rc -ne 0 ] && echo "# $t: exit status $rc" && tail -3 "$log"
   grep -q "Out of bounds values : 0 OK" "$log" || rc=1
