@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "nccl/nccl_internal.h"
 
 typedef enum {
@@ -93,8 +94,12 @@ static ncclResult_t finish_inits(void) {
   ncclResult_t r = ncclSuccess;
   for (size_t i = 0; i < group_ninits; i++) {
     weft_status_t st = WEFT_IN_PROGRESS;
-    while (weft_comm_get_async_error(group_inits[i]->w, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS)
-      sched_yield();
+    /* weft's init deadline ends the wait; yield, then nap, so ranks on shared cores run */
+    for (unsigned round = 0;
+         weft_comm_get_async_error(group_inits[i]->w, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS; round++) {
+      if (round < 64) sched_yield();
+      else nanosleep(&(struct timespec){0, 50000}, NULL);
+    }
     if (st != WEFT_SUCCESS && r == ncclSuccess) r = nccl__from_weft(st);
   }
   group_ninits = 0;

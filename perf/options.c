@@ -23,7 +23,7 @@ void perf_default_opts(perf_opts_t *o) {
   *o = (perf_opts_t){.minbytes = 32u << 20, .maxbytes = 32u << 20, .stepbytes = 1u << 20,
                      .stepfactor = 1, .iters = 20, .warmup = 1, .agg = 1, .check = 1,
                      .average = 1, .run_cycles = 1, .type = WEFT_FLOAT32, .op = WEFT_SUM,
-                     .root = 0};
+                     .root = 0, .buffers = -1};
 }
 
 /* In weft_comm_init_from_env's order: the most specific launcher first. */
@@ -119,6 +119,9 @@ static const char *parse_option(perf_opts_t *o, int ch, const char *arg) {
     return o->root < -1 ? "-r must be a rank, -1 or all" : NULL;
   case 'J': o->json_path = arg; return NULL;
   case 'R': o->local_register = (int)v; return v < 0 || v > 2 ? "-R must be 0, 1 or 2" : NULL;
+  case 'B':
+    o->buffers = strcmp(arg, "auto") == 0 ? -1 : strcmp(arg, "host") == 0 ? 0 : strcmp(arg, "device") == 0 ? 1 : -2;
+    return o->buffers == -2 ? "-B must be auto, host or device" : NULL;
   case 'o': return bad_op(o, arg);
   case 'd': return bad_type(o, arg);
   default: return "unknown option";
@@ -157,6 +160,8 @@ static void usage(FILE *f, const char *prog) {
           "[-R,--local_register <0/1/2>] (1: the benchmark's own buffers registered with "
           "weft_comm_register, which adopts them;\n\t    2: buffers from weft_mem_alloc "
           "registered as windows; with either, collectives run direct; default 0)\n\t"
+          "[-B,--buffers <auto/host/device>] (weft: where the buffers are; auto, the default: on "
+          "the rank's GPU where weft was built with CUDA and one is there, as nccl-tests, else host)\n\t"
           "[-x,--cta_policy], [-D,--device_implementation], [-V,--device_cta_count] "
           "(no GPU kernels: refused; -D 0 accepted)\n\t"
           "[-M,--memory <0/1> enable memory usage report (default: 0)]\n\t"
@@ -198,12 +203,13 @@ int perf_parse_args(int argc, char **argv, perf_ctx_t *c) {
       {"device_cta_count", required_argument, 0, 'V'}, {"memory", required_argument, 0, 'M'},
       {"unalign", required_argument, 0, 'u'},    {"per_iter_timing", required_argument, 0, 'I'},
       {"per_iter_skip", required_argument, 0, 'K'}, {"latency", required_argument, 0, 'L'},
+      {"buffers", required_argument, 0, 'B'},
       {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
   perf_opts_t *o = &c->o;
   int quiet = perf_env_rank() > 0, ch;
   argv[0] = (char *)c->prog; /* getopt's own messages: "all_reduce_perf", not ".libs/..." */
   opterr = !quiet;
-  while ((ch = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:L:",
+  while ((ch = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:p:I:K:c:o:d:r:z:y:T:hG:C:a:R:x:D:V:J:S:M:u:L:B:",
                            longopts, NULL)) != -1) {
     if (ch == 'h' || ch == '?' || ch == ':') {
       if (!quiet)

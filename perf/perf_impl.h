@@ -24,6 +24,7 @@ typedef struct {
   int latency;       /* -L (weft): p50/p99 of single blocking calls */
   int parallel_init; /* -p: accepted; ranks are processes, always in parallel */
   int local_register; /* -R: 0 plain; 1 weft_mem_alloc; 2 + registered windows */
+  int buffers;       /* -B (weft): -1 auto (a GPU's memory where there is one), 0 host, 1 device */
   int type, op, root; /* -1: all */
   const char *json_path; /* -J: NULL for none */
 } perf_opts_t;
@@ -54,6 +55,10 @@ typedef struct {
   weft_stream_t stream; /* NULL when calls block (-z, -y) */
   int rank, nranks;
   char *sendbuf, *recvbuf, *expected;
+  int on_device;       /* the send and receive buffers are device memory (-B, perf/device.h) */
+  int device;          /* its CUDA ordinal */
+  char device_desc[64]; /* "[pci bus id] name" */
+  char *hsend, *hrecv; /* on_device: host copies of the buffers, for filling and checking */
   size_t recvbytes, bufbytes; /* bufbytes: the send and receive buffers (with -u padding) */
   double bw_sum;
   int bw_count;

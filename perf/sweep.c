@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "perf/device.h"
 #include "perf/perf_impl.h"
 
 /* ------------------------------------------------------------------------------------
@@ -42,6 +43,14 @@ static void die(perf_ctx_t *c, const char *what, weft_status_t st) {
           weft_get_error_string(st), weft_get_last_error(c->comm));
   if (c->comm)
     weft_comm_abort(c->comm); /* peers learn at once instead of at their deadline */
+  exit(2);
+}
+
+/* A device step (perf/device.h) failed: its CUDA error. */
+static void die_device(perf_ctx_t *c, const char *what) {
+  fprintf(stderr, "%s: rank %d: %s failed: %s\n", c->prog, c->rank, what, perf_dev_error());
+  if (c->comm)
+    weft_comm_abort(c->comm);
   exit(2);
 }
 
@@ -128,14 +137,32 @@ static void start_coll(perf_ctx_t *c, const perf_call_t *call, int in_place, int
 static void complete_coll(perf_ctx_t *c) {
   if (c->stream)
     PERF_CHECK(c, "weft_stream_synchronize", weft_stream_synchronize(c->stream));
+  if (c->on_device && perf_dev_stream_sync() != 0) /* the results' copies back, in CUDA's order */
+    die_device(c, "waiting for the CUDA stream");
+}
+
+/* Where the host reaches p, a place in the send or receive buffer: p itself, or with device
+ * buffers its place in their host copy. */
+static char *host_of(perf_ctx_t *c, char *p) {
+  if (!c->on_device)
+    return p;
+  return p >= c->recvbuf && p < c->recvbuf + c->bufbytes ? c->hrecv + (p - c->recvbuf) : c->hsend + (p - c->sendbuf);
+}
+
+static void to_device(perf_ctx_t *c, char *p, size_t n) {
+  if (c->on_device && n > 0 && perf_dev_copy(p, host_of(c, p), n) != 0)
+    die_device(c, "copying the input to the device");
 }
 
 /* Fresh inputs; the receive region is poisoned first so unwritten elements show up. */
 static void init_data(perf_ctx_t *c, const perf_call_t *call, int in_place) {
   char *send, *recv;
   buffers_of(c, call, in_place, &send, &recv);
-  memset(recv, 0xa5, call->counts.recvcount * weft_datatype_size(call->type));
-  c->coll->fill_input(call, send);
+  size_t es = weft_datatype_size(call->type);
+  memset(host_of(c, recv), 0xa5, call->counts.recvcount * es);
+  c->coll->fill_input(call, host_of(c, send));
+  to_device(c, recv, call->counts.recvcount * es); /* in place the input lies inside: it goes too */
+  to_device(c, send, call->counts.sendcount * es);
 }
 
 static int64_t count_wrong(perf_ctx_t *c, const perf_call_t *call, int in_place) {
@@ -143,6 +170,11 @@ static int64_t count_wrong(perf_ctx_t *c, const perf_call_t *call, int in_place)
   buffers_of(c, call, in_place, &send, &recv);
   size_t es = weft_datatype_size(call->type);
   size_t n = c->coll->expected(call, c->expected);
+  if (c->on_device) {
+    if (n > 0 && perf_dev_copy(host_of(c, recv), recv, n * es) != 0)
+      die_device(c, "copying the result from the device");
+    recv = host_of(c, recv);
+  }
   if (memcmp(recv, c->expected, n * es) == 0)
     return 0;
   int64_t wrong = 0;
@@ -353,7 +385,7 @@ static void run_tests(perf_ctx_t *c) {
 typedef struct {
   int32_t rank, pid, device;
   char host[64];
-  char info[96];
+  char info[192];
 } perf_rank_info_t;
 
 /* In weft_comm_init_from_env's order: the most specific launcher first. */
@@ -384,6 +416,10 @@ static void print_devices(perf_ctx_t *c) {
   gethostname(me.host, sizeof(me.host) - 1);
   cpu_list(cpus, sizeof(cpus));
   snprintf(me.info, sizeof(me.info), "weft %s, CPUs %s", transport_name(), cpus);
+  if (c->on_device) { /* as nccl-tests: the GPU's PCI bus id and name */
+    me.device = c->device;
+    snprintf(me.info, sizeof(me.info), "%s (weft %s, CPUs %s)", c->device_desc, transport_name(), cpus);
+  }
   perf_rank_info_t *all = calloc((size_t)c->nranks, sizeof(*all));
   if (!all)
     die(c, "calloc of the rank list", WEFT_ERR_NO_MEMORY);
@@ -399,8 +435,9 @@ static void print_devices(perf_ctx_t *c) {
   perf_json_config(c->json, c);
   for (int r = 0; c->rank == 0 && r < c->nranks; r++) {
     char line[256];
-    snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n",
-             all[r].rank, 0, (int)all[r].pid, all[r].host, (int)all[r].device, all[r].info);
+    int gpu = all[r].info[0] == '['; /* a GPU's "[bus id] name"; else host buffers */
+    snprintf(line, sizeof(line), "#  Rank %2d Group %2d Pid %6d on %10s device %2d %s%s\n",
+             all[r].rank, 0, (int)all[r].pid, all[r].host, (int)all[r].device, gpu ? "" : "[cpu] ", all[r].info);
     perf_print_device(line);
     perf_json_device(c->json, all[r].rank, all[r].pid, all[r].host, all[r].device, all[r].info);
   }
@@ -432,6 +469,13 @@ static char *alloc_buffer(perf_ctx_t *c, size_t bytes, int reg) {
     bytes = 1;
   void *p;
   weft_window_t w;
+  if (c->on_device) { /* the rank's GPU (-B): cudaMalloc'd, or weft_mem_alloc_device's for -R 2 */
+    if (perf_dev_alloc(&p, bytes, reg == 2) != 0)
+      die_device(c, "allocating a benchmark buffer on the device");
+    if (reg == 2)
+      PERF_CHECK(c, "registering a benchmark buffer as a window (-R 2)", weft_comm_window_register(c->comm, p, bytes, &w, 0));
+    return p;
+  }
   if (reg == 2) {
     PERF_CHECK(c, "weft_mem_alloc of a benchmark buffer (-R 2)", weft_mem_alloc(&p, bytes));
   } else {
@@ -448,6 +492,29 @@ static char *alloc_buffer(perf_ctx_t *c, size_t bytes, int reg) {
   return p;
 }
 
+/* -B: the buffers on the rank's GPU (auto: where weft has CUDA and a GPU is there). With
+ * -R 1 they stay on the host: weft_comm_register adopts host memory only. */
+static void choose_buffers(perf_ctx_t *c) {
+  c->on_device = 0;
+  if (c->o.buffers == 0)
+    return;
+  if (c->o.local_register == 1) {
+    if (c->o.buffers == 1) {
+      fprintf(stderr, "%s: rank %d: -B device with -R 1: weft_comm_register takes host memory; use -R 2 "
+              "(device windows) or -B host\n", c->prog, c->rank);
+      weft_comm_abort(c->comm);
+      exit(2);
+    }
+    return;
+  }
+  if (perf_dev_open(local_rank_from_env(), &c->device, c->device_desc, sizeof(c->device_desc)) != 0) {
+    if (c->o.buffers == 1)
+      die_device(c, "-B device: opening the rank's GPU");
+    return; /* auto: host */
+  }
+  c->on_device = 1;
+}
+
 static void setup(perf_ctx_t *c) {
   weft_config_t cfg = WEFT_CONFIG_INITIALIZER;
   if (c->o.timeout_s > 0)
@@ -458,8 +525,13 @@ static void setup(perf_ctx_t *c) {
              weft_comm_init_from_env(&c->comm, &cfg));
   PERF_CHECK(c, "weft_comm_user_rank", weft_comm_user_rank(c->comm, &c->rank));
   PERF_CHECK(c, "weft_comm_count", weft_comm_count(c->comm, &c->nranks));
-  if (!c->o.blocking && !c->o.stream_null)
-    PERF_CHECK(c, "weft_stream_create", weft_stream_create(&c->stream));
+  choose_buffers(c);
+  if (!c->o.blocking && !c->o.stream_null) {
+    if (c->on_device && perf_dev_stream_create(&c->stream) != 0)
+      die_device(c, "a CUDA stream for the calls");
+    if (!c->on_device)
+      PERF_CHECK(c, "weft_stream_create", weft_stream_create(&c->stream));
+  }
   long rss1 = resident_bytes();
   /* counts of one-byte elements are byte counts; every type needs at most these */
   perf_counts_t max;
@@ -469,7 +541,14 @@ static void setup(perf_ctx_t *c) {
   /* both as large as the larger side, as nccl-tests: in-place runs send from recvbuf */
   c->sendbuf = alloc_buffer(c, c->bufbytes, c->o.local_register);
   c->recvbuf = alloc_buffer(c, c->bufbytes, c->o.local_register);
+  int dev = c->on_device;
+  c->on_device = 0; /* the expected result and the host copies are host memory */
   c->expected = alloc_buffer(c, c->recvbytes, 0);
+  if (dev) {
+    c->hsend = alloc_buffer(c, c->bufbytes, 0);
+    c->hrecv = alloc_buffer(c, c->bufbytes, 0);
+  }
+  c->on_device = dev;
   c->lat = calloc((size_t)c->o.iters, sizeof(double));
   c->iter = calloc((size_t)c->o.iters, sizeof(double));
   if (!c->lat || !c->iter)
@@ -490,11 +569,23 @@ static int check_setup(perf_ctx_t *c) {
 }
 
 static void teardown(perf_ctx_t *c) {
-  if (c->stream)
+  if (c->stream && c->on_device)
+    perf_dev_stream_destroy(c->stream);
+  else if (c->stream)
     PERF_CHECK(c, "weft_stream_destroy", weft_stream_destroy(c->stream));
   PERF_CHECK(c, "weft_comm_destroy", weft_comm_destroy(c->comm));
   c->comm = NULL;
-  if (c->o.local_register == 2) { /* the windows went with the communicator */
+  if (c->on_device) {
+    if (c->o.local_register == 2) {
+      PERF_CHECK(c, "weft_mem_free", weft_mem_free(c->sendbuf));
+      PERF_CHECK(c, "weft_mem_free", weft_mem_free(c->recvbuf));
+    } else {
+      perf_dev_free(c->sendbuf);
+      perf_dev_free(c->recvbuf);
+    }
+    munmap(c->hsend, c->bufbytes ? c->bufbytes : 1);
+    munmap(c->hrecv, c->bufbytes ? c->bufbytes : 1);
+  } else if (c->o.local_register == 2) { /* the windows went with the communicator */
     PERF_CHECK(c, "weft_mem_free", weft_mem_free(c->sendbuf));
     PERF_CHECK(c, "weft_mem_free", weft_mem_free(c->recvbuf));
   } else {

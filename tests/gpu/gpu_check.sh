@@ -13,6 +13,7 @@
 #             share the GPU instead of taking turns): stream order, the benchmark, and 3
 #             and 4 ranks' small sweeps;
 #   staged    the staged path (plain cudaMalloc buffers): stream order and small sweep;
+#   perf      weft's perf programs on device buffers, plain and in windows (-R 2);
 #   nccl      libnccl.so.2 on device buffers and CUDA streams (tests/gpu/test_nccl_cuda),
 #             and nccl-tests -c 1 on it where pack.sh packed them (tests/gpu/nccl_tests.sh),
 #             then on NVIDIA's NCCL where the machine has one (the ratio of the two);
@@ -77,6 +78,21 @@ unset WEFT_CUDA_DIRECT
 
 part staged_order 45 "$t" --only order 2
 part staged_small 60 "$t" --only small 2
+
+# weft's own nccl-tests-style programs, device buffers (their default where a GPU is), 2 ranks
+# on the GPU: plain cudaMalloc buffers (staged), then device windows (-R 2, the direct path)
+if [ -x "$b/bin/all_reduce_perf" ]; then
+  for c in all_reduce all_gather reduce_scatter broadcast; do
+    part perf_$c 90 "$b/bin/weftrun" -n 2 "$b/bin/${c}_perf" -b 8 -e 128M -f 16 -c 1 -n 20 -w 5
+    grep -E '^ +[0-9]' "$out/perf_$c.log" | tail -3
+    if [ -n "$good" ]; then
+      export WEFT_CUDA_DIRECT=$good
+      part perf_${c}_R2 90 "$b/bin/weftrun" -n 2 "$b/bin/${c}_perf" -b 8 -e 128M -f 16 -c 1 -n 20 -w 5 -R 2
+      grep -E '^ +[0-9]' "$out/perf_${c}_R2.log" | tail -3
+      unset WEFT_CUDA_DIRECT
+    fi
+  done
+fi
 
 # libnccl.so.2 on device buffers and CUDA streams: its own test, then NVIDIA's nccl-tests
 # where pack.sh packed them (2 ranks as threads of one process: no CUDA IPC between them)
