@@ -31,7 +31,7 @@ if [ $# -gt 2 ]; then
   mkdir -p "$d/nccl-tests"
   cp "$3"/*_perf "$3"/nccl_tests_devmap.so "$3"/libcudart.so.* "$d/nccl-tests/"
 fi
-ldd "$d"/tests/gpu/* "$d"/bin/* "$d/lib/libnccl.so.2" 2>/dev/null | awk '/=>/ {print $3}' | sort -u | while read -r l; do
+ldd "$d"/tests/gpu/* "$d"/bin/* "$d/lib/libnccl.so.2" 2>/dev/null | awk '/=> \// {print $3}' | sort -u | while read -r l; do
   case $(basename "$l") in
     libc.so*|libm.so*|libgcc_s.so*|libstdc++.so*|libpthread.so*|libdl.so*|librt.so*|libnccl.so*|libweft.so*) ;;
     *) cp -L "$l" "$d/lib/" ;;
