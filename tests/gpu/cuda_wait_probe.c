@@ -268,11 +268,7 @@ static void two_processes(pid_t pid, int rd, int wr) {
 int main(void) {
   /* The device check and the peer are children: a process that initialized CUDA cannot
    * give it to a child it forks. */
-  char why[200];
-  if (!gpu_ranks_device(why, sizeof why)) {
-    printf("1..0 # SKIP no CUDA device (%s)\n", why);
-    return 0;
-  }
+  if (gpu_ranks_skip()) return 0;
   int to_peer[2], from_peer[2];
   if (pipe(to_peer) || pipe(from_peer)) return 1;
   pid_t pid = fork();

@@ -39,15 +39,26 @@ static inline int gpu_ranks_device(char *why, size_t len) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-/* Forks n ranks (at most 16), rank r running rank_main(r, n, arg) and exiting with what it
- * returns; 0 when every rank exits 0, else 1 (a rank killed by a signal is named). */
-static inline int gpu_ranks_run(int n, int (*rank_main)(int rank, int n, void *arg), void *arg) {
+/* The TAP plan of a test without a device: prints "1..0 # SKIP" with the reason and returns
+ * 1; 0 (nothing printed) when a device is there. */
+static inline int gpu_ranks_skip(void) {
+  char why[200];
+  if (gpu_ranks_device(why, sizeof why)) return 0;
+  printf("1..0 # SKIP no CUDA device (%s)\n", why);
+  return 1;
+}
+
+/* Forks n ranks (at most 16), rank r running rank_main(r, n, id, what) (id: the job's
+ * unique id, of whichever API) and exiting with what it returns; 0 when every rank exits 0,
+ * else 1 (a rank killed by a signal is named). */
+static inline int gpu_ranks_run(int n, int (*rank_main)(int rank, int n, const void *id, int what),
+                                const void *id, int what) {
   pid_t pids[16];
   if (n < 1 || n > 16) return 1;
   for (int r = 0; r < n; r++) {
     fflush(NULL);
     pids[r] = fork();
-    if (pids[r] == 0) _exit(rank_main(r, n, arg));
+    if (pids[r] == 0) _exit(rank_main(r, n, id, what));
   }
   int bad = 0;
   for (int r = 0; r < n; r++) {

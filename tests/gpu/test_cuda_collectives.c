@@ -461,7 +461,9 @@ static void bench(void) {
 
 /* ---- ranks ---------------------------------------------------------------------------------------- */
 
-static int rank_main(int rank, int n, weft_unique_id_t id, int what) {
+static int rank_main(int rank, int n, const void *idp, int what) {
+  weft_unique_id_t id;
+  memcpy(&id, idp, sizeof id);
   me = rank;
   nr = n;
   if (cudaSetDevice(0) != cudaSuccess) return 2;
@@ -517,30 +519,15 @@ static int rank_main(int rank, int n, weft_unique_id_t id, int what) {
   return fails > 0;
 }
 
-/* What every rank of one run gets. */
-typedef struct {
-  weft_unique_id_t id;
-  int what;
-} run_args;
-
-static int rank_entry(int rank, int n, void *arg) {
-  const run_args *a = arg;
-  return rank_main(rank, n, a->id, a->what);
-}
-
 /* Forks n ranks running `what`; 0 when all exit 0. */
 static int run(int n, int what) {
-  run_args a = {.what = what};
-  if (weft_get_unique_id(&a.id) != WEFT_SUCCESS) return -1;
-  return gpu_ranks_run(n, rank_entry, &a);
+  weft_unique_id_t id;
+  if (weft_get_unique_id(&id) != WEFT_SUCCESS) return -1;
+  return gpu_ranks_run(n, rank_main, &id, what);
 }
 
 int main(int argc, char **argv) {
-  char why[200];
-  if (!gpu_ranks_device(why, sizeof why)) {
-    printf("1..0 # SKIP no CUDA device (%s)\n", why);
-    return 0;
-  }
+  if (gpu_ranks_skip()) return 0;
   if (argc > 1 && strcmp(argv[1], "--windows") == 0) { /* first: the options below as before */
     use_windows = 1;
     argv[1] = argv[0];

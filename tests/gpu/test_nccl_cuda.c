@@ -322,7 +322,9 @@ static void errors(void) {
 
 /* ---- ranks ---------------------------------------------------------------------------------------- */
 
-static int rank_main(int rank, int n, ncclUniqueId id, int what) {
+static int rank_main(int rank, int n, const void *idp, int what) {
+  ncclUniqueId id;
+  memcpy(&id, idp, sizeof id);
   me = rank, nr = n;
   signal(SIGALRM, stuck);
   alarm(50);
@@ -357,28 +359,14 @@ static int rank_main(int rank, int n, ncclUniqueId id, int what) {
   return fails > 0;
 }
 
-typedef struct {
-  ncclUniqueId id;
-  int what;
-} run_args;
-
-static int rank_entry(int rank, int n, void *arg) {
-  const run_args *a = arg;
-  return rank_main(rank, n, a->id, a->what);
-}
-
 static int run(int n, int what) {
-  run_args a = {.what = what};
-  if (ncclGetUniqueId(&a.id) != ncclSuccess) return -1;
-  return gpu_ranks_run(n, rank_entry, &a);
+  ncclUniqueId id;
+  if (ncclGetUniqueId(&id) != ncclSuccess) return -1;
+  return gpu_ranks_run(n, rank_main, &id, what);
 }
 
 int main(int argc, char **argv) {
-  char why[200];
-  if (!gpu_ranks_device(why, sizeof why)) {
-    printf("1..0 # SKIP no CUDA device (%s)\n", why);
-    return 0;
-  }
+  if (gpu_ranks_skip()) return 0;
   int ranks[8], nrk = 0;
   for (int i = 1; i < argc && nrk < 8; i++) ranks[nrk++] = atoi(argv[i]);
   if (nrk == 0) ranks[0] = 2, ranks[1] = 3, nrk = 2;
