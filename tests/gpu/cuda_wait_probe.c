@@ -49,7 +49,7 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-#define CK(call)                                                                      \
+#define MUST(call)                                                                      \
   do {                                                                                \
     cudaError_t e_ = (call);                                                          \
     if (e_ != cudaSuccess) {                                                          \
@@ -79,8 +79,8 @@ static pthread_t arm(void) {
     exit(1);
   }
   cudaEvent_t e;
-  CK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  CK(cudaEventRecord(e, A));
+  MUST(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  MUST(cudaEventRecord(e, A));
   usleep(20000); /* A is in its wait by now */
   if (cudaEventQuery(e) != cudaErrorNotReady) printf("# note: stream A's wait did not hold\n");
   cudaGetLastError();
@@ -100,87 +100,87 @@ static void report(const char *what, double t0, double t1) {
 
 static void finish(pthread_t th) {
   pthread_join(th, NULL);
-  CK(cudaStreamSynchronize(A));
+  MUST(cudaStreamSynchronize(A));
 }
 
 static void setup(void) {
-  CK(cudaSetDevice(0));
+  MUST(cudaSetDevice(0));
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q;
-  CK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q));
+  MUST(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q));
   wait32 = (pfn_wait32)fn;
-  CK(cudaHostAlloc((void **)&word, 64, cudaHostAllocMapped | cudaHostAllocPortable));
+  MUST(cudaHostAlloc((void **)&word, 64, cudaHostAllocMapped | cudaHostAllocPortable));
   *word = 0;
-  CK(cudaHostGetDevicePointer((void **)&word_dev, (void *)word, 0));
-  CK(cudaStreamCreateWithFlags(&A, cudaStreamNonBlocking));
-  CK(cudaStreamCreateWithFlags(&B, cudaStreamNonBlocking));
+  MUST(cudaHostGetDevicePointer((void **)&word_dev, (void *)word, 0));
+  MUST(cudaStreamCreateWithFlags(&A, cudaStreamNonBlocking));
+  MUST(cudaStreamCreateWithFlags(&B, cudaStreamNonBlocking));
 }
 
 /* ---- one process ---------------------------------------------------------------------------- */
 
 static void same_process(void) {
   char *x, *y, *h;
-  CK(cudaMalloc((void **)&x, BYTES));
-  CK(cudaMalloc((void **)&y, BYTES));
-  CK(cudaMemset(x, 1, BYTES));
-  CK(cudaDeviceSynchronize());
+  MUST(cudaMalloc((void **)&x, BYTES));
+  MUST(cudaMalloc((void **)&y, BYTES));
+  MUST(cudaMemset(x, 1, BYTES));
+  MUST(cudaDeviceSynchronize());
   cudaEvent_t eb;
-  CK(cudaEventCreateWithFlags(&eb, cudaEventDisableTiming));
+  MUST(cudaEventCreateWithFlags(&eb, cudaEventDisableTiming));
   double t0;
   pthread_t th;
 
   th = arm();
   t0 = now_ms();
-  CK(cudaMemcpyAsync(y, x, BYTES, cudaMemcpyDeviceToDevice, B));
-  CK(cudaEventRecord(eb, B));
-  CK(cudaEventSynchronize(eb));
+  MUST(cudaMemcpyAsync(y, x, BYTES, cudaMemcpyDeviceToDevice, B));
+  MUST(cudaEventRecord(eb, B));
+  MUST(cudaEventSynchronize(eb));
   report("same process: 64 MiB D2D copy on stream B, then its event", t0, now_ms());
   finish(th);
 
   th = arm();
   t0 = now_ms();
-  CK(cudaMemsetAsync(y, 2, BYTES, B));
+  MUST(cudaMemsetAsync(y, 2, BYTES, B));
   while (cudaEventQuery(eb) == cudaErrorNotReady) usleep(100);
-  CK(cudaEventRecord(eb, B));
+  MUST(cudaEventRecord(eb, B));
   while (cudaEventQuery(eb) == cudaErrorNotReady) usleep(100);
   report("same process: memset on B, polled with cudaEventQuery", t0, now_ms());
   finish(th);
 
   th = arm();
   t0 = now_ms();
-  CK(cudaStreamSynchronize(B));
+  MUST(cudaStreamSynchronize(B));
   report("same process: cudaStreamSynchronize(B), B empty", t0, now_ms());
   finish(th);
 
   cudaIpcMemHandle_t ipc;
   th = arm();
   t0 = now_ms();
-  CK(cudaIpcGetMemHandle(&ipc, x));
+  MUST(cudaIpcGetMemHandle(&ipc, x));
   report("same process: cudaIpcGetMemHandle", t0, now_ms());
   finish(th);
 
   char *z;
   th = arm();
   t0 = now_ms();
-  CK(cudaMalloc((void **)&z, 1 << 20));
+  MUST(cudaMalloc((void **)&z, 1 << 20));
   report("same process: cudaMalloc 1 MiB", t0, now_ms());
   finish(th);
 
   th = arm();
   t0 = now_ms();
-  CK(cudaFree(z));
+  MUST(cudaFree(z));
   report("same process: cudaFree", t0, now_ms());
   finish(th);
 
   th = arm();
   t0 = now_ms();
-  CK(cudaHostAlloc((void **)&h, 1 << 20, cudaHostAllocPortable));
+  MUST(cudaHostAlloc((void **)&h, 1 << 20, cudaHostAllocPortable));
   report("same process: cudaHostAlloc 1 MiB", t0, now_ms());
   finish(th);
 
   th = arm();
   t0 = now_ms();
-  CK(cudaFreeHost(h));
+  MUST(cudaFreeHost(h));
   report("same process: cudaFreeHost", t0, now_ms());
   finish(th);
 
@@ -197,11 +197,11 @@ static void peer(int rd, int wr) {
   alarm(60);
   setup();
   char *x;
-  CK(cudaMalloc((void **)&x, BYTES));
-  CK(cudaMemset(x, 3, BYTES));
-  CK(cudaDeviceSynchronize());
+  MUST(cudaMalloc((void **)&x, BYTES));
+  MUST(cudaMemset(x, 3, BYTES));
+  MUST(cudaDeviceSynchronize());
   cudaIpcMemHandle_t ipc;
-  CK(cudaIpcGetMemHandle(&ipc, x));
+  MUST(cudaIpcGetMemHandle(&ipc, x));
   if (write(wr, &ipc, sizeof ipc) != (ssize_t)sizeof ipc) exit(1);
   char c;
   while (read(rd, &c, 1) == 1 && c != 'q') {
@@ -221,42 +221,42 @@ static void two_processes(pid_t pid, int rd, int wr) {
     return;
   }
   char *y, *peer_x = NULL;
-  CK(cudaMalloc((void **)&y, BYTES));
-  CK(cudaDeviceSynchronize());
+  MUST(cudaMalloc((void **)&y, BYTES));
+  MUST(cudaDeviceSynchronize());
   cudaEvent_t eb;
-  CK(cudaEventCreateWithFlags(&eb, cudaEventDisableTiming));
+  MUST(cudaEventCreateWithFlags(&eb, cudaEventDisableTiming));
   double t0;
 
   pthread_t th = arm();
   t0 = now_ms();
-  CK(cudaIpcOpenMemHandle((void **)&peer_x, ipc, cudaIpcMemLazyEnablePeerAccess));
+  MUST(cudaIpcOpenMemHandle((void **)&peer_x, ipc, cudaIpcMemLazyEnablePeerAccess));
   report("two processes: cudaIpcOpenMemHandle of the peer's allocation", t0, now_ms());
   finish(th);
 
   th = arm();
   t0 = now_ms();
-  CK(cudaMemcpyAsync(y, peer_x, BYTES, cudaMemcpyDeviceToDevice, B));
-  CK(cudaEventRecord(eb, B));
-  CK(cudaEventSynchronize(eb));
+  MUST(cudaMemcpyAsync(y, peer_x, BYTES, cudaMemcpyDeviceToDevice, B));
+  MUST(cudaEventRecord(eb, B));
+  MUST(cudaEventSynchronize(eb));
   report("two processes: 64 MiB copy on B from the peer's memory", t0, now_ms());
   finish(th);
 
   char c = 'w';
   if (write(wr, &c, 1) != 1 || read(rd, &c, 1) != 1) return;
   t0 = now_ms();
-  CK(cudaMemcpyAsync(y, peer_x, BYTES, cudaMemcpyDeviceToDevice, B));
-  CK(cudaEventRecord(eb, B));
-  CK(cudaEventSynchronize(eb));
+  MUST(cudaMemcpyAsync(y, peer_x, BYTES, cudaMemcpyDeviceToDevice, B));
+  MUST(cudaEventRecord(eb, B));
+  MUST(cudaEventSynchronize(eb));
   report("two processes: that copy while the PEER's stream waits", t0, now_ms());
   usleep((RELEASE_MS + 200) * 1000);
 
   unsigned char hb[16];
-  CK(cudaMemcpy(hb, y, sizeof hb, cudaMemcpyDeviceToHost));
+  MUST(cudaMemcpy(hb, y, sizeof hb, cudaMemcpyDeviceToHost));
   printf("# the copy read the peer's bytes: %s\n", hb[0] == 3 && hb[15] == 3 ? "yes" : "NO");
 
   th = arm();
   t0 = now_ms();
-  CK(cudaIpcCloseMemHandle(peer_x));
+  MUST(cudaIpcCloseMemHandle(peer_x));
   report("two processes: cudaIpcCloseMemHandle", t0, now_ms());
   finish(th);
   c = 'q';

@@ -13,6 +13,26 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* The tests' reports: FAIL(...) counts a failure in `fails` and prints the first 20 on
+ * stderr, each naming the rank `me`; CK(call) FAILs a CUDA call that did not succeed and
+ * returns from the (void) function. The including test defines `me` and `fails`. */
+#define FAIL(...)                                   \
+  do {                                              \
+    if (fails++ < 20) {                             \
+      fprintf(stderr, "# rank %d: ", me);           \
+      fprintf(stderr, __VA_ARGS__);                 \
+      fprintf(stderr, "\n");                        \
+    }                                               \
+  } while (0)
+#define CK(call)                                                                \
+  do {                                                                          \
+    cudaError_t e_ = (call);                                                    \
+    if (e_ != cudaSuccess) {                                                    \
+      FAIL("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      return;                                                                   \
+    }                                                                           \
+  } while (0)
+
 /* 1 when a child finds a CUDA device; else 0, with the reason in why[len]. */
 static inline int gpu_ranks_device(char *why, size_t len) {
   int pfd[2];

@@ -41,22 +41,6 @@ static void stuck(int sig) {
   _exit(9);
 }
 
-#define FAIL(...)                                   \
-  do {                                              \
-    if (fails++ < 20) {                             \
-      fprintf(stderr, "# rank %d: ", me);           \
-      fprintf(stderr, __VA_ARGS__);                 \
-      fprintf(stderr, "\n");                        \
-    }                                               \
-  } while (0)
-#define CK(call)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (call);                                                      \
-    if (e_ != cudaSuccess) {                                                      \
-      FAIL("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-      return;                                                                     \
-    }                                                                             \
-  } while (0)
 #define NK(call)                                                                                       \
   do {                                                                                                 \
     ncclResult_t r_ = (call);                                                                          \
