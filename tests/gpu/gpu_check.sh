@@ -7,23 +7,31 @@
 #   probe     what CUDA does while a stream waits (cuda_wait_probe);
 #   windows   buffers in registered device windows, 2 ranks sharing the GPU, the direct
 #             path through CUDA IPC (staged below 4 KiB) in both its forms
-#             (WEFT_CUDA_DIRECT=2, then 1): stream order, the benchmark, the small and
-#             the large sweeps;
+#             (WEFT_CUDA_DIRECT=2, then 1): stream order and the benchmark, then the small
+#             and the large sweeps for the first form that did not hang;
 #   mps       for the first form that did not hang, under MPS (the processes' kernels then
 #             share the GPU instead of taking turns): stream order, the benchmark, and 3
 #             and 4 ranks' small sweeps;
 #   staged    the staged path (plain cudaMalloc buffers): stream order and small sweep;
-#   perf      weft's perf programs on device buffers, plain and in windows (-R 2);
+#   perf      weft's all_reduce_perf and all_gather_perf on device buffers, plain and in
+#             windows (-R 2);
 #   nccl      libnccl.so.2 on device buffers and CUDA streams (tests/gpu/test_nccl_cuda),
 #             and nccl-tests -c 1 on it where pack.sh packed them (tests/gpu/nccl_tests.sh),
 #             then on NVIDIA's NCCL where the machine has one (the ratio of the two);
-# GPU_KERNELS=1 adds the device kernels against the host kernels (~3 min).
+# GPU_KERNELS=1 adds the device kernels against the host kernels (~3 min). About 8 minutes
+# in all (estimated: not yet run whole). Here, before the call:
+#   sh tests/gpu/nccl_tests_build.sh NCCLTESTS_SRC build /tmp/nt-bin   # optional
+#   sh tests/gpu/pack.sh build .gpu-carry/gpu.tar.xz /tmp/nt-bin          # .gpu-carry/ git-ignored
+# and the call: carry .gpu-carry, timeout 590 s, command
+#   mkdir -p /tmp/g && tar -xJf .gpu-carry/gpu.tar.xz -C /tmp/g && set -o pipefail;
+#   LD_LIBRARY_PATH=/tmp/g/lib sh tests/gpu/gpu_check.sh /tmp/g $OUT 2>&1 | tee $OUT/summary.txt
 set -u
 b=$1
 out=$2
 mkdir -p "$out"
 t=$b/tests/gpu/test_cuda_collectives
 rc=0
+t0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -2
 
 # part NAME TIMEOUT COMMAND...: runs it into $out/NAME.log, prints its TAP lines
@@ -53,11 +61,13 @@ for mode in 2 1; do
     echo "== WEFT_CUDA_DIRECT=$mode hung: its other parts are skipped"
     continue
   fi
-  [ -z "$good" ] && good=$mode
   part win${mode}_bench 90 "$t" --windows --bench 2
   grep -v INFO "$out/win${mode}_bench.log" | grep -E '^ |^#' | head -30
-  part win${mode}_small 60 "$t" --windows --only small 2
-  part win${mode}_large 60 "$t" --windows --only large 2
+  if [ -z "$good" ]; then # the sweeps for the first form that runs (the time is short)
+    good=$mode
+    part win${mode}_small 60 "$t" --windows --only small 2
+    part win${mode}_large 60 "$t" --windows --only large 2
+  fi
 done
 
 if [ -n "$good" ] && command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
@@ -82,7 +92,7 @@ part staged_small 60 "$t" --only small 2
 # weft's own nccl-tests-style programs, device buffers (their default where a GPU is), 2 ranks
 # on the GPU: plain cudaMalloc buffers (staged), then device windows (-R 2, the direct path)
 if [ -x "$b/bin/all_reduce_perf" ]; then
-  for c in all_reduce all_gather reduce_scatter broadcast; do
+  for c in all_reduce all_gather; do
     part perf_$c 90 "$b/bin/weftrun" -n 2 "$b/bin/${c}_perf" -b 8 -e 128M -f 16 -c 1 -n 20 -w 5
     grep -E '^ +[0-9]' "$out/perf_$c.log" | tail -3
     if [ -n "$good" ]; then
@@ -102,9 +112,10 @@ fi
 if [ -d "$b/nccl-tests" ]; then
   here=$(cd "$(dirname "$0")" && pwd)
   NCCL_TESTS_TIMEOUT=${NCCL_TESTS_TIMEOUT:-75} sh "$here/nccl_tests.sh" "$b" "$b/nccl-tests" "$out/nccl-tests" || rc=1
-  # The same on NVIDIA's NCCL where the machine's PyTorch brought one: 2 ranks on one GPU need
+  # The same on NVIDIA's NCCL where the machine's PyTorch (or toolkit) brought one: 2 ranks on one GPU need
   # NCCL_MULTI_RANK_GPU_ENABLE (NCCL 2.30); side by side with the rows above
   nv=$(python3 -c 'import importlib.util as u; s = u.find_spec("nvidia.nccl"); print(list(s.submodule_search_locations)[0] + "/lib")' 2>/dev/null)
+  [ -f "$nv/libnccl.so.2" ] || nv=/usr/local/cuda/lib # the toolkit's, where it brings one
   if [ -n "$nv" ] && [ -f "$nv/libnccl.so.2" ]; then
     echo "== NVIDIA's NCCL ($nv), NCCL_MULTI_RANK_GPU_ENABLE=1"
     NCCL_TESTS_LIBDIR=$nv NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_TESTS_TIMEOUT=${NCCL_TESTS_TIMEOUT:-75} \
@@ -117,4 +128,5 @@ if [ "${GPU_KERNELS:-0}" = 1 ]; then
   echo "== kernels: $(grep -c '^ok' "$out/kernels.log") ok, $(grep -c '^not ok' "$out/kernels.log") not ok"
   grep -E '^not ok' "$out/kernels.log" | head -10
 fi
+echo "== done in $(( $(date +%s) - t0 )) s, status $rc"
 exit $rc

@@ -25,7 +25,7 @@ if [ "${NCCL_TESTS_MPS:-0}" = 1 ]; then
   nvidia-cuda-mps-control -d && echo "# MPS control daemon started"
 fi
 status=0
-echo "# libnccl.so.2 loaded: $(LD_LIBRARY_PATH="$lib:$bin" ldd "$bin/all_reduce_perf" | grep libnccl)"
+echo "# libnccl.so.2 loaded: $(LD_LIBRARY_PATH="$lib:$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$bin/all_reduce_perf" | grep libnccl)"
 for t in all_reduce all_gather reduce_scatter sendrecv; do
   log=$out/$t.log
   echo "## ${t}_perf $args (libnccl.so.2 from $lib)"

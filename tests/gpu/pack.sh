@@ -30,6 +30,7 @@ cp -L "$b"/.libs/libweft.so.[0-9] "$d/lib/"
 if [ $# -gt 2 ]; then
   mkdir -p "$d/nccl-tests"
   cp "$3"/*_perf "$3"/nccl_tests_devmap.so "$3"/libcudart.so.* "$d/nccl-tests/"
+  cp -L "$b/nccl/.libs/libnccl.so.2" "$d/nccl-tests/" # beside them: never a system NCCL by mistake
 fi
 ldd "$d"/tests/gpu/* "$d"/bin/* "$d/lib/libnccl.so.2" 2>/dev/null | awk '/=> \// {print $3}' | sort -u | while read -r l; do
   case $(basename "$l") in
