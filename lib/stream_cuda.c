@@ -6,11 +6,12 @@
  *      on the CUDA stream;
  *   2. cudaEventRecord(ev_in): the progress thread starts the call once the event fired,
  *      so everything queued on the stream before the call has finished;
- *   3. the call goes to the weft stream's queue (its thread runs it: weft__task_run);
- *   4. cuStreamWaitValue32 on the binding's pinned word: the CUDA stream waits until the
+ *   3. cuStreamWaitValue32 on the binding's pinned word: the CUDA stream waits until the
  *      thread has written this call's ticket there (after the call ended, even on error);
- *   5. staged calls: cudaMemcpyAsync of the result back into the device buffers;
- *   6. cudaEventRecord(ev_out): the slot's host memory is free again once it fired.
+ *   4. staged calls: cudaMemcpyAsync of the result back into the device buffers;
+ *   5. cudaEventRecord(ev_out): the slot's host memory is free again once it fired;
+ *   6. the call goes to the weft stream's queue (its thread runs it: weft__task_run), last,
+ *      so that the caller touches nothing of it once the thread may have run and freed it.
  * Nothing in a kernel waits for another process, so several ranks may share one GPU
  * without MPS. The stream memory operation is what NCCL's proxy uses for host-driven
  * transports too; no code taken.
@@ -675,27 +676,35 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
     dc->go = ticket++;
   }
   dc->ticket = ticket;
-  b->issued = ticket;
-  /* From here the thread will run the call and write its ticket, whatever happens below. */
-  weft__stream_push(s, t);
-  if (b->log != NULL) sl->tr.enq_queued = weft__now_ns();
+  /* Everything the CUDA stream does for the call is queued before the thread gets it: the
+   * thread may run the call, and free it, as soon as it has it (an early error), and it
+   * reads ev_kernels. Once a stream wait is queued the thread must get the call (it writes
+   * the tickets the waits want), so a failure from here on is returned after the push. */
+  weft_status_t st = WEFT_SUCCESS;
   CUresult r = CUDA_SUCCESS;
   if (dc->queued_direct) {
     r = drv_wait32((CUstream)b->user, b->done_dev, dc->go, CU_STREAM_WAIT_VALUE_GEQ);
-    if (r == CUDA_SUCCESS) WEFT_TRY(queue_kernels(b, t, dc));
+    if (r == CUDA_SUCCESS) st = queue_kernels(b, t, dc);
   }
   if (r == CUDA_SUCCESS) r = drv_wait32((CUstream)b->user, b->done_dev, ticket, CU_STREAM_WAIT_VALUE_GEQ);
   if (r != CUDA_SUCCESS)
-    return weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: cuStreamWaitValue32 failed (CUresult %d): the CUDA "
-                       "stream does not wait for the call", comm->rank, (int)r);
-  if (b->log != NULL) CUDA_TRY(comm, cudaEventRecord(sl->ev_waited, b->user), "cudaEventRecord");
-  for (int i = 0; i < dc->nout; i++)
-    CUDA_TRY(comm, cudaMemcpyAsync(dc->out[i].dev, dc->out[i].host, dc->out[i].bytes, cudaMemcpyHostToDevice, b->user),
-             "copying the result back (cudaMemcpyAsync)");
-  CUDA_TRY(comm, cudaEventRecord(sl->ev_out, b->user), "cudaEventRecord");
-  sl->used = 1;
-  if (b->log != NULL) sl->tr.enq_return = weft__now_ns(), sl->tr.valid = 1;
-  return WEFT_SUCCESS;
+    st = weft__error(comm, WEFT_ERR_SYSTEM, "rank %d: cuStreamWaitValue32 failed (CUresult %d): the CUDA "
+                     "stream does not wait for the call", comm->rank, (int)r);
+  cudaError_t ce = cudaSuccess;
+  if (st == WEFT_SUCCESS && b->log != NULL) ce = cudaEventRecord(sl->ev_waited, b->user);
+  for (int i = 0; st == WEFT_SUCCESS && ce == cudaSuccess && i < dc->nout; i++)
+    ce = cudaMemcpyAsync(dc->out[i].dev, dc->out[i].host, dc->out[i].bytes, cudaMemcpyHostToDevice, b->user);
+  if (st == WEFT_SUCCESS && ce != cudaSuccess) st = cuda_err(comm, ce, "queueing the copy back of the result");
+  /* after whatever was queued, also after a failure: the slot's next call waits for it */
+  sl->used = cudaEventRecord(sl->ev_out, b->user) == cudaSuccess;
+  if (!sl->used && st == WEFT_SUCCESS) st = cuda_err(comm, cudaGetLastError(), "cudaEventRecord");
+  b->issued = ticket;
+  weft__stream_push(s, t); /* the thread's from here: nothing below touches t or dc */
+  if (b->log != NULL) {
+    sl->tr.enq_queued = sl->tr.enq_return = weft__now_ns();
+    sl->tr.valid = st == WEFT_SUCCESS;
+  }
+  return st;
 }
 
 weft_status_t weft__cuda_enqueue(weft_stream_t s, struct weft__cuda_binding *b, weft__task *t) {
