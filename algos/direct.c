@@ -79,20 +79,9 @@ int weft__direct_wanted(const weft__task *t) {
   const struct weft_comm *comm = t->comm;
   const weft__direct_ops *ops = ops_of(t->coll);
   if ((comm->direct_windows == 0 && comm->regs == NULL) || ops == NULL) return 0;
-  /* The larger buffer (nccl-tests' size): all-gather, reduce-scatter and all-to-all move
-   * n blocks of count elements, all-reduce and broadcast count elements. */
-  size_t bytes = t->count * weft__dtype_size(t->dtype);
-  if (t->coll == WEFT__COLL_ALL_GATHER || t->coll == WEFT__COLL_REDUCE_SCATTER ||
-      t->coll == WEFT__COLL_ALL_TO_ALL)
-    bytes *= (size_t)comm->nranks;
-  /* With more ranks than cores each handshake waits for descheduled ranks: 4 ranks on 2
-   * cores measured ~6 us per direct call at any small size, so the usual algorithms win up
-   * to 4-64 KiB (all-reduce 6.5 / 5.0-8.2 us at 4 KiB, broadcast 8.2-11.3 / 8.5-10.1 at
-   * 64 KiB, all-to-all 8.7 / 10.2-16.7 at 64 KiB). */
-  if (comm->direct_windows > 0) { /* the same on every rank (registration was collective) */
-    size_t min = comm->oversubscribed ? comm->direct_min_bytes * 16 : comm->direct_min_bytes;
-    if (bytes >= min && bytes > 0) return 1;
-  }
+  size_t bytes = weft__direct_call_bytes(t);
+  /* the same on every rank (registration was collective) */
+  if (comm->direct_windows > 0 && weft__window_direct_size(comm, bytes)) return 1;
   /* Registrations are this rank's own: as NCCL requires, every rank passes registered
    * buffers or none does, so each decides alike (and a rank that does not is caught by the
    * fingerprint: lib/reg.h). */

@@ -75,11 +75,4 @@ static inline int weft__direct_whole_blocks(const weft__task *t) {
  * driver waits for the space before telling peers it is done. */
 void weft__direct_copy(const weft__task *t, void *dst, const void *src, size_t n, size_t out_bytes);
 
-/* Block b's [begin, end) of count elements cut in n near-equal blocks (the first
- * count % n blocks one element longer). */
-static inline void weft__direct_block(size_t count, int n, int b, size_t *begin, size_t *end) {
-  size_t q = count / (size_t)n, r = count % (size_t)n, ub = (size_t)b;
-  *begin = ub * q + (ub < r ? ub : r);
-  *end = *begin + q + (ub < r ? 1 : 0);
-}
 #endif

@@ -97,4 +97,11 @@ void *weft__algo_state_take(struct weft__task *t, size_t hdr, size_t extra, weft
  * WEFT_ERR_NO_MEMORY naming the rank and operation, stores it in *st and returns NULL. */
 void *weft__comm_scratch(struct weft__task *t, size_t bytes, weft_status_t *st);
 static inline size_t weft__align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+/* Block b's [begin, end) of count elements cut in n near-equal blocks (the first
+ * count % n blocks one element longer). */
+static inline void weft__direct_block(size_t count, int n, int b, size_t *begin, size_t *end) {
+  size_t q = count / (size_t)n, r = count % (size_t)n, ub = (size_t)b;
+  *begin = ub * q + (ub < r ? ub : r);
+  *end = *begin + q + (ub < r ? 1 : 0);
+}
 #endif

@@ -46,6 +46,7 @@
 #include <time.h>
 #include "weft.h"
 #include "weft_cuda.h"
+#include "lib/algo.h"
 #include "lib/clock.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -253,7 +254,8 @@ static weft_status_t binding_new(cudaStream_t user, struct weft__cuda_binding **
   weft_status_t st = WEFT_SUCCESS;
   cudaError_t e = cudaGetDevice(&b->device);
   /* 64 bytes (a cache line) for the ticket, then one for each slot's gate */
-  if (e == cudaSuccess) e = cudaHostAlloc((void **)&b->done, 64 * (1 + NSLOTS), cudaHostAllocMapped | cudaHostAllocPortable);
+  if (e == cudaSuccess)
+    e = cudaHostAlloc((void **)&b->done, 64 * (1 + NSLOTS), cudaHostAllocMapped | cudaHostAllocPortable);
   if (e == cudaSuccess) {
     memset(b->done, 0, 64 * (1 + NSLOTS));
     void *d = NULL;
@@ -397,19 +399,19 @@ static int extents_of(weft__task *t, extent *e) {
 /* ---- calls on the device buffers themselves -------------------------------------------------- */
 
 /* 1 when t runs unstaged, on its device buffers: the direct algorithms (algos/direct.h) then
- * read and write every rank's buffers in place through CUDA IPC, with one kernel or copy
- * per block on the stream thread's own CUDA stream. The peers' buffers were imported when
- * the windows were registered, so no CUDA IPC handle is opened while the caller's stream
- * waits for the call. That needs every buffer of t inside a usable window of device memory
- * on this rank (and so on every rank, NCCL's window contract: a rank whose buffers are not
- * fails the call with a message naming the difference), a collective with a direct row,
- * 2 to WEFT__CUDA_FANOUT_MAX ranks (one fan-out kernel folds them), and the size from which
- * weft__direct_wanted takes the direct row on the stream's thread (the same rule, so the
- * row is there to take it). Every input here is the same on every rank but where the
- * buffers are.
- * Not yet run on a GPU, so off by default: WEFT_CUDA_DIRECT=1 turns it on (an earlier form,
- * which opened peers' handles per call, hung on an H200; tests/gpu/cuda_wait_probe asks
- * CUDA the two questions that decide whether this one can: tests/gpu/gpu_check.sh).
+ * read and write every rank's buffers in place through CUDA IPC, one kernel or copy per
+ * block, on the stream thread's own CUDA stream (WEFT_CUDA_DIRECT=1) or queued on the
+ * caller's (=2, below). The peers' buffers were imported when the windows were registered,
+ * so no CUDA IPC handle is opened while the caller's stream waits for the call. That needs
+ * every buffer of t inside a usable window of device memory on this rank (and so on every
+ * rank, NCCL's window contract: a rank whose buffers are not fails the call with a message
+ * naming the difference), a collective with a direct row, 2 to WEFT__CUDA_FANOUT_MAX ranks
+ * (one fan-out kernel folds them), and weft__window_direct_size, the rule by which
+ * weft__direct_wanted takes the direct row on the stream's thread. Every input here is the
+ * same on every rank but where the buffers are.
+ * Not yet run on a GPU, so off by default (an earlier form, which opened peers' handles per
+ * call, hung on an H200; tests/gpu/cuda_wait_probe asks CUDA the two questions that decide
+ * whether these can: tests/gpu/gpu_check.sh).
  * The window list is read without comm->lock, which is held for a whole running operation:
  * windows change only in weft_comm_window_(de)register, collective calls of the callers,
  * not while the same callers enqueue calls on the comm. */
@@ -417,21 +419,19 @@ static int plan_queued(const weft__task *t, device_call *dc);
 
 static int runs_direct(const weft__task *t, const extent *e, int n, device_call *dc) {
   struct weft_comm *comm = t->comm;
-  if (direct_mode == 0 || comm->direct_windows == 0 || comm->nranks < 2 || comm->nranks > WEFT__CUDA_FANOUT_MAX || n == 0)
-    return 0;
-  size_t bytes = t->count * weft__dtype_size(t->dtype);
+  if (direct_mode == 0 || comm->direct_windows == 0 || n == 0) return 0;
+  if (comm->nranks < 2 || comm->nranks > WEFT__CUDA_FANOUT_MAX) return 0;
   switch (t->coll) {
-    case WEFT__COLL_ALL_REDUCE:
-    case WEFT__COLL_BROADCAST: break;
     case WEFT__COLL_ALL_TO_ALL:
       if (t->sendbuf == t->recvbuf) return 0; /* no direct all-to-all in place */
-      /* fall through */
+      break;
+    case WEFT__COLL_ALL_REDUCE:
+    case WEFT__COLL_BROADCAST:
     case WEFT__COLL_ALL_GATHER:
-    case WEFT__COLL_REDUCE_SCATTER: bytes *= (size_t)comm->nranks; break;
+    case WEFT__COLL_REDUCE_SCATTER: break;
     default: return 0;
   }
-  size_t min = comm->oversubscribed ? comm->direct_min_bytes * 16 : comm->direct_min_bytes;
-  if (bytes == 0 || bytes < min) return 0;
+  if (!weft__window_direct_size(comm, weft__direct_call_bytes(t))) return 0;
   for (int i = 0; i < n; i++) {
     struct weft_window *w = weft__window_find(comm, e[i].dev, e[i].hi);
     if (w == NULL || w->space->kind != WEFT__MEM_CUDA) return 0;
@@ -494,9 +494,9 @@ static weft_status_t queue_kernels(struct weft__cuda_binding *b, const weft__tas
   char *outs[WEFT__CUDA_FANOUT_MAX], *ins[WEFT__CUDA_FANOUT_MAX], **in = dc->assumed_in, **out = dc->assumed_out;
   const volatile unsigned *gate = dc->sl->gate_dev;
   switch (t->coll) {
-    case WEFT__COLL_ALL_REDUCE: { /* block me of n near-equal blocks (algos/direct.h) */
-      size_t q = count / (size_t)n, r = count % (size_t)n, um = (size_t)me;
-      size_t lo = um * q + (um < r ? um : r), hi = lo + q + (um < r ? 1 : 0);
+    case WEFT__COLL_ALL_REDUCE: { /* block me of n near-equal blocks, as the direct algorithm's */
+      size_t lo, hi;
+      weft__direct_block(count, n, me, &lo, &hi);
       for (int j = 0; j < n; j++) outs[j] = out[j] + lo * es, ins[j] = in[j] + lo * es;
       if (hi > lo) rc = weft__cuda_fanout_gated(outs, n, ins, n, hi - lo, t->dtype, t->op, gate, b->user);
       break;

@@ -45,6 +45,15 @@ struct weft_window *weft__window_find(struct weft_comm *comm, const void *p, siz
 static inline char *weft__window_self(const struct weft_window *w, const void *p) {
   return w->peer_base[w->comm_rank] + ((const char *)p - w->base);
 }
+struct weft__task;
+/* The bytes by which the direct algorithms size a call: its larger buffer (nccl-tests'
+ * size): all-gather, reduce-scatter and all-to-all move nranks blocks of count elements,
+ * the other collectives count elements. */
+size_t weft__direct_call_bytes(const struct weft__task *t);
+/* 1 when a call of bytes (weft__direct_call_bytes, > 0) is large enough for the direct
+ * algorithms on comm's windows: from WEFT_DIRECT_MIN_BYTES, 16 times that with more ranks
+ * than cores. The same on every rank (agreed at registration). Thread-safe. */
+int weft__window_direct_size(const struct weft_comm *comm, size_t bytes);
 /* The window of comm registered with id, or NULL. Caller holds comm->lock. */
 struct weft_window *weft__window_by_id(struct weft_comm *comm, uint64_t id);
 /* Unmaps and frees every window of comm (at destroy; peers are gone or going). */

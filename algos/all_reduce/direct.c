@@ -21,6 +21,20 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
   return 1;
 }
 
+/* One fan-out of every rank's block [lo, hi) into every rank's output (the space's
+ * reduce_fanout); 0 when the space cannot for these arguments. */
+static int fold(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
+  int n = t->comm->nranks;
+  size_t es = weft__dtype_size(t->dtype);
+  char *out[WEFT__DIRECT_FOLD_MAX], *in[WEFT__DIRECT_FOLD_MAX];
+  if (n > WEFT__DIRECT_FOLD_MAX || n < 2) return 0;
+  for (int j = 0; j < n; j++) {
+    out[j] = b->out[j] + lo * es;
+    in[j] = b->in[j] + lo * es;
+  }
+  return hi == lo || t->mem->reduce_fanout(t->mem, out, n, in, n, hi - lo, t->dtype, t->op);
+}
+
 /* Past the cache, float32 / float64 sums, products and averages take one fused pass
  * (the space's reduce_fanout; mem/reduce_nt.h on the host): 2 ranks, 64 MiB, 6 interleaved
  * launches each, 9.6-12.5 GB/s busbw against 8.1-9.4 for reducing 8 KiB pieces into a
@@ -39,30 +53,16 @@ static int extents(const weft__task *t, int rank, size_t *send_bytes, size_t *re
  * 4 ranks on 2 cores 11.0 / 5.6, 6.8 / 5.5, 6.7 / 5.4. */
 static int fused(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
   int n = t->comm->nranks;
-  size_t es = weft__dtype_size(t->dtype);
-  double bytes = (double)t->count * (double)es, thr = (double)weft__mem_nt_threshold();
+  double bytes = (double)t->count * (double)weft__dtype_size(t->dtype);
+  double thr = (double)weft__mem_nt_threshold();
   double touched = 2.0 * n * bytes; /* every rank's send and receive buffer */
-  if (t->sendbuf == t->recvbuf || touched < 2.0 * thr || n > WEFT__DIRECT_FOLD_MAX) return 0;
-  char *out[WEFT__DIRECT_FOLD_MAX], *in[WEFT__DIRECT_FOLD_MAX];
-  for (int j = 0; j < n; j++) {
-    out[j] = b->out[j] + lo * es;
-    in[j] = b->in[j] + lo * es;
-  }
-  return t->mem->reduce_fanout(t->mem, out, n, in, n, hi - lo, t->dtype, t->op);
+  return t->sendbuf != t->recvbuf && touched >= 2.0 * thr && fold(t, b, lo, hi);
 }
 
-/* Whole blocks (a device: algos/direct.h): one fan-out of every rank's block r into every
- * rank's output, in place too (each element is read before it is written). */
+/* Whole blocks (a device: algos/direct.h): the same fan-out, in place too (each element is
+ * read before it is written). */
 static int whole(const weft__task *t, const weft__direct_bufs *b, size_t lo, size_t hi) {
-  int n = t->comm->nranks;
-  size_t es = weft__dtype_size(t->dtype);
-  if (!weft__direct_whole_blocks(t) || n > WEFT__DIRECT_FOLD_MAX || n < 2) return 0;
-  char *out[WEFT__DIRECT_FOLD_MAX], *in[WEFT__DIRECT_FOLD_MAX];
-  for (int j = 0; j < n; j++) {
-    out[j] = b->out[j] + lo * es;
-    in[j] = b->in[j] + lo * es;
-  }
-  return hi == lo || t->mem->reduce_fanout(t->mem, out, n, in, n, hi - lo, t->dtype, t->op);
+  return weft__direct_whole_blocks(t) && fold(t, b, lo, hi);
 }
 
 static void work(const weft__task *t, const weft__direct_bufs *b) {
