@@ -62,6 +62,11 @@ void perf_dev_free(void *p) {
 
 int perf_dev_copy(void *dst, const void *src, size_t n) {
   TRY(cudaMemcpy(dst, src, n, cudaMemcpyDefault), "cudaMemcpy (data check)");
+  /* From pageable memory cudaMemcpy may return before the data reached the device, and the
+   * collective's stream does not wait for the legacy stream (it is non-blocking): without
+   * this, a call read the last iteration's data (seen on the H200: in-place all-reduce at
+   * 2 KiB and 32 KiB wrong, -B device) */
+  TRY(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (data check)");
   return 0;
 }
 
