@@ -16,11 +16,13 @@
  * without MPS. The stream memory operation is what NCCL's proxy uses for host-driven
  * transports too; no code taken.
  *
- * Every call on device buffers is staged: weft's host algorithms run on the pinned
- * mirrors, over shared memory or TCP, so device buffers reach every transport. Reading and
- * writing peers' device buffers in place through CUDA IPC (the direct algorithms on the
- * device space) is the faster path on one host; it is not enabled: on the H200 every such
- * call hung (see the README's GPU section), so it waits for a GPU session to find out why.
+ * By default every call on device buffers is staged: weft's host algorithms run on the
+ * pinned mirrors, over shared memory or TCP, so device buffers reach every transport.
+ * Reading and writing peers' device buffers in place through CUDA IPC (the direct
+ * algorithms on the device space, buffers in registered windows) is the faster path on one
+ * host; it is off unless WEFT_CUDA_DIRECT is set: on the H200 its first call hung, a kernel's
+ * lazy load waiting for the caller's stream, which waited for that call. The binding now
+ * loads weft's kernels first (binding_new); that is not yet run on a GPU.
  *
  * Staging: the buffers a call reads and writes on this rank (its "extents", by collective)
  * get mirrors in the slot's pinned memory; a buffer inside another (in-place calls) shares
@@ -39,6 +41,7 @@
 #include <cuda_runtime_api.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +70,9 @@ static pfn_wait32 drv_wait32;
 static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
 static int trace_on; /* WEFT_CUDA_TRACE */
 static int direct_mode; /* WEFT_CUDA_DIRECT: 0 (default) stage every call; see runs_direct */
+
+#define KERNELS_DEVICES 64
+static atomic_int kernels_loaded[KERNELS_DEVICES]; /* weft__cuda_kernels_load ran on that device */
 
 static void load_driver(void) {
   drv_wait32 = (pfn_wait32)weft__cuda_driver_entry("cuStreamWaitValue32");
@@ -253,6 +259,13 @@ static weft_status_t binding_new(cudaStream_t user, struct weft__cuda_binding **
   b->user = user;
   weft_status_t st = WEFT_SUCCESS;
   cudaError_t e = cudaGetDevice(&b->device);
+  /* weft's kernels loaded into this device's context before any stream there waits on weft
+   * (mem/cuda_kernels.h says why); once per device */
+  if (e == cudaSuccess && (b->device < 0 || b->device >= KERNELS_DEVICES || !atomic_load(&kernels_loaded[b->device]))) {
+    int le = weft__cuda_kernels_load();
+    if (le != 0) e = (cudaError_t)le;
+    else if (b->device >= 0 && b->device < KERNELS_DEVICES) atomic_store(&kernels_loaded[b->device], 1);
+  }
   /* 64 bytes (a cache line) for the ticket, then one for each slot's gate */
   if (e == cudaSuccess)
     e = cudaHostAlloc((void **)&b->done, 64 * (1 + NSLOTS), cudaHostAllocMapped | cudaHostAllocPortable);
@@ -409,9 +422,9 @@ static int extents_of(weft__task *t, extent *e) {
  * (one fan-out kernel folds them), and weft__window_direct_size, the rule by which
  * weft__direct_wanted takes the direct row on the stream's thread. Every input here is the
  * same on every rank but where the buffers are.
- * Not yet run on a GPU, so off by default (an earlier form, which opened peers' handles per
- * call, hung on an H200; tests/gpu/cuda_wait_probe asks CUDA the two questions that decide
- * whether these can: tests/gpu/gpu_check.sh).
+ * Off by default: both forms hung on the H200 at their first kernel, loaded lazily while
+ * the caller's stream waited (the kernels are now loaded when a stream is bound; not yet
+ * rerun there). tests/gpu/gpu_check.sh runs them.
  * The window list is read without comm->lock, which is held for a whole running operation:
  * windows change only in weft_comm_window_(de)register, collective calls of the callers,
  * not while the same callers enqueue calls on the comm. */
@@ -645,6 +658,9 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
   dc->out = dc->all + nx;
   dc->b = b;
   t->device_call = dc;
+  /* A call that moves no bytes (count 0) touches no device memory: the host algorithms run
+   * it (NCCL returns at once; here every rank still passes through it, as on the host) */
+  if (t->mem->kind == WEFT__MEM_CUDA && ne == 0 && np == 0) t->mem = &weft__mem_host;
   if (ne > 0 && runs_direct(t, e, ne, dc)) {
     dc->queued_direct = direct_mode == 2;
     ne = 0; /* nothing to stage */

@@ -398,3 +398,38 @@ extern "C" int weft__cuda_fanout_gated(char *const *out, int nout, char *const *
   if (gate == nullptr) return cudaErrorInvalidValue;
   return fanout(out, nout, in, nin, count, dt, op, gate, stream);
 }
+
+/* Loads every kernel above into the current device's context: cudaFuncGetAttributes makes
+ * CUDA load a kernel that lazy loading (CUDA_MODULE_LOADING=LAZY, the default since CUDA
+ * 12.2) would otherwise load at its first launch, and loading waits for every stream of the
+ * context to drain. A first launch while a CUDA stream of the process sits in weft's stream
+ * wait for that very call therefore never returned (seen on the H200: the direct path's
+ * kernels, in cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags). NCCL loads its kernels
+ * at init for the same reason (ncclInitKernelsForDevice; no code taken). */
+template <typename F>
+static int load_one(int e) {
+  cudaFuncAttributes a;
+  if (e != 0) return e;
+  e = (int)cudaFuncGetAttributes(&a, elementwise<F>);
+  if (e == 0) (void)blocks_per_sm<F>(); /* and its occupancy, asked now rather than at a launch */
+  return e;
+}
+
+extern "C" int weft__cuda_kernels_load(void) {
+  static const weft_datatype_t dts[] = {WEFT_INT8,   WEFT_UINT8,   WEFT_INT32,   WEFT_UINT32,  WEFT_INT64,
+                                        WEFT_UINT64, WEFT_FLOAT16, WEFT_FLOAT32, WEFT_FLOAT64, WEFT_BFLOAT16};
+  static const weft_redop_t ops[] = {WEFT_SUM, WEFT_PROD, WEFT_MAX, WEFT_MIN};
+  int e = 0;
+  for (size_t d = 0; d < sizeof dts / sizeof dts[0] && e == 0; d++) {
+    e = with_datatype(dts[d], [](auto k) { return load_one<AvgF<decltype(k)>>(0); });
+    for (size_t o = 0; o < sizeof ops / sizeof ops[0] && e == 0; o++)
+      e = with_datatype(dts[d], [&](auto k) {
+        using K = decltype(k);
+        return with_op(ops[o], [](auto op) {
+          return load_one<FanoutF<K, decltype(op)::value>>(load_one<ReduceF<K, decltype(op)::value>>(0));
+        });
+      });
+  }
+  if (e != 0) cudaGetLastError();
+  return e;
+}

@@ -61,6 +61,12 @@ int weft__cuda_reduce_fanout(char *const *out, int nout, char *const *in, int ni
 int weft__cuda_fanout_gated(char *const *out, int nout, char *const *in, int nin, size_t count,
                             weft_datatype_t dt, weft_redop_t op, const volatile unsigned *gate, void *stream);
 
+/* Loads every kernel of this file into the current device's context now, so that none is
+ * loaded lazily at a launch made while one of the process's CUDA streams waits on weft
+ * (loading waits for the whole context to drain: such a launch never returns). Call it for
+ * each device before the first stream wait there; again is cheap (the kernels are loaded). */
+int weft__cuda_kernels_load(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -23,6 +23,8 @@
  * the device from scalar_dev when not NULL, else the value in scalar_host). */
 int weft__nccl_scale(void *dst, const void *src, size_t count, int dt, const void *scalar_dev,
                      const void *scalar_host, cudaStream_t stream);
+/* nccl_kernels.cu: loads that kernel into the current device's context; 0 or a cudaError_t. */
+int weft__nccl_kernels_load(void);
 
 /* ---- is there a device ------------------------------------------------------------------ */
 
@@ -113,6 +115,16 @@ ncclResult_t nccl__cuda_stream(cudaStream_t cs, weft_stream_t *out, const char *
   if (ws == NULL) {
     cached *c = calloc(1, sizeof *c);
     weft_status_t st = c == NULL ? WEFT_ERR_NO_MEMORY : weft_stream_create_cuda(&ws, cs);
+    /* the scaling kernel loaded now, before this stream waits on weft: see nccl_kernels.cu */
+    int le = st == WEFT_SUCCESS ? weft__nccl_kernels_load() : 0;
+    if (le != 0) {
+      weft_stream_destroy(ws);
+      ws = NULL;
+      free(c);
+      pthread_mutex_unlock(&cache_mu);
+      return nccl__fail(ncclUnhandledCudaError, "%s: loading the PreMulSum kernel on device %d: %s", what,
+                        device, cudaGetErrorString((cudaError_t)le));
+    }
     if (st == WEFT_SUCCESS) {
       c->cs = cs, c->device = device, c->ws = ws, c->next = cache, cache = c;
     } else {

@@ -73,3 +73,20 @@ extern "C" int weft__nccl_scale(void *dst, const void *src, size_t n, int dt, co
   }
   return (int)cudaGetLastError();
 }
+
+/* Loads the kernels above into the current device's context now rather than at their first
+ * launch (lazy loading waits for the whole context to drain, so a first launch while
+ * another rank's stream of this process waits on weft would wait for this rank's own call:
+ * see weft__cuda_kernels_load in mem/cuda_kernels.h). */
+extern "C" int weft__nccl_kernels_load(void) {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, scale_kernel<uint8_t>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, scale_kernel<uint32_t>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, scale_kernel<uint64_t>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, scale_kernel<float>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, scale_kernel<double>);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, scale_half_kernel);
+  if (e != cudaSuccess) cudaGetLastError();
+  return (int)e;
+}
+

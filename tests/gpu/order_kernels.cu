@@ -32,3 +32,15 @@ extern "C" int test_copy_out(float *dst, const float *src, size_t count, void *s
   copy_out_kernel<<<64, 256, 0, (cudaStream_t)stream>>>(dst, src, count);
   return (int)cudaGetLastError();
 }
+
+// Loads both kernels now (cudaFuncGetAttributes), as a program must whose first launch of a
+// kernel may come while one of its streams waits on weft: lazy loading (CUDA's default)
+// waits for the whole context to drain (mem/cuda_kernels.h). WEFT_GPU_TEST_LAZY=1 skips it
+// in the tests, to see whether that hazard bites.
+extern "C" int test_order_kernels_load(void) {
+  cudaFuncAttributes a;
+  cudaError_t e = cudaFuncGetAttributes(&a, slow_fill_kernel);
+  if (e == cudaSuccess) e = cudaFuncGetAttributes(&a, copy_out_kernel);
+  return (int)e;
+}
+

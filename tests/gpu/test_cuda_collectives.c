@@ -44,6 +44,7 @@
 #include "mem/kernels.h"
 
 int test_slow_fill(float *buf, size_t count, float value, long long spin, void *stream);
+int test_order_kernels_load(void);
 int test_copy_out(float *dst, const float *src, size_t count, void *stream);
 
 static int me, nr, fails;
@@ -335,6 +336,28 @@ static void blocking(void) {
   cudaFree(d);
 }
 
+/* Calls of count 0 on device buffers, on the stream and blocking: each succeeds and moves
+ * nothing (nccl-tests' first all-gather failed with "no all_gather algorithm handles
+ * buffers in cuda memory" before a call moving no bytes went to the host path). */
+static void zero_count(void) {
+  float *d = NULL;
+  CK(cudaMalloc((void **)&d, 256));
+  for (int blocking_call = 0; blocking_call < 2; blocking_call++) {
+    weft_stream_t s = blocking_call ? NULL : ws;
+    weft_status_t st[4] = {weft_all_reduce(d, d + 8, 0, WEFT_FLOAT32, WEFT_SUM, comm, s),
+                           weft_all_gather(d, d + 8, 0, WEFT_FLOAT32, comm, s),
+                           weft_reduce_scatter(d, d + 8, 0, WEFT_FLOAT32, WEFT_SUM, comm, s),
+                           weft_broadcast(d, d + 8, 0, WEFT_FLOAT32, 0, comm, s)};
+    for (int i = 0; i < 4; i++)
+      if (st[i] != WEFT_SUCCESS)
+        FAIL("count 0, %s, collective %d: %d: %s", blocking_call ? "blocking" : "on the stream", i, (int)st[i],
+             weft_get_last_error(comm));
+  }
+  CK(cudaStreamSynchronize(cs));
+  if (weft_stream_synchronize(ws) != WEFT_SUCCESS) FAIL("count 0: stream: %s", weft_get_last_error(comm));
+  cudaFree(d);
+}
+
 /* Buffers at different offsets of the windows on different ranks (with --windows): the
  * stream thread's form of the direct path (WEFT_CUDA_DIRECT=1) and the staged path take
  * them, each rank saying where its buffers are; the caller's-stream form (2) queued its
@@ -451,6 +474,11 @@ static int rank_main(int rank, int n, const void *idp, int what) {
   me = rank;
   nr = n;
   if (cudaSetDevice(0) != cudaSuccess) return 2;
+  const char *lazy = getenv("WEFT_GPU_TEST_LAZY");
+  if ((lazy == NULL || strcmp(lazy, "1") != 0) && test_order_kernels_load() != 0) {
+    FAIL("loading the test's kernels");
+    return 1;
+  }
   weft_status_t st = weft_comm_init_rank(&comm, n, id, rank);
   if (st != WEFT_SUCCESS) {
     FAIL("init: %s", weft_get_last_error(NULL));
@@ -487,6 +515,8 @@ static int rank_main(int rank, int n, const void *idp, int what) {
     order((size_t)1 << 22);
     snprintf(phase, sizeof phase, "blocking all_reduce");
     blocking();
+    snprintf(phase, sizeof phase, "calls of count 0");
+    zero_count();
     if (use_windows) {
       snprintf(phase, sizeof phase, "buffers at other offsets of the windows on each rank");
       asymmetric();
@@ -531,7 +561,7 @@ int main(int argc, char **argv) {
   static const int parts[3] = {1, 0, 3};
   static const char *const part_names[4] = {
       "sweep of small calls (counts 1, 7, 4097; every collective, datatype, op, in and out of place)",
-      "stream order (kernel before, kernel after, no host wait) and a blocking call",
+      "stream order (kernel before, kernel after, no host wait), a blocking call and calls of count 0",
       "", "sweep of large calls (2^18 + 3 elements; every collective, datatype, op, in and out of place)"};
   printf("1..%d\n", (only < 0 ? 3 : 1) * nrk);
   int t = 0, failed = 0;
