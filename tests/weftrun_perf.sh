@@ -41,7 +41,7 @@ check_perf() {
   fi
 }
 
-echo "1..38"
+echo "1..39"
 
 check_perf "all_reduce_perf on 2 ranks over shm" -- \
   -n 2 ./all_reduce_perf -b 8 -e 1M -f 4 -n 3 -w 1
@@ -179,6 +179,22 @@ else
   not_ok "weftrun -np 2 binds each rank to its own core by default; --bind-to none leaves them free"
 fi
 rm -f "$out.none"
+
+# Fewer ranks than CPUs: each rank takes a block of CPUs / N of them (a rank runs two busy
+# threads, its caller and its stream's thread): 1 rank gets every allowed CPU, by default
+# and with --bind-to core (before: one CPU, which its caller and stream thread shared).
+timeout 60 ./weftrun -n 1 sh -c "$show" >"$out" 2>&1
+rc=$?
+timeout 60 ./weftrun -n 1 --bind-to core sh -c "$show" >>"$out" 2>&1
+rc_core=$?
+if [ "$cpus" -lt 2 ]; then
+  ok "weftrun gives a lone rank every CPU # SKIP one CPU"
+elif [ $rc -eq 0 ] && [ $rc_core -eq 0 ] && [ "$(grep -c "^rank 0 $allowed\$" "$out")" -eq 2 ]; then
+  ok "weftrun gives a lone rank every CPU ($allowed), by default and with --bind-to core"
+else
+  echo "# exit status $rc / $rc_core; allowed here: $allowed"; sed 's/^/# /' "$out"
+  not_ok "weftrun gives a lone rank every CPU ($allowed), by default and with --bind-to core"
+fi
 
 # More ranks than CPUs: one warning that says so, and round-robin binding (where mpirun
 # --oversubscribe binds nothing): rank r on one CPU, the same as rank r + CPUs, so every CPU

@@ -17,8 +17,8 @@
  * group, ranks should not read a terminal's stdin.) Multi-host jobs use mpirun or srun
  * instead: weft_comm_init_from_env() understands their environments too.
  *
- * Placement follows mpirun's defaults (tools/weftrun_bind.c): a core per rank for two ranks
- * or fewer, a package above that; when the ranks outnumber the CPUs (one warning says so)
+ * Placement follows mpirun's defaults (tools/weftrun_bind.c): cores for two ranks or fewer
+ * (CPUs / N of them each: a rank has two busy threads), a package above that; when the ranks outnumber the CPUs (one warning says so)
  * rank r goes on the (r mod n)-th CPU, where mpirun would leave them unbound, as the
  * scheduler then left 3 of 4 ranks on one of 2 CPUs for seconds; --bind-to overrides. Pinned, a rank's threads (its caller and its stream's
  * progress thread) share one core instead of wandering onto the other rank's, which on the
@@ -83,8 +83,9 @@ static void usage(FILE *f) {
           "      --timeout SEC  kill the whole job after SEC seconds (exit status 124)\n"
           "      --bind-to WHAT auto (default, as mpirun): core for <= 2 ranks, package above,\n"
           "                     core when ranks outnumber the CPUs (mpirun: none; here the\n"
-          "                     CPUs carry equal shares); core: rank r on the r-th\n"
-          "                     allowed CPU (mod their number); package: that CPU's package;\n"
+          "                     CPUs carry equal shares); core: rank r on the r-th block of\n"
+          "                     CPUs/N allowed CPUs (with N >= CPUs: the r-th mod their\n"
+          "                     number); package: its first CPU's package;\n"
           "                     none: unbound. With more ranks than CPUs and no --bind-to,\n"
           "                     weftrun warns once\n"
           "      --version      weft's version\n"
@@ -290,7 +291,7 @@ static int launch(struct job *job, char **argv, const char *id, const sigset_t *
     }
     pid_t pid = fork();
     if (pid == 0) {
-      weftrun_bind_rank(bind, r);
+      weftrun_bind_rank(bind, r, job->nranks);
       exec_rank(argv, env, oldmask, self);
     }
     if (pid > 0)

@@ -3,8 +3,9 @@
  * mpirun binds each rank to a core for 2 ranks or fewer and to a package (socket) above
  * that; weftrun does the same by default: on the 2-core VM, eight launches of an unbound
  * 8-byte all-reduce read 0.7-12.3 us (the two ranks' threads shared a core in some launches
- * and not in others), 0.34 us bound in 5 of 6. Ranks fill the allowed CPUs in order (rank r
- * on the r-th), so a rank's caller thread and stream thread share its core.
+ * and not in others), 0.34 us bound in 5 of 6. Ranks fill the allowed CPUs in order, each
+ * taking n / nranks of them (one when the ranks are as many as the CPUs, as there: a rank's
+ * caller thread and stream thread then share its core).
  * When the ranks outnumber the CPUs mpirun binds nothing (--oversubscribe); weftrun binds
  * round-robin instead (rank r on the (r mod n)-th allowed CPU), so every CPU carries the same
  * number of ranks: left to the scheduler, 4 ranks on the 2 cores spent whole seconds with 3 on
@@ -52,22 +53,32 @@ static int package_of(int cpu) {
   return id;
 }
 
-/* The (rank mod n)-th allowed CPU, or -1. */
-static int nth_allowed(const cpu_set_t *allowed, int rank) {
-  int want = rank % CPU_COUNT(allowed), seen = 0;
+/* The n-th allowed CPU (0-based), or -1. */
+static int nth_allowed(const cpu_set_t *allowed, int n) {
+  int seen = 0;
   for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
-    if (CPU_ISSET(cpu, allowed) && seen++ == want) return cpu;
+    if (CPU_ISSET(cpu, allowed) && seen++ == n) return cpu;
   return -1;
 }
 
-void weftrun_bind_rank(enum weftrun_bind how, int rank) {
+void weftrun_bind_rank(enum weftrun_bind how, int rank, int nranks) {
   cpu_set_t allowed, set;
   if (how == BIND_NONE || how == BIND_AUTO) return;
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) == 0) return;
-  int cpu = nth_allowed(&allowed, rank);
+  /* core: a block of n / nranks CPUs per rank (Open MPI's --map-by slot:PE=k --bind-to
+   * core), so that a rank's caller thread and its stream's thread each have a core when
+   * there are cores to spare. With one core for both, an 8-byte all-reduce of 2 ranks on
+   * device buffers took 1.2-1.3 ms on the H200's 16-core host, most likely as the caller
+   * spun in cudaStreamSynchronize (CUDA spins when cores outnumber contexts) on the core the
+   * stream thread needed (not yet measured again with this binding). */
+  int n = CPU_COUNT(&allowed), per = nranks > 0 && nranks < n ? n / nranks : 1;
+  int first = per > 1 ? rank * per : rank % n, cpu = nth_allowed(&allowed, first);
   if (cpu < 0) return;
   CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
+  for (int i = 0; i < per; i++) {
+    int c = nth_allowed(&allowed, first + i);
+    if (c >= 0) CPU_SET(c, &set);
+  }
   int pkg = how == BIND_PACKAGE ? package_of(cpu) : -1;
   for (int c = 0; pkg >= 0 && c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &allowed) && package_of(c) == pkg) CPU_SET(c, &set);

@@ -15,9 +15,10 @@ enum weftrun_bind weftrun_bind_resolve(enum weftrun_bind asked, int nranks, int 
 /* The number of CPUs this process may run on (its affinity), at least 1. */
 int weftrun_allowed_cpus(void);
 
-/* In the child, before exec: pins the process as the policy says. Rank r's CPU is the
- * (r mod n)-th allowed CPU (ranks fill the CPUs in order); package widens that to every
+/* In the child, before exec: pins rank `rank` of nranks as the policy says. core: with n
+ * allowed CPUs and fewer ranks, the k = n / nranks CPUs from the (r k)-th on (ranks fill the
+ * CPUs in order); otherwise the (r mod n)-th. package widens the rank's first CPU to every
  * allowed CPU of the same package. Failures are reported and the rank runs unbound. */
-void weftrun_bind_rank(enum weftrun_bind how, int rank);
+void weftrun_bind_rank(enum weftrun_bind how, int rank, int nranks);
 
 #endif
