@@ -114,6 +114,13 @@ struct weft__cuda_binding {
   slot slots[NSLOTS];
   trace_rec *log;            /* tracing: complete calls in ticket order */
   int nlog;
+  /* Staging memory a slot outgrew, freed once no call of the process is waited for
+   * (free_retired) or with the binding: cudaFreeHost waits while any stream of the process
+   * sits in a stream wait (tests/gpu/cuda_wait_probe on the H200), and with several ranks in
+   * one process (libnccl.so.2's threads) another rank's stream may wait for the very call
+   * this enqueue is making, so freeing it in the enqueue could never return. */
+  char **retired;
+  int nretired, cap_retired;
 };
 
 /* One device-to-host or host-to-device copy of a staged call. */
@@ -131,6 +138,7 @@ typedef struct {
   /* WEFT_CUDA_DIRECT=2 (queued_direct): the call's kernels wait on the caller's stream for
    * ticket `go`; they were queued for every rank's buffers at these addresses. */
   int queued_direct;
+  int counted;    /* in waits_pending until the thread stores the done ticket */
   uint32_t go;
   struct weft__cuda_binding *b;
   char *assumed_in[WEFT__CUDA_FANOUT_MAX], *assumed_out[WEFT__CUDA_FANOUT_MAX];
@@ -237,6 +245,8 @@ static void binding_free(struct weft__cuda_binding *b) {
     if (s->ev_out != NULL) cudaEventDestroy(s->ev_out);
     if (s->ev_kernels != NULL) cudaEventDestroy(s->ev_kernels);
   }
+  for (int i = 0; i < b->nretired; i++) cudaFreeHost(b->retired[i]);
+  free(b->retired);
   if (b->done != NULL) cudaFreeHost(b->done);
   pthread_mutex_destroy(&b->mu);
   cudaGetLastError();
@@ -620,6 +630,23 @@ static size_t stage(weft__task *t, extent *e, int n, char *host, device_call *dc
   return need;
 }
 
+/* Calls of the process whose stream wait the thread has not released yet (their done
+ * ticket not stored), counted under waits_mu where a wait is queued, so that with the lock
+ * held and none counted no stream of weft's waits and cudaFreeHost returns. */
+static pthread_mutex_t waits_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int waits_pending;
+
+/* Frees b's retired staging blocks if no weft call of the process is waited for now. */
+static void free_retired(struct weft__cuda_binding *b) {
+  if (b->nretired == 0 || atomic_load(&waits_pending) != 0) return;
+  pthread_mutex_lock(&waits_mu);
+  if (atomic_load(&waits_pending) == 0) {
+    for (int i = 0; i < b->nretired; i++) cudaFreeHost(b->retired[i]);
+    b->nretired = 0;
+  }
+  pthread_mutex_unlock(&waits_mu);
+}
+
 /* The slot of the next ticket, free (its last call's copies done), with bytes of staging. */
 static weft_status_t take_slot(struct weft__cuda_binding *b, uint32_t ticket, size_t bytes, slot **out) {
   slot *s = &b->slots[ticket % NSLOTS];
@@ -627,7 +654,16 @@ static weft_status_t take_slot(struct weft__cuda_binding *b, uint32_t ticket, si
   if (s->used) harvest(b, s);
   s->used = 0;
   if (bytes > s->bytes) {
-    if (s->host != NULL) cudaFreeHost(s->host);
+    if (s->host != NULL) { /* retired, not freed: see the binding's `retired` */
+      if (b->nretired == b->cap_retired) {
+        int cap = b->cap_retired ? 2 * b->cap_retired : 16;
+        char **r = realloc(b->retired, (size_t)cap * sizeof *r);
+        if (r == NULL) return weft__error(NULL, WEFT_ERR_NO_MEMORY, "staging a call on device buffers: out of memory");
+        b->retired = r, b->cap_retired = cap;
+      }
+      b->retired[b->nretired++] = s->host;
+    }
+    free_retired(b);
     s->host = NULL;
     s->bytes = 0;
     size_t want = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes; /* small calls share 1 MiB */
@@ -698,6 +734,10 @@ static weft_status_t enqueue_locked(weft_stream_t s, struct weft__cuda_binding *
    * the tickets the waits want), so a failure from here on is returned after the push. */
   weft_status_t st = WEFT_SUCCESS;
   CUresult r = CUDA_SUCCESS;
+  pthread_mutex_lock(&waits_mu); /* counted before the wait is queued: free_retired */
+  atomic_fetch_add(&waits_pending, 1);
+  pthread_mutex_unlock(&waits_mu);
+  dc->counted = 1;
   if (dc->queued_direct) {
     r = drv_wait32((CUstream)b->user, b->done_dev, dc->go, CU_STREAM_WAIT_VALUE_GEQ);
     if (r == CUDA_SUCCESS) st = queue_kernels(b, t, dc);
@@ -770,6 +810,7 @@ weft_status_t weft__cuda_task_end(struct weft__cuda_binding *b, weft__task *t, w
   /* The CUDA stream may go on: the staged result is complete in host memory. */
   if (b->log != NULL) dc->sl->tr.ticket_stored = weft__now_ns();
   __atomic_store_n(b->done, dc->ticket, __ATOMIC_RELEASE);
+  if (dc->counted) atomic_fetch_sub(&waits_pending, 1);
   return st;
 }
 
