@@ -91,6 +91,8 @@ typedef struct cached {
 
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static cached *cache;
+#define MAX_KERNEL_DEVICES 64
+static int kernels_loaded[MAX_KERNEL_DEVICES]; /* weft__nccl_kernels_load ran there (cache_mu) */
 
 static weft_stream_t lookup(cudaStream_t cs, int device) {
   for (cached *c = cache; c != NULL; c = c->next)
@@ -115,8 +117,14 @@ ncclResult_t nccl__cuda_stream(cudaStream_t cs, weft_stream_t *out, const char *
   if (ws == NULL) {
     cached *c = calloc(1, sizeof *c);
     weft_status_t st = c == NULL ? WEFT_ERR_NO_MEMORY : weft_stream_create_cuda(&ws, cs);
-    /* the scaling kernel loaded now, before this stream waits on weft: see nccl_kernels.cu */
-    int le = st == WEFT_SUCCESS ? weft__nccl_kernels_load() : 0;
+    /* the scaling kernel loaded now, before this stream waits on weft: see nccl_kernels.cu.
+     * Once per device: later, another rank's stream of this process may already wait, and
+     * even a load that finds the kernel loaded is not promised to skip the context's drain */
+    int le = 0;
+    if (st == WEFT_SUCCESS && (device < 0 || device >= MAX_KERNEL_DEVICES || !kernels_loaded[device])) {
+      le = weft__nccl_kernels_load();
+      if (le == 0 && device >= 0 && device < MAX_KERNEL_DEVICES) kernels_loaded[device] = 1; /* under cache_mu */
+    }
     if (le != 0) {
       weft_stream_destroy(ws);
       ws = NULL;
