@@ -73,6 +73,7 @@ static int direct_mode; /* WEFT_CUDA_DIRECT: 0 (default) stage every call; see r
 
 #define KERNELS_DEVICES 64
 static atomic_int kernels_loaded[KERNELS_DEVICES]; /* weft__cuda_kernels_load ran on that device */
+static pthread_mutex_t kernels_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void load_driver(void) {
   drv_wait32 = (pfn_wait32)weft__cuda_driver_entry("cuStreamWaitValue32");
@@ -272,9 +273,15 @@ static weft_status_t binding_new(cudaStream_t user, struct weft__cuda_binding **
   /* weft's kernels loaded into this device's context before any stream there waits on weft
    * (mem/cuda_kernels.h says why); once per device */
   if (e == cudaSuccess && (b->device < 0 || b->device >= KERNELS_DEVICES || !atomic_load(&kernels_loaded[b->device]))) {
-    int le = weft__cuda_kernels_load();
-    if (le != 0) e = (cudaError_t)le;
-    else if (b->device >= 0 && b->device < KERNELS_DEVICES) atomic_store(&kernels_loaded[b->device], 1);
+    /* under a lock: a second binding waits for the first's load to end instead of loading
+     * beside it, which could still be loading once the first binding's stream waits */
+    pthread_mutex_lock(&kernels_mu);
+    if (b->device < 0 || b->device >= KERNELS_DEVICES || !atomic_load(&kernels_loaded[b->device])) {
+      int le = weft__cuda_kernels_load();
+      if (le != 0) e = (cudaError_t)le;
+      else if (b->device >= 0 && b->device < KERNELS_DEVICES) atomic_store(&kernels_loaded[b->device], 1);
+    }
+    pthread_mutex_unlock(&kernels_mu);
   }
   /* 64 bytes (a cache line) for the ticket, then one for each slot's gate */
   if (e == cudaSuccess)
