@@ -47,14 +47,40 @@ over_budget() {
   [ $(( $(date +%s) - t0 )) -ge "$budget" ] && echo "== $1 skipped: the run is past GPU_CHECK_BUDGET=$budget s"
 }
 
-# part NAME TIMEOUT COMMAND...: runs it into $out/NAME.log, prints its TAP lines
+# backtraces PID: cuda-gdb's backtrace of every thread of PID's descendants (a hung part's
+# ranks; the test programs are packed unstripped, so weft's functions have names)
+descendants() {
+  for c in $(pgrep -P "$1"); do echo "$c"; descendants "$c"; done
+}
+backtraces() {
+  command -v cuda-gdb >/dev/null 2>&1 || PATH=$PATH:/usr/local/cuda/bin
+  command -v cuda-gdb >/dev/null 2>&1 || { echo "no cuda-gdb"; return 0; }
+  for p in $(descendants "$1"); do
+    echo "=== pid $p: $(tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | cut -c1-100)"
+    timeout 20 cuda-gdb -q -batch -p "$p" -ex 'set pagination off' -ex 'thread apply all bt 16' 2>&1 |
+      grep -v -E '^\[New |libcudadebugger|^\[Thread debugging|^Using host libthread' | head -150
+  done
+}
+
+# part NAME TIMEOUT COMMAND...: runs it into $out/NAME.log, prints its TAP lines; one still
+# running 25 s before its timeout gets its backtraces taken (NAME.bt)
 part() {
   name=$1
   secs=$2
   shift 2
   over_budget "$name" && : >"$out/$name.log" && return 0
   start=$(date +%s)
-  timeout "$secs" "$@" >"$out/$name.log" 2>&1 || rc=1
+  timeout "$secs" "$@" >"$out/$name.log" 2>&1 &
+  tpid=$!
+  waited=0
+  while kill -0 "$tpid" 2>/dev/null; do
+    sleep 1
+    waited=$((waited + 1))
+    # still running 25 s before its end (before the test ranks' own alarms): where is it?
+    [ $waited -eq $((secs - 25)) ] && backtraces "$tpid" >"$out/$name.bt" 2>&1 &&
+      echo "== $name: still running after $waited s; backtraces in $name.bt"
+  done
+  wait "$tpid" || rc=1
   echo "== $name ($(( $(date +%s) - start )) s): $(grep -E '^(not )?ok' "$out/$name.log" | sed 's/ - .*//' | tr '\n' ' ')"
   grep -E '^# rank|stuck' "$out/$name.log" | grep -v INFO | tail -6
 }
@@ -83,7 +109,9 @@ for mode in 2 1; do
     part win${mode}_large 60 "$t" --windows --only large 2
     # the test's own kernels left to CUDA's lazy loading, first launched while weft's call
     # waits: whether a program must load its kernels early too (the test does by default)
-    WEFT_GPU_TEST_LAZY=1 part win${mode}_lazy_order 45 "$t" --windows --only order 2
+    export WEFT_GPU_TEST_LAZY=1
+    part win${mode}_lazy_order 45 "$t" --windows --only order 2
+    unset WEFT_GPU_TEST_LAZY
   fi
 done
 

@@ -16,7 +16,7 @@ for p in cuda_kernels_check test_cuda_collectives cuda_wait_probe test_nccl_cuda
   f=$b/tests/gpu/$p
   [ -x "$b/tests/gpu/.libs/$p" ] && f=$b/tests/gpu/.libs/$p # libtool's wrapper: the program behind it
   [ -x "$f" ] || { echo "pack.sh: $b/tests/gpu/$p is not built (./configure found no CUDA?)" >&2; exit 1; }
-  strip -o "$d/tests/gpu/$p" "$f"
+  cp "$f" "$d/tests/gpu/$p" # unstripped: gpu_check.sh's backtraces of a hung part name weft's functions
 done
 cp -L "$b/nccl/.libs/libnccl.so.2" "$d/lib/"
 # weftrun and the perf programs (device buffers by default where a GPU is), with libweft
