@@ -54,6 +54,7 @@
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
+#include "lib/log.h"
 #include "lib/status.h"
 #include "lib/stream.h"
 #include "lib/stream_cuda.h"
@@ -316,10 +317,24 @@ static weft_status_t binding_new(cudaStream_t user, struct weft__cuda_binding **
   return WEFT_SUCCESS;
 }
 
+/* Once per process: a warning when the process may run on one CPU only. Its stream thread
+ * runs every call on device buffers, and the caller's CUDA waits spin on that same CPU (CUDA
+ * spins while the machine has more cores than contexts): on the H200's host, 2 ranks bound
+ * to a core each read an 8-byte all-reduce at 1.2-1.3 ms (tools/weftrun_bind.c). */
+static void warn_one_cpu(void) {
+  static atomic_int warned;
+  cpu_set_t set;
+  if (atomic_exchange(&warned, 1) || sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1) return;
+  WEFT_WARN("weft_stream_create_cuda: this process may run on one CPU only; weft's stream thread, which runs "
+            "its calls on device buffers, then shares it with the caller, whose CUDA waits spin (calls can "
+            "take milliseconds): give each rank 2 or more CPUs (weftrun does; mpirun --map-by slot:PE=2)");
+}
+
 weft_status_t weft_stream_create_cuda(weft_stream_t *stream, cudaStream_t cuda_stream) {
   if (stream == NULL) return weft__error(NULL, WEFT_ERR_INVALID_ARGUMENT, "weft_stream_create_cuda: stream is NULL");
   struct weft__cuda_binding *b = NULL;
   WEFT_TRY(binding_new(cuda_stream, &b));
+  warn_one_cpu();
   weft__cuda_arm();
   weft_status_t st = weft__stream_create_bound(stream, b);
   if (st != WEFT_SUCCESS) binding_free(b);
