@@ -108,6 +108,7 @@ typedef struct {
 
 struct weft__cuda_binding {
   cudaStream_t user;         /* the caller's CUDA stream */
+  cudaStream_t work;         /* the thread's own (direct calls' copies and kernels), made up front */
   int device;
   uint32_t *done;            /* pinned: the ticket of the last call the thread finished */
   CUdeviceptr done_dev;      /* the same word as the GPU reaches it */
@@ -247,6 +248,7 @@ static void binding_free(struct weft__cuda_binding *b) {
     if (s->ev_out != NULL) cudaEventDestroy(s->ev_out);
     if (s->ev_kernels != NULL) cudaEventDestroy(s->ev_kernels);
   }
+  if (b->work != NULL) cudaStreamDestroy(b->work);
   for (int i = 0; i < b->nretired; i++) cudaFreeHost(b->retired[i]);
   free(b->retired);
   if (b->done != NULL) cudaFreeHost(b->done);
@@ -297,6 +299,7 @@ static weft_status_t binding_new(cudaStream_t user, struct weft__cuda_binding **
       b->slots[i].gate_dev = (unsigned *)((char *)d + 64 * (1 + i));
     }
   }
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&b->work, cudaStreamNonBlocking);
   unsigned flags = trace_on ? cudaEventDefault : cudaEventDisableTiming; /* timed only when tracing */
   for (int i = 0; i < NSLOTS && e == cudaSuccess; i++) {
     slot *s = &b->slots[i];
@@ -808,6 +811,7 @@ weft_status_t weft__cuda_task_begin(struct weft__cuda_binding *b, weft__task *t)
   trace_rec *tr = b->log != NULL ? &dc->sl->tr : NULL;
   if (tr != NULL) tr->taken = weft__now_ns();
   CUDA_TRY(comm, cudaSetDevice(b->device), "cudaSetDevice");
+  weft__cuda_use_thread_stream(b->work, b->device);
   /* The work queued before the call is the caller's: it has no deadline of ours, but an
    * abort ends the wait. */
   for (unsigned round = 0;; round++) {

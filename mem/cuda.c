@@ -86,6 +86,11 @@ void *weft__cuda_thread_stream(void) {
   return s;
 }
 
+void weft__cuda_use_thread_stream(void *stream, int device) {
+  tl_stream = (cudaStream_t)stream;
+  tl_stream_device = device;
+}
+
 weft_status_t weft__cuda_take_error(char *msg, size_t len) {
   if (tl_error == cudaSuccess) return WEFT_SUCCESS;
   snprintf(msg, len, "%s: %s (%s)", tl_error_what, cudaGetErrorString(tl_error), cudaGetErrorName(tl_error));

@@ -30,4 +30,9 @@ void *weft__cuda_driver_entry(const char *name);
 /* The calling thread's CUDA stream of the space (a cudaStream_t), created on first use on
  * the thread's current device; NULL when it cannot be created. */
 void *weft__cuda_thread_stream(void);
+/* Makes stream (a cudaStream_t of device) the calling thread's stream of the space from now
+ * on: a weft stream's thread takes the one its binding created up front, since creating a
+ * stream in the middle of a call, while the caller's stream waits for it, is one more CUDA
+ * call that might wait for that stream (tests/gpu/cuda_wait_probe asks). */
+void weft__cuda_use_thread_stream(void *stream, int device);
 #endif

@@ -15,7 +15,10 @@
  *
  *   same process:  a copy and a memset on a second non-blocking stream B; cudaEventQuery
  *                  on B's event; cudaIpcGetMemHandle; cudaMalloc; cudaFree; cudaHostAlloc;
- *                  cudaFreeHost; cudaStreamSynchronize(B) with nothing on B;
+ *                  cudaFreeHost; cudaStreamSynchronize(B) with nothing on B; creating a
+ *                  stream and an event; the first launch of a kernel (lazy loading: the
+ *                  answer to the hang, seen in cuda-gdb on 2026-11-29), cudaFuncGetAttributes
+ *                  of a kernel not loaded and of loaded ones, a loaded kernel's launch;
  *   two processes: cudaIpcOpenMemHandle of the peer's allocation; a copy on B reading the
  *                  peer's memory; the same copy while the PEER's stream waits (and ours
  *                  does not); cudaIpcCloseMemHandle.
@@ -33,6 +36,11 @@
 #include <time.h>
 #include <unistd.h>
 #include "tests/gpu/gpu_ranks.h"
+
+/* tests/gpu/order_kernels.cu */
+int test_slow_fill(float *buf, size_t count, float value, long long spin, void *stream);
+int test_copy_out(float *dst, const float *src, size_t count, void *stream);
+int test_order_kernels_load(void);
 
 #define RELEASE_MS 1500
 #define BYTES ((size_t)64 << 20)
@@ -184,6 +192,49 @@ static void same_process(void) {
   report("same process: cudaFreeHost", t0, now_ms());
   finish(th);
 
+  cudaStream_t c;
+  th = arm();
+  t0 = now_ms();
+  MUST(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  report("same process: cudaStreamCreateWithFlags", t0, now_ms());
+  finish(th);
+
+  cudaEvent_t ec;
+  th = arm();
+  t0 = now_ms();
+  MUST(cudaEventCreateWithFlags(&ec, cudaEventDisableTiming));
+  report("same process: cudaEventCreateWithFlags", t0, now_ms());
+  finish(th);
+
+  /* lazy loading (CUDA_MODULE_LOADING=LAZY, the default): the first launch of a kernel
+   * loads it; so does cudaFuncGetAttributes; a loaded kernel's launch should not wait */
+  th = arm();
+  t0 = now_ms();
+  MUST((cudaError_t)test_slow_fill(NULL, 0, 0.0f, 0, c));
+  report("same process: first launch of a kernel (lazy load)", t0, now_ms());
+  finish(th);
+
+  th = arm();
+  t0 = now_ms();
+  MUST((cudaError_t)test_order_kernels_load());
+  report("same process: cudaFuncGetAttributes of a kernel not loaded", t0, now_ms());
+  finish(th);
+
+  th = arm();
+  t0 = now_ms();
+  MUST((cudaError_t)test_copy_out(NULL, NULL, 0, c));
+  MUST(cudaStreamSynchronize(c));
+  report("same process: launch of a loaded kernel, its stream synchronized", t0, now_ms());
+  finish(th);
+
+  th = arm();
+  t0 = now_ms();
+  MUST((cudaError_t)test_order_kernels_load());
+  report("same process: cudaFuncGetAttributes of loaded kernels", t0, now_ms());
+  finish(th);
+
+  cudaEventDestroy(ec);
+  cudaStreamDestroy(c);
   cudaEventDestroy(eb);
   cudaFree(x);
   cudaFree(y);
