@@ -126,6 +126,16 @@ static void setup(void) {
 
 /* ---- one process ---------------------------------------------------------------------------- */
 
+/* ASK(what, statements): the statements timed while stream A waits (arm), reported as what */
+#define ASK(what, ...)          \
+  do {                          \
+    pthread_t th_ = arm();      \
+    double t0_ = now_ms();      \
+    __VA_ARGS__;                \
+    report(what, t0_, now_ms()); \
+    finish(th_);                \
+  } while (0)
+
 static void same_process(void) {
   char *x, *y, *h;
   MUST(cudaMalloc((void **)&x, BYTES));
@@ -134,104 +144,32 @@ static void same_process(void) {
   MUST(cudaDeviceSynchronize());
   cudaEvent_t eb;
   MUST(cudaEventCreateWithFlags(&eb, cudaEventDisableTiming));
-  double t0;
-  pthread_t th;
 
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaMemcpyAsync(y, x, BYTES, cudaMemcpyDeviceToDevice, B));
-  MUST(cudaEventRecord(eb, B));
-  MUST(cudaEventSynchronize(eb));
-  report("same process: 64 MiB D2D copy on stream B, then its event", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaMemsetAsync(y, 2, BYTES, B));
-  while (cudaEventQuery(eb) == cudaErrorNotReady) usleep(100);
-  MUST(cudaEventRecord(eb, B));
-  while (cudaEventQuery(eb) == cudaErrorNotReady) usleep(100);
-  report("same process: memset on B, polled with cudaEventQuery", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaStreamSynchronize(B));
-  report("same process: cudaStreamSynchronize(B), B empty", t0, now_ms());
-  finish(th);
-
+  ASK("same process: 64 MiB D2D copy on stream B, then its event",
+      MUST(cudaMemcpyAsync(y, x, BYTES, cudaMemcpyDeviceToDevice, B)); MUST(cudaEventRecord(eb, B));
+      MUST(cudaEventSynchronize(eb)));
+  ASK("same process: memset on B, polled with cudaEventQuery", MUST(cudaMemsetAsync(y, 2, BYTES, B));
+      while (cudaEventQuery(eb) == cudaErrorNotReady) usleep(100); MUST(cudaEventRecord(eb, B));
+      while (cudaEventQuery(eb) == cudaErrorNotReady) usleep(100));
+  ASK("same process: cudaStreamSynchronize(B), B empty", MUST(cudaStreamSynchronize(B)));
   cudaIpcMemHandle_t ipc;
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaIpcGetMemHandle(&ipc, x));
-  report("same process: cudaIpcGetMemHandle", t0, now_ms());
-  finish(th);
-
+  ASK("same process: cudaIpcGetMemHandle", MUST(cudaIpcGetMemHandle(&ipc, x)));
   char *z;
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaMalloc((void **)&z, 1 << 20));
-  report("same process: cudaMalloc 1 MiB", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaFree(z));
-  report("same process: cudaFree", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaHostAlloc((void **)&h, 1 << 20, cudaHostAllocPortable));
-  report("same process: cudaHostAlloc 1 MiB", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaFreeHost(h));
-  report("same process: cudaFreeHost", t0, now_ms());
-  finish(th);
-
+  ASK("same process: cudaMalloc 1 MiB", MUST(cudaMalloc((void **)&z, 1 << 20)));
+  ASK("same process: cudaFree", MUST(cudaFree(z)));
+  ASK("same process: cudaHostAlloc 1 MiB", MUST(cudaHostAlloc((void **)&h, 1 << 20, cudaHostAllocPortable)));
+  ASK("same process: cudaFreeHost", MUST(cudaFreeHost(h)));
   cudaStream_t c;
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
-  report("same process: cudaStreamCreateWithFlags", t0, now_ms());
-  finish(th);
-
+  ASK("same process: cudaStreamCreateWithFlags", MUST(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking)));
   cudaEvent_t ec;
-  th = arm();
-  t0 = now_ms();
-  MUST(cudaEventCreateWithFlags(&ec, cudaEventDisableTiming));
-  report("same process: cudaEventCreateWithFlags", t0, now_ms());
-  finish(th);
-
+  ASK("same process: cudaEventCreateWithFlags", MUST(cudaEventCreateWithFlags(&ec, cudaEventDisableTiming)));
   /* lazy loading (CUDA_MODULE_LOADING=LAZY, the default): the first launch of a kernel
    * loads it; so does cudaFuncGetAttributes; a loaded kernel's launch should not wait */
-  th = arm();
-  t0 = now_ms();
-  MUST((cudaError_t)test_slow_fill(NULL, 0, 0.0f, 0, c));
-  report("same process: first launch of a kernel (lazy load)", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST((cudaError_t)test_order_kernels_load());
-  report("same process: cudaFuncGetAttributes of a kernel not loaded", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST((cudaError_t)test_copy_out(NULL, NULL, 0, c));
-  MUST(cudaStreamSynchronize(c));
-  report("same process: launch of a loaded kernel, its stream synchronized", t0, now_ms());
-  finish(th);
-
-  th = arm();
-  t0 = now_ms();
-  MUST((cudaError_t)test_order_kernels_load());
-  report("same process: cudaFuncGetAttributes of loaded kernels", t0, now_ms());
-  finish(th);
+  ASK("same process: first launch of a kernel (lazy load)", MUST((cudaError_t)test_slow_fill(NULL, 0, 0.0f, 0, c)));
+  ASK("same process: cudaFuncGetAttributes of a kernel not loaded", MUST((cudaError_t)test_order_kernels_load()));
+  ASK("same process: launch of a loaded kernel, its stream synchronized",
+      MUST((cudaError_t)test_copy_out(NULL, NULL, 0, c)); MUST(cudaStreamSynchronize(c)));
+  ASK("same process: cudaFuncGetAttributes of loaded kernels", MUST((cudaError_t)test_order_kernels_load()));
 
   cudaEventDestroy(ec);
   cudaStreamDestroy(c);
