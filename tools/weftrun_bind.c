@@ -3,9 +3,10 @@
  * mpirun binds each rank to a core for 2 ranks or fewer and to a package (socket) above
  * that; weftrun does the same by default: on the 2-core VM, eight launches of an unbound
  * 8-byte all-reduce read 0.7-12.3 us (the two ranks' threads shared a core in some launches
- * and not in others), 0.34 us bound in 5 of 6. Ranks fill the allowed CPUs in order, each
- * taking n / nranks of them (one when the ranks are as many as the CPUs, as there: a rank's
- * caller thread and stream thread then share its core).
+ * and not in others), 0.34 us bound in 5 of 6. Ranks fill the allowed CPUs in order, by
+ * default each taking n / nranks of them (one when the ranks are as many as the CPUs, as
+ * there: a rank's caller thread and stream thread then share its core); --bind-to core
+ * gives each one CPU, as mpirun's.
  * When the ranks outnumber the CPUs mpirun binds nothing (--oversubscribe); weftrun binds
  * round-robin instead (rank r on the (r mod n)-th allowed CPU), so every CPU carries the same
  * number of ranks: left to the scheduler, 4 ranks on the 2 cores spent whole seconds with 3 on
@@ -31,7 +32,7 @@ int weftrun_bind_parse(const char *s) {
 enum weftrun_bind weftrun_bind_resolve(enum weftrun_bind asked, int nranks, int ncpus) {
   if (asked != BIND_AUTO) return asked;
   if (nranks > ncpus) return BIND_CORE; /* round-robin: the CPUs carry equal shares */
-  return nranks <= 2 ? BIND_CORE : BIND_PACKAGE;
+  return nranks <= 2 ? BIND_CORES : BIND_PACKAGE;
 }
 
 int weftrun_allowed_cpus(void) {
@@ -65,13 +66,14 @@ void weftrun_bind_rank(enum weftrun_bind how, int rank, int nranks) {
   cpu_set_t allowed, set;
   if (how == BIND_NONE || how == BIND_AUTO) return;
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) == 0) return;
-  /* core: a block of n / nranks CPUs per rank (Open MPI's --map-by slot:PE=k --bind-to
-   * core), so that a rank's caller thread and its stream's thread each have a core when
-   * there are cores to spare. With one core for both, an 8-byte all-reduce of 2 ranks on
+  /* cores (auto, 2 ranks or fewer): a block of n / nranks CPUs per rank (Open MPI's
+   * --map-by slot:PE=k --bind-to core), so that a rank's caller thread and its stream's
+   * thread each have a core when there are cores to spare; --bind-to core keeps mpirun's
+   * one core per rank. With one core for both, an 8-byte all-reduce of 2 ranks on
    * device buffers took 1.2-1.3 ms on the H200's 16-core host, most likely as the caller
    * spun in cudaStreamSynchronize (CUDA spins when cores outnumber contexts) on the core the
    * stream thread needed (not yet measured again with this binding). */
-  int n = CPU_COUNT(&allowed), per = nranks > 0 && nranks < n ? n / nranks : 1;
+  int n = CPU_COUNT(&allowed), per = how == BIND_CORES && nranks > 0 && nranks < n ? n / nranks : 1;
   int first = per > 1 ? rank * per : rank % n, cpu = nth_allowed(&allowed, first);
   if (cpu < 0) return;
   CPU_ZERO(&set);
