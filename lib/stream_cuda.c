@@ -656,8 +656,9 @@ static size_t stage(weft__task *t, extent *e, int n, char *host, device_call *dc
 }
 
 /* Calls of the process whose stream wait the thread has not released yet (their done
- * ticket not stored), counted under waits_mu where a wait is queued, so that with the lock
- * held and none counted no stream of weft's waits and cudaFreeHost returns. */
+ * ticket not stored), counted under waits_mu before a wait is queued: with the lock held and
+ * none counted, no stream of the process sits in a wait of weft's, and cudaFreeHost returns
+ * (waits that are not weft's, a program's own, are the program's to mind). */
 static pthread_mutex_t waits_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int waits_pending;
 
