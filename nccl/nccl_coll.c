@@ -8,10 +8,8 @@
  * NCCL), each communicator's calls run on a thread of their own, since one rank's collective
  * would otherwise wait for a rank whose calls come later on the same thread. */
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "nccl/nccl_internal.h"
 
 typedef enum {
@@ -93,13 +91,7 @@ ncclResult_t nccl__group_defer_init(ncclComm_t comm) {
 static ncclResult_t finish_inits(void) {
   ncclResult_t r = ncclSuccess;
   for (size_t i = 0; i < group_ninits; i++) {
-    weft_status_t st = WEFT_IN_PROGRESS;
-    /* weft's init deadline ends the wait; yield, then nap, so ranks on shared cores run */
-    for (unsigned round = 0;
-         weft_comm_get_async_error(group_inits[i]->w, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS; round++) {
-      if (round < 64) sched_yield();
-      else nanosleep(&(struct timespec){0, 50000}, NULL);
-    }
+    weft_status_t st = nccl__wait_init(group_inits[i]->w);
     if (st != WEFT_SUCCESS && r == ncclSuccess) r = nccl__from_weft(st);
   }
   group_ninits = 0;

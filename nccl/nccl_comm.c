@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "nccl/nccl_internal.h"
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId) {
@@ -50,10 +51,13 @@ NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t *newcomm, int nranks
   return init_rank(newcomm, nranks, commIds[0].internal, myrank, config, "ncclCommInitRankScalable");
 }
 
-/* Waits for a non-blocking init; WEFT_IN_PROGRESS while it runs. */
-static weft_status_t wait_init(weft_comm_t w) {
+weft_status_t nccl__wait_init(weft_comm_t w) {
   weft_status_t st = WEFT_IN_PROGRESS;
-  while (weft_comm_get_async_error(w, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS) sched_yield();
+  /* weft's init deadline ends the wait; yield, then nap, so ranks on shared cores run */
+  for (unsigned round = 0; weft_comm_get_async_error(w, &st) == WEFT_SUCCESS && st == WEFT_IN_PROGRESS; round++) {
+    if (round < 64) sched_yield();
+    else nanosleep(&(struct timespec){0, 50000}, NULL);
+  }
   return st;
 }
 
@@ -70,7 +74,7 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t *comm, int ndev, const int *d
   for (int i = 0; i < ndev && (r == ncclSuccess || r == ncclInProgress); i++)
     r = init_rank(&comm[i], ndev, id.internal, i, &cfg, "ncclCommInitAll");
   for (int i = 0; i < ndev && (r == ncclSuccess || r == ncclInProgress); i++)
-    r = nccl__from_weft(wait_init(comm[i]->w));
+    r = nccl__from_weft(nccl__wait_init(comm[i]->w));
   if (r == ncclSuccess) return r;
   for (int i = 0; i < ndev; i++)
     if (comm[i] != NULL) pncclCommAbort(comm[i]), comm[i] = NULL;

@@ -86,4 +86,7 @@ void nccl__cuda_free_async(void *p, cudaStream_t cs);
  * inside the group is awaited at the outermost ncclGroupEnd. */
 int nccl__in_group(void);
 ncclResult_t nccl__group_defer_init(ncclComm_t comm);
+/* nccl_comm.c: waits for a non-blocking init to end (weft's init deadline bounds it),
+ * yielding, then napping; its status (never WEFT_IN_PROGRESS unless the query failed). */
+weft_status_t nccl__wait_init(weft_comm_t w);
 #endif

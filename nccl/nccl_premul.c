@@ -1,9 +1,9 @@
 /* nccl_premul.c: ncclRedOpCreatePreMulSum / ncclRedOpDestroy.
  * A PreMulSum op multiplies every rank's input by the op's scalar, then sums: here the
- * input is scaled into a temporary copy (device memory scaled by nccl_kernels.cu in the
- * call's stream when the input is on the device, host memory otherwise) (integers wrap as weft's sum does; fp16 and bf16
- * are scaled in fp32 and rounded to nearest-even, as weft reduces them) and the copy is
- * summed with WEFT_SUM. Op values are ncclNumOps + slot, per communicator. */
+ * input is scaled into a temporary copy, on the device by nccl_kernels.cu in the call's
+ * stream when the input is device memory, on the host otherwise (integers wrap as weft's sum
+ * does; fp16 and bf16 are scaled in fp32 and rounded to nearest-even, as weft reduces them),
+ * and the copy is summed with WEFT_SUM. Op values are ncclNumOps + slot, per communicator. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
