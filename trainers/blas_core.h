@@ -61,6 +61,13 @@ int gpt_blas_core_is_avx512(const char *corename);
  * SapphireRapids came. Pure: reads nothing but f. */
 const char *gpt_blas_pick_core(const gpt_blas_facts *f);
 
+/* 1 when the user's OPENBLAS_CORETYPE (f->env_coretype, weft's marker unset) holds a
+ * DYNAMIC_ARCH library to kernels without AVX-512 on a CPU with GPT_CPU_SKYLAKEX_SET:
+ * gpt_blas_describe then tells how to get them (one core's SGEMM at about twice the rate:
+ * 91 against 187-201 GFLOP/s at 512^3 on the AMD EPYC VM of 2026-11-30). Pure: reads
+ * nothing but f. */
+int gpt_blas_user_core_forgoes_avx512(const gpt_blas_facts *f);
+
 /* The GPT_CPU_* bits of this CPU (GCC's __builtin_cpu_supports, which checks that the OS
  * saves the AVX-512 registers too). */
 unsigned gpt_blas_cpu_flags(void);
@@ -73,8 +80,10 @@ void gpt_blas_choose(char **argv);
 
 /* One phrase for the start-up line, into buf (always terminated): "OpenBLAS 0.3.21 core
  * SkylakeX (chosen by weft: OpenBLAS picked Haswell, the CPU has AVX-512)", "... core
- * Haswell (OPENBLAS_CORETYPE=Haswell in the environment)", "... core SkylakeX (OpenBLAS's
- * own choice)". */
+ * Haswell (OPENBLAS_CORETYPE=Haswell in the environment)" (with, where
+ * gpt_blas_user_core_forgoes_avx512 holds, "; this CPU runs OpenBLAS's AVX-512 kernels,
+ * about twice the SGEMM rate: unset it and weft chooses SkylakeX"), "... core SkylakeX
+ * (OpenBLAS's own choice)". */
 void gpt_blas_describe(char *buf, size_t len);
 
 #endif

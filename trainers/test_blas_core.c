@@ -8,7 +8,8 @@
  * (WEFT_TOP_BUILDDIR) with neither variable set: its "# peak per rank" line must name the
  * OpenBLAS core and the sgemm rate, and on a CPU with the AVX-512 subsets (and a
  * DYNAMIC_ARCH OpenBLAS) the core must be an AVX-512 one; with OPENBLAS_CORETYPE=Haswell
- * set by the user it must run Haswell and say the environment chose it. Without
+ * set by the user it must run Haswell, say the environment chose it and, where the CPU and
+ * library could run AVX-512 kernels, say how to get them. Without
  * ../shared/data/tinyshakespeare.txt or the programs the launch tests pass as "# SKIP".
  */
 #include <setjmp.h>
@@ -70,6 +71,27 @@ static void a_user_openblas_coretype_wins_even_when_empty(void **state) {
   assert_null(gpt_blas_pick_core(&f));
   f.env_coretype = "";
   assert_null(gpt_blas_pick_core(&f));
+}
+
+static void a_user_core_without_avx512_on_an_avx512_cpu_is_flagged(void **state) {
+  gpt_blas_facts f = fallback();
+  assert_false(gpt_blas_user_core_forgoes_avx512(&f)); /* nothing set: weft chooses instead */
+  f.env_coretype = "Haswell";
+  assert_true(gpt_blas_user_core_forgoes_avx512(&f));
+  f.detected = "SkylakeX"; /* the user's own AVX-512 choice */
+  f.env_coretype = "SkylakeX";
+  assert_false(gpt_blas_user_core_forgoes_avx512(&f));
+  f = fallback();
+  f.env_coretype = "Haswell";
+  f.env_marker = "Haswell"; /* weft's own re-execution */
+  assert_false(gpt_blas_user_core_forgoes_avx512(&f));
+  f.env_marker = NULL;
+  f.cpu &= ~GPT_CPU_AVX512VL;
+  assert_false(gpt_blas_user_core_forgoes_avx512(&f));
+  f = fallback();
+  f.env_coretype = "Haswell";
+  f.dynamic_arch = 0;
+  assert_false(gpt_blas_user_core_forgoes_avx512(&f));
 }
 
 static void the_marker_stops_a_second_reexecution(void **state) {
@@ -142,7 +164,12 @@ static void a_user_coretype_runs_and_is_named_on_the_startup_line(void **state) 
   char core[64], line[1024];
   launch_ddp("Haswell", core, sizeof(core), line, sizeof(line));
   assert_string_equal(core, "Haswell");
-  assert_non_null(strstr(line, "(OPENBLAS_CORETYPE=Haswell in the environment)"));
+  assert_non_null(strstr(line, "(OPENBLAS_CORETYPE=Haswell in the environment"));
+  int dynamic = strstr(openblas_get_config(), "DYNAMIC_ARCH") != NULL;
+  int avx512 = (gpt_blas_cpu_flags() & GPT_CPU_SKYLAKEX_SET) == GPT_CPU_SKYLAKEX_SET;
+  const char *hint = "unset it and weft chooses SkylakeX)";
+  if (dynamic && avx512 && !strstr(line, hint)) fail_msg("no hint to unset OPENBLAS_CORETYPE: %s", line);
+  if (!(dynamic && avx512) && strstr(line, hint)) fail_msg("a hint this CPU cannot follow: %s", line);
 }
 
 int main(void) {
@@ -153,12 +180,13 @@ int main(void) {
       cmocka_unit_test(avx512_cores_are_left_as_openblas_picked_them),
       cmocka_unit_test(a_cpu_without_any_one_avx512_subset_keeps_the_avx2_kernels),
       cmocka_unit_test(a_user_openblas_coretype_wins_even_when_empty),
+      cmocka_unit_test(a_user_core_without_avx512_on_an_avx512_cpu_is_flagged),
       cmocka_unit_test(the_marker_stops_a_second_reexecution),
       cmocka_unit_test(a_library_without_dynamic_arch_is_not_reexecuted_for_nothing),
       cmocka_unit_test(ddp_startup_line_names_an_avx512_core_on_an_avx512_cpu),
       cmocka_unit_test(a_user_coretype_runs_and_is_named_on_the_startup_line),
   };
   size_t n = sizeof(tests) / sizeof(tests[0]);
-  if (why) tu_skip(tests, 6, n, why);
+  if (why) tu_skip(tests, 7, n, why);
   return _cmocka_run_group_tests("test_blas_core", tests, n, NULL, NULL);
 }
