@@ -91,14 +91,14 @@ void gpt_blas_choose(char **argv) {
 }
 
 void gpt_blas_describe(char *buf, size_t len) {
-  const char *cfg = openblas_get_config(), *core = openblas_get_corename();
+  const char *cfg = openblas_get_config();
   /* The first two words of the config string: "OpenBLAS 0.3.21". */
   char version[32] = "OpenBLAS";
   if (cfg) snprintf(version, sizeof(version), "%s", cfg);
   char *sp = strchr(version, ' ');
   if (sp && (sp = strchr(sp + 1, ' '))) *sp = '\0';
-  const char *env = getenv("OPENBLAS_CORETYPE"), *marker = getenv(GPT_BLAS_MARKER);
   gpt_blas_facts f = facts_now();
+  const char *core = f.detected, *env = f.env_coretype, *marker = f.env_marker;
   const char *hint = gpt_blas_user_core_forgoes_avx512(&f)
                          ? "; this CPU runs OpenBLAS's AVX-512 kernels, about twice the SGEMM rate: unset it "
                            "and weft chooses " CHOSEN_CORE

@@ -64,8 +64,8 @@ const char *gpt_blas_pick_core(const gpt_blas_facts *f);
 /* 1 when the user's OPENBLAS_CORETYPE (f->env_coretype, weft's marker unset) holds a
  * DYNAMIC_ARCH library to kernels without AVX-512 on a CPU with GPT_CPU_SKYLAKEX_SET:
  * gpt_blas_describe then tells how to get them (one core's SGEMM at about twice the rate:
- * 91 against 187-201 GFLOP/s at 512^3 on the AMD EPYC VM of 2026-11-30). Pure: reads
- * nothing but f. */
+ * Haswell 77-91 against 186-204 GFLOP/s at 512^3 on the AMD EPYC VM of 2026-11-30). Pure:
+ * reads nothing but f. */
 int gpt_blas_user_core_forgoes_avx512(const gpt_blas_facts *f);
 
 /* The GPT_CPU_* bits of this CPU (GCC's __builtin_cpu_supports, which checks that the OS
