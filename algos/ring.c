@@ -25,6 +25,7 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
   d->send = send;
   d->recv = recv;
   d->nt = 0;
+  d->fuse_steps = d->keep_from = 0;
 }
 
 int weft__ring_nt_output(size_t out_bytes) { return out_bytes >= weft__mem_nt_threshold(); }
@@ -34,8 +35,15 @@ int weft__host_nt_output(const struct weft_comm *comm, size_t out_bytes) {
   return out_bytes > SIZE_MAX / local || weft__ring_nt_output(out_bytes * local);
 }
 
-/* Posts r on c, or completes it at once when empty: the peer skips the same message. */
-static void post_or_skip(weft__conn *c, weft__req *r) {
+/* Posts r on c, or completes it at once when empty: the peer skips the same message. A
+ * send its receive fed whole (weft__req.fwd) is complete already: it must not be queued,
+ * where it would stay, complete, until the next progress pass, and the next slice would
+ * reuse it. */
+static void post_or_skip(weft__task *t, weft__conn *c, weft__req *r) {
+  if (r->complete) {
+    weft__req_retire(t->comm, c, r);
+    return;
+  }
   if (r->bytes == 0) {
     r->complete = 1;
     return;
@@ -59,33 +67,51 @@ static int send_ready(const weft__ring_driver *d) {
   return d->posted_send == 0 || d->done_recv >= d->posted_send;
 }
 
+/* Initialises the send of step s of the current slice (not posting it). */
+static void prepare_send(weft__ring_driver *d, weft__task *t, int s) {
+  weft__req *r = &d->send[s];
+  const void *buf = NULL;
+  size_t bytes = 0;
+  d->ops->send_of(t, d->slice, s, &buf, &bytes);
+  weft__req_init_send(r, t->mem, buf, bytes);
+  if (d->ops->send_copy_to) r->copy_to = d->ops->send_copy_to(t, d->slice, s);
+  r->nt = d->nt && r->copy_to != NULL;
+}
+
 /* Posts every request whose dependencies are met; returns 1 if it posted any. */
 static int post_ready(weft__ring_driver *d, weft__task *t) {
   int posted = 0;
   advance_done(d);
   while (recv_ready(d, t)) {
-    weft__req *r = &d->recv[d->posted_recv];
+    int s = d->posted_recv;
+    weft__req *r = &d->recv[s];
     void *dst = NULL;
     const void *acc = NULL;
     size_t bytes = 0;
-    d->ops->recv_of(t, d->slice, d->posted_recv, &dst, &acc, &bytes);
+    d->ops->recv_of(t, d->slice, s, &dst, &acc, &bytes);
     weft__req_init_recv(r, t->mem, dst, acc, bytes, t->dtype, t->op);
-    r->nt = d->nt && d->posted_recv == d->nsteps - 1;
+    r->nt = d->nt && s == d->nsteps - 1;
+    /* Send s+1 is posted only once this receive completed: initialised here instead. Its
+     * bytes wait for send s (after), which must be this slice's: fed itself (initialised
+     * with receive s-1), or send 0, initialised below before anything moves. */
+    if (s < d->fuse_steps && s + 1 < d->nsteps && bytes > 0 && (s == 0 || d->recv[s - 1].fwd != NULL)) {
+      prepare_send(d, t, s + 1);
+      r->fwd = &d->send[s + 1];
+      r->fwd->conn = d->next;
+      r->fwd->call = d->next->call;
+      r->fwd->after = &d->send[s];
+      r->fwd_keep = s >= d->keep_from;
+    }
     d->posted_recv++;
-    post_or_skip(d->prev, r);
+    post_or_skip(t, d->prev, r);
     posted = 1;
     advance_done(d);
   }
   while (send_ready(d)) {
     weft__req *r = &d->send[d->posted_send];
-    const void *buf = NULL;
-    size_t bytes = 0;
-    d->ops->send_of(t, d->slice, d->posted_send, &buf, &bytes);
-    weft__req_init_send(r, t->mem, buf, bytes);
-    if (d->ops->send_copy_to) r->copy_to = d->ops->send_copy_to(t, d->slice, d->posted_send);
-    r->nt = d->nt && r->copy_to != NULL;
+    if (d->posted_send == 0 || d->recv[d->posted_send - 1].fwd == NULL) prepare_send(d, t, d->posted_send);
     d->posted_send++;
-    post_or_skip(d->next, r);
+    post_or_skip(t, d->next, r);
     posted = 1;
     advance_done(d);
   }

@@ -134,7 +134,8 @@ static inline size_t weft__ring_piece(const weft__ring_layout *l, int b, size_t 
  * ranks compute the same piece sizes. */
 typedef struct weft__ring_driver weft__ring_driver;
 typedef struct weft__ring_ops {
-  /* The send of step s of slice k; called once, just before it is posted. */
+  /* The send of step s of slice k; called once, just before it is posted (or, for a send
+   * fed by the receive before it, when that receive is posted: fuse_steps below). */
   void (*send_of)(struct weft__task *t, size_t k, int s, const void **buf, size_t *bytes);
   /* The receive of step s of slice k: dst = acc op incoming (acc NULL: copy). */
   void (*recv_of)(struct weft__task *t, size_t k, int s, void **dst, const void **acc,
@@ -160,6 +161,13 @@ struct weft__ring_driver {
    * (weft__req.nt); the algorithm sets it after init for a large collective whose
    * output nothing reads again in this call (weft__ring_nt_output). 0 after init. */
   int nt;
+  /* The receives of steps s < fuse_steps land where the send of step s+1 reads: each such
+   * receive feeds that send as it lands (weft__req.fwd, lib/req.c; NCCL's recvReduceSend
+   * and recvCopySend), the send being initialised when the receive is posted. Those of
+   * steps s >= keep_from also keep the bytes in their dst (weft__req.fwd_keep); the others
+   * land in a scratch only the send reads, which a forwarded piece skips. Set by the
+   * algorithm after init (never with WEFT_AVG, whose send_of divides); 0 after init. */
+  int fuse_steps, keep_from;
 };
 
 void weft__ring_driver_init(weft__ring_driver *d, struct weft__task *t, const weft__ring_ops *ops,

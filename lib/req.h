@@ -44,17 +44,34 @@ typedef struct weft__req {
    * number). A pointer, not a copy: it keeps a request at 128 bytes, so the states of the
    * small-message algorithms still fit inside the task (lib/task.h). */
   const weft__fp_call *call;
-  int kind;                    /* WEFT__REQ_SEND or WEFT__REQ_RECV */
-  int complete;                /* 1 when every byte has moved */
+  union {
+    /* recv: NULL, or the send (initialised, its conn and call set, not yet posted) that
+     * carries this message on to the next rank from dst: a ring's recvReduceSend or
+     * recvCopySend (algos/ring.h, weft__ring_driver.fuse_steps). A piece landing
+     * while that send has sent exactly the bytes before it, the send before it (after) has
+     * completed and its connection's send queue is empty goes on at once into the send's
+     * transport buffer (weft__transport.send_slot): landed in dst first with fwd_keep,
+     * else reduced straight into that buffer and copied from there into the send's
+     * copy_to, if any (lib/req.c). Any other piece lands in dst as usual. */
+    struct weft__req *fwd;
+    /* send fed by a receive (fwd): the send that goes before it on its connection, or
+     * NULL; none of its bytes may go before that one has completed. */
+    const struct weft__req *after;
+  };
+  unsigned char kind;          /* WEFT__REQ_SEND or WEFT__REQ_RECV */
+  unsigned char complete;      /* 1 when every byte has moved */
   /* 1: the bytes copied into dst (receive) or copy_to (send) bypass the cache
    * (non-temporal stores, weft__nt_copy) whatever the message size. Set by an algorithm
    * for the pieces of a large collective that nothing reads again soon; 0: only messages
    * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
-  int nt;
+  unsigned char nt;
   /* send: 1 when src is a copy this rank has just written (an in-place call's staging,
    * algos/all_to_all/pairwise.c), so its lines sit dirty in this core's cache; such a
    * message goes single copy only from 64 KiB (weft__req_single_copy_wanted). */
-  int staged;
+  unsigned char staged;
+  /* recv with fwd: 1 when dst must hold the bytes too (the output, or read again later);
+   * 0: dst is a scratch only the send reads, which a piece going on skips. */
+  unsigned char fwd_keep;
   weft_datatype_t dtype;       /* element type for reduce-on-receive */
   weft_redop_t op;
 } weft__req;
@@ -74,6 +91,8 @@ typedef struct weft__conn {
   uint64_t op_mark;                 /* comm->last_seq of the operation op_bytes count for */
   uint64_t op_bytes[2];             /* bytes of its completed sends, receives (the flight
                                        recorder's bytes per peer, lib/flight.h) */
+  uint64_t fwd_bytes;               /* bytes received from the peer that went straight on
+                                       to the next rank (weft__req.fwd), since init */
   /* 1 when the peer is bound to CPUs this rank is not (the topology's cpusets), and its
    * transport can tell whether it holds its CPU now (peer_on_cpu): with more ranks than
    * cores, waiting for it need not give this rank's CPU away (lib/task.c). */
@@ -128,6 +147,11 @@ enum {
 };
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict);
+/* Counts r, a completed request of conn c's, in c's bytes of the current operation
+ * (op_bytes, the flight recorder's). The progress pass calls it as it takes a request off
+ * its queue; a send that its receive fed whole before it was posted (weft__req.fwd) is
+ * never queued, and its poster calls it instead. Thread safety: comm's progress thread. */
+void weft__req_retire(struct weft_comm *comm, weft__conn *c, const weft__req *r);
 /* weft__req_post's long way (lib/req.c): a space whose operations may still run (a send's
  * bytes are completed first, weft__mem_wait), a reducing receive on a transport that cannot
  * reduce on arrival (staged), a transport that wants to know at once (its post). */
@@ -148,8 +172,10 @@ static inline void weft__req_post(weft__conn *conn, weft__req *r) {
  * must be multiples of the element size (transports cut messages on element boundaries).
  * Does not touch r->done. */
 void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes);
-/* weft__req_land at r->done, then advances r->done by nbytes. */
-void weft__req_deliver(weft__req *r, const void *data, size_t nbytes);
+/* weft__req_land at r->done, then advances r->done by nbytes; for a receive with fwd the
+ * piece may instead go on to the next rank as it lands (weft__req.fwd). For transports
+ * handing over their data in message order (shm's FIFO slots). comm: r's communicator. */
+void weft__req_deliver(struct weft_comm *comm, weft__req *r, const void *data, size_t nbytes);
 
 /* Moves every connection of comm that has queued requests as far as it can without
  * blocking. *progressed is set to 1 when any byte moved or any request completed.

@@ -783,6 +783,77 @@ static void ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_
   }
 }
 
+/* The ring all-reduce over shm passes each piece of a receive that the next step sends on
+ * into the FIFO slot going to the next rank as it lands (weft__req.fwd, NCCL's
+ * recvReduceSend / recvCopySend), instead of after the whole message: out of place and
+ * large (the partials in the scratch), reduced straight into the slot, the last one into
+ * recvbuf too; in place, landed in recvbuf and copied on from there. The connections count
+ * the bytes that went on so, per call. Hidden the SEND_SLOT capability
+ * (WEFT_TRANSPORT_CAPS), none does and the results are the same. With a FIFO of 3 slots the
+ * step-0 send and the forwarded pieces compete for room: pieces that find none land in
+ * dst and the send carries them on from there (checked by the results; whether a given run
+ * forwards part of a message depends on timing). */
+typedef struct {
+  const char *caps;   /* WEFT_TRANSPORT_CAPS, or NULL: every capability */
+  const char *nslots; /* WEFT_SHM_NSLOTS, or NULL: the default FIFO */
+  int want_forwarded; /* 1: some bytes of each form's calls must go on, 0: none may, -1: either */
+} fwd_case;
+
+static uint64_t forwarded_bytes(const harness_rank *r) {
+  uint64_t sum = 0;
+  for (int p = 0; p < r->nranks; p++) sum += r->comm->conns[p].fwd_bytes;
+  return sum;
+}
+
+static int ring_forward_body(harness_rank *r) {
+  const fwd_case *fc = r->arg;
+  setenv("WEFT_NT_COPY_BYTES", "1M", 1);
+  setenv("WEFT_ALGO", "allreduce:ring", 1);
+  if (fc->caps != NULL) setenv("WEFT_TRANSPORT_CAPS", fc->caps, 1);
+  if (fc->nslots != NULL) setenv("WEFT_SHM_NSLOTS", fc->nslots, 1);
+  if (!init_comm(r)) return r->failures;
+  size_t count = (3u << 19) + 5; /* 6 MiB of float32 and a ragged tail: 3+ slices of uneven blocks */
+  float *in = malloc(count * sizeof *in), *out = malloc(count * sizeof *out);
+  int n = r->nranks;
+  uint64_t went[2] = {0, 0}; /* out of place, in place */
+  for (int call = 0; call < 4 && r->failures == 0; call++) {
+    int in_place = call % 2;
+    for (size_t j = 0; j < count; j++) in[j] = (float)(r->rank + 1 + (int)(j % 7));
+    memset(out, 0, count * sizeof *out);
+    float *res = in_place ? in : out;
+    uint64_t before = forwarded_bytes(r);
+    if (!ok(r, weft_all_reduce(in, res, count, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), "all_reduce 6 MiB"))
+      break;
+    for (size_t j = 0; j < count; j++)
+      if (res[j] != (float)(n * (n + 1) / 2 + n * (int)(j % 7))) {
+        harness_fail(r, "call %d (%s): element %zu is %g, expected %d", call, in_place ? "in place" : "out of place", j,
+                     res[j], n * (n + 1) / 2 + n * (int)(j % 7));
+        break;
+      }
+    went[in_place] += forwarded_bytes(r) - before;
+  }
+  for (int in_place = 0; in_place < 2 && r->failures == 0; in_place++)
+    if (fc->want_forwarded >= 0 && (went[in_place] > 0) != fc->want_forwarded)
+      harness_fail(r, "%s: %llu bytes went straight on to the next rank in 2 calls; expected %s",
+                   in_place ? "in place" : "out of place", (unsigned long long)went[in_place],
+                   fc->want_forwarded ? "some" : "none");
+  free(in);
+  free(out);
+  return r->failures;
+}
+
+static void ring_all_reduce_forwards_pieces_as_they_land(void **state) {
+  (void)state;
+  static char no_send_slot[16];
+  snprintf(no_send_slot, sizeof no_send_slot, "%u", WEFT__TRANSPORT_CAP_ALL & ~WEFT__TRANSPORT_CAP_SEND_SLOT);
+  const fwd_case cases[] = {{NULL, NULL, 1}, {no_send_slot, NULL, 0}, {NULL, "3", -1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    for (int n = 2; n <= 3; n++) {
+      harness_opts o = {.nranks = n, .transport = "shm", .no_init = 1, .deadline_s = 60};
+      harness_run(&o, ring_forward_body, (void *)&cases[i]);
+    }
+}
+
 /* The all-to-alls write the blocks they receive past the cache once the outputs of all the
  * host's ranks together reach WEFT_NT_COPY_BYTES (algos/ring.h: weft__host_nt_output), not
  * only when one message does. With the threshold at 1 MiB and 64 KiB blocks, 4 ranks'
@@ -875,6 +946,7 @@ int main(void) {
       cmocka_unit_test(ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts),
       cmocka_unit_test(binomial_broadcast_tree_follows_the_ring_order),
       cmocka_unit_test(ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_nt),
+      cmocka_unit_test(ring_all_reduce_forwards_pieces_as_they_land),
       cmocka_unit_test(all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

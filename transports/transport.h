@@ -77,6 +77,11 @@
  *                arranges large out-of-place calls around it (algos/all_reduce/ring.c).
  *                Without it (socket: the kernel copies a plain receive straight into dst,
  *                with ordinary stores) nt is ignored and that arrangement only adds a copy.
+ *   SEND_SLOT    send_slot and send_commit: the core may write the next piece of a send
+ *                straight into the transport's buffer (shm's FIFO slot), so a receive that
+ *                feeds that send passes each piece on as it lands (reduced straight into
+ *                the slot where its dst is a scratch), instead of after the whole message
+ *                (weft__req.fwd; NCCL's recvReduceSend / recvCopySend).
  * A transport whose waits are on file descriptors also gives poll_fds; the core polls them. */
 #ifndef WEFT_TRANSPORT_H
 #define WEFT_TRANSPORT_H
@@ -99,7 +104,8 @@ enum {
   WEFT__TRANSPORT_CAP_LIVENESS = 1u << 4,
   WEFT__TRANSPORT_CAP_PLACEMENT = 1u << 5,
   WEFT__TRANSPORT_CAP_NT_LANDING = 1u << 6,
-  WEFT__TRANSPORT_CAP_ALL = (1u << 7) - 1,
+  WEFT__TRANSPORT_CAP_SEND_SLOT = 1u << 7,
+  WEFT__TRANSPORT_CAP_ALL = (1u << 8) - 1,
 };
 
 /* The tuner's alpha-beta-gamma row for a transport (lib/algo.h's cost model), measured on
@@ -138,6 +144,17 @@ typedef struct weft__transport {
   void (*post)(weft__conn *c, weft__req *r);
   weft_status_t (*send_test)(struct weft_comm *comm, weft__conn *c, weft__req *r, int *progressed);
   weft_status_t (*recv_test)(struct weft_comm *comm, weft__conn *c, weft__req *r, int *progressed);
+  /* SEND_SLOT: where the core may write the next n bytes of send r (bytes [r->done,
+   * r->done + n), n <= r->bytes - r->done) itself, when c's send queue is empty and r is
+   * the next send to go on c (initialised, call set, not queued): a buffer of the
+   * transport's that this transport would have copied those bytes into, with *flags the
+   * copy flags it would have used (WEFT__MEM_NT). NULL when there is no room now, or r
+   * would not travel that way (too small, single copy, n larger than a piece): the core
+   * then lets r go the usual way. After a non-NULL answer the core writes the n bytes,
+   * waits for its space (weft__mem_publish) and calls send_commit(comm, c, r, n), which
+   * publishes them, advances r->done and completes r at its last byte. Neither blocks. */
+  void *(*send_slot)(struct weft_comm *comm, weft__conn *c, weft__req *r, size_t n, unsigned *flags);
+  void (*send_commit)(struct weft_comm *comm, weft__conn *c, weft__req *r, size_t n);
 
   /* Optional: up to max pollfds the requests queued on c wait on; returns how many. */
   int (*poll_fds)(weft__conn *c, struct pollfd *fds, int max);

@@ -25,6 +25,13 @@
  * kernel writes recvbuf with ordinary stores): there the scratch only adds the copy into
  * recvbuf, and 2-rank socket all-reduces of 16-128 MiB ran 1.1-1.4x slower on it (Zen 3
  * VM, 3 interleaved rounds). Each rank decides for itself; the messages are the same.
+ * Every step but the last feeds the next one's send as it lands (weft__ring_driver.fuse_steps,
+ * weft__req.fwd: NCCL's recvReduceSend / recvCopySend), where the next connection lets the
+ * core write its FIFO slots (WEFT__TRANSPORT_CAP_SEND_SLOT: shm): each piece goes on as
+ * soon as it is reduced instead of after the whole message; on the scratch path the
+ * reduce-scatter's pieces are reduced straight into the slot (the last one copied from
+ * there into recvbuf), never into the scratch. Not with WEFT_AVG: the block is divided in
+ * send_of, which then runs before the block is complete.
  * Bytes each rank sends: 2 (n-1)/n * count * size (bandwidth optimal).
  * Latency term: 2 (n-1) steps per slice, ceil(count / (n chunk)) slices.
  * The tuner picks it for large messages (its row at the end of this file).
@@ -107,7 +114,9 @@ static weft_status_t ar_start(weft__task *t) {
     st->partial = weft__comm_scratch(t, (size_t)(n - 1) * st->layout.chunk * esize, &status);
     if (st->partial == NULL) return status;
     st->ring.nt = 1;
+    st->ring.keep_from = n - 1; /* the reduce-scatter's partials live in the scratch */
   }
+  if (t->op != WEFT_AVG) st->ring.fuse_steps = nsteps - 1;
   if (n == 1 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
   return WEFT_SUCCESS;
 }

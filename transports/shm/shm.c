@@ -114,45 +114,77 @@ static void prefetch_next_slot(const shm_conn *sc, const weft__shm_fifo *f, size
   for (size_t at = 0; at < msg_bytes; at += WEFT__SHM_LINE) weft__shm_prefetch_write(payload + at);
 }
 
+/* The next free slot of out, its header written for the n bytes of r from r->done, or NULL
+ * when the FIFO is full; *flags: the copy flags of its payload (past the cache across L3s,
+ * shm_placement.h). The caller fills the payload, then publish_slot. */
+static char *claim_slot(shm_conn *sc, const weft__req *r, size_t n, unsigned *flags) {
+  weft__shm_fifo *f = &sc->out;
+  if (sc->tail - sc->head_seen >= f->nslots) {
+    sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
+    if (sc->tail - sc->head_seen >= f->nslots) return NULL;
+  }
+  weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
+  h->msg_bytes = r->bytes;
+  h->bytes = (uint32_t)n;
+  h->ll_seq = (uint32_t)sc->ll_send_seq;
+  h->fp = r->call->fp;
+  if (r->done == 0) sc->bulk_sent++;
+  *flags = sc->nt_out && r->bytes >= WEFT__SHM_NT_MIN ? WEFT__MEM_NT : 0;
+  return weft__shm_fifo_data(f, h, sc->tail, r->bytes);
+}
+
+/* Publishes the slot claim_slot gave for the next n bytes of r (in place: the space waited
+ * for them), and completes r at its last byte. */
+static void publish_slot(shm_conn *sc, weft__req *r, size_t n) {
+  atomic_store_explicit(&sc->out.ctrl->tail, ++sc->tail, memory_order_release);
+  weft__shm_ring_peer(sc);
+  r->done += n;
+  if (r->done == r->bytes) {
+    r->complete = 1;
+    if (sc->prefetch_lines) prefetch_next_slot(sc, &sc->out, r->bytes);
+  }
+}
+
 /* Fills free slots with the next pieces of r. */
 static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__req *r,
                                        int *progressed) {
   shm_conn *sc = c->priv;
-  weft__shm_fifo *f = &sc->out;
   if (r->complete) return WEFT_SUCCESS;
   if (sc->cma_posted == 0 && weft__shm_ll_send_eligible(sc, r))
     return weft__shm_ll_send_progress(comm, c, r, progressed);
   if (sc->cma_posted > 0 || cma_eligible(comm, sc, r)) return cma_send_progress(comm, sc, r, progressed);
   if (r->done == 0 && r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_ready(sc, r->bytes);
-  for (;;) {
-    if (sc->tail - sc->head_seen >= f->nslots) {
-      sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
-      if (sc->tail - sc->head_seen >= f->nslots) return WEFT_SUCCESS;
-    }
+  while (!r->complete) {
     size_t left = r->bytes - r->done;
-    size_t n = left < f->slot_bytes ? left : f->slot_bytes;
-    weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
-    h->msg_bytes = r->bytes;
-    h->bytes = (uint32_t)n;
-    h->ll_seq = (uint32_t)sc->ll_send_seq;
-    h->fp = r->call->fp;
-    if (r->done == 0) sc->bulk_sent++;
-    char *slot = weft__shm_fifo_data(f, h, sc->tail, r->bytes);
-    /* Past the cache across L3s (shm_placement.h). The space skips an empty message, which
-     * may come with a NULL buffer, and its bytes are in the slot before tail says so. */
-    unsigned flags = sc->nt_out && r->bytes >= WEFT__SHM_NT_MIN ? WEFT__MEM_NT : 0;
+    size_t n = left < sc->out.slot_bytes ? left : sc->out.slot_bytes;
+    unsigned flags;
+    char *slot = claim_slot(sc, r, n, &flags);
+    if (slot == NULL) return WEFT_SUCCESS;
+    /* The space skips an empty message, which may come with a NULL buffer, and its bytes
+     * are in the slot before tail says so. */
     weft__mem_copy(r->mem, slot, (const char *)r->src + r->done, n, flags);
     weft__mem_publish(r->mem, flags);
-    atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
-    weft__shm_ring_peer(sc);
-    r->done += n;
+    publish_slot(sc, r, n);
     *progressed = 1;
-    if (r->done == r->bytes) {
-      r->complete = 1;
-      if (sc->prefetch_lines) prefetch_next_slot(sc, f, r->bytes);
-      return WEFT_SUCCESS;
-    }
   }
+  return WEFT_SUCCESS;
+}
+
+/* SEND_SLOT (transport.h): the slot the next n bytes of r would have been copied into, for
+ * a message that goes through the FIFO (not LL, not single copy) in pieces of at most a
+ * slot. */
+static void *shm_send_slot(struct weft_comm *comm, weft__conn *c, weft__req *r, size_t n, unsigned *flags) {
+  shm_conn *sc = c->priv;
+  if (sc->cma_posted > 0 || n == 0 || n > sc->out.slot_bytes || n > r->bytes - r->done ||
+      r->bytes <= WEFT__SHM_INLINE_BYTES || weft__shm_ll_send_eligible(sc, r) || cma_eligible(comm, sc, r))
+    return NULL;
+  if (r->done == 0) weft__shm_payload_ready(sc, r->bytes);
+  return claim_slot(sc, r, n, flags);
+}
+
+static void shm_send_commit(struct weft_comm *comm, weft__conn *c, weft__req *r, size_t n) {
+  (void)comm;
+  publish_slot(c->priv, r, n);
 }
 
 int weft__shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t n) {
@@ -205,7 +237,7 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
     void *to = view == NULL ? *sc->scratch : view + r->done;
     int err = weft__shm_cma_read(sc->pid, to, h->cma_src + r->done, n);
     if (err != 0) return cma_failed(comm, c, sc, err);
-    if (view == NULL) weft__req_deliver(r, to, n);
+    if (view == NULL) weft__req_deliver(comm, r, to, n);
     else r->done += n;
     budget -= n;
   }
@@ -268,7 +300,7 @@ static weft_status_t shm_recv_test(struct weft_comm *comm, weft__conn *c, weft__
                          "rank %d: recv from peer %d: corrupt shm slot (%zu bytes)", comm->rank,
                          c->peer, n);
     if (r->done == 0 && r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_map(sc, r->bytes);
-    weft__req_deliver(r, weft__shm_fifo_data(f, h, sc->head, r->bytes), n);
+    weft__req_deliver(comm, r, weft__shm_fifo_data(f, h, sc->head, r->bytes), n);
     atomic_store_explicit(&f->ctrl->head, ++sc->head, memory_order_release);
     weft__shm_ring_peer(sc);
     *progressed = 1;
@@ -365,7 +397,7 @@ const weft__transport weft__transport_shm = {
     .name = "shm",
     .caps = WEFT__TRANSPORT_CAP_RECV_REDUCE | WEFT__TRANSPORT_CAP_INLINE | WEFT__TRANSPORT_CAP_PEER_MEMORY |
             WEFT__TRANSPORT_CAP_WAIT | WEFT__TRANSPORT_CAP_LIVENESS | WEFT__TRANSPORT_CAP_PLACEMENT |
-            WEFT__TRANSPORT_CAP_NT_LANDING,
+            WEFT__TRANSPORT_CAP_NT_LANDING | WEFT__TRANSPORT_CAP_SEND_SLOT,
     .model = {6.0, 0.10, 0.05, 40.0, 2.0},
     .card_bytes = sizeof(weft__shm_card),
     .can_connect = weft__shm_can_connect,
@@ -374,6 +406,8 @@ const weft__transport weft__transport_shm = {
     .close = weft__shm_close,
     .send_test = shm_send_test,
     .recv_test = shm_recv_test,
+    .send_slot = shm_send_slot,
+    .send_commit = shm_send_commit,
     .sleep_begin = shm_sleep_begin,
     .sleep = shm_sleep,
     .sleep_end = shm_sleep_end,

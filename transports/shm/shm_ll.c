@@ -159,10 +159,10 @@ static weft_status_t take_lines(struct weft_comm *comm, weft__conn *c, weft__req
     if (n == WEFT__SHM_LL_LINE_DATA) memcpy(stage + at, line[k].data, WEFT__SHM_LL_LINE_DATA); /* inline: write_chunk */
     else memcpy(stage + at, line[k].data, n);
   }
-  if (nlines == 1 && k == 1) weft__req_deliver(r, line->data, chunk_left);
+  if (nlines == 1 && k == 1) weft__req_deliver(comm, r, line->data, chunk_left);
   else if (k > 0) {
     size_t n = k * WEFT__SHM_LL_LINE_DATA;
-    weft__req_deliver(r, stage, n < chunk_left ? n : chunk_left);
+    weft__req_deliver(comm, r, stage, n < chunk_left ? n : chunk_left);
   }
   *ready = k;
   return WEFT_SUCCESS;
