@@ -25,7 +25,8 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
   d->send = send;
   d->recv = recv;
   d->nt = 0;
-  d->fuse_steps = d->keep_from = 0;
+  d->fuse_steps = 0;
+  d->slot_step = -1;
 }
 
 int weft__ring_nt_output(size_t out_bytes) { return out_bytes >= weft__mem_nt_threshold(); }
@@ -100,7 +101,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
       r->fwd->conn = d->next;
       r->fwd->call = d->next->call;
       r->fwd->after = &d->send[s];
-      r->fwd_keep = s >= d->keep_from;
+      r->fwd_skip_dst = s == d->slot_step;
     }
     d->posted_recv++;
     post_or_skip(t, d->prev, r);

@@ -163,11 +163,13 @@ struct weft__ring_driver {
   int nt;
   /* The receives of steps s < fuse_steps land where the send of step s+1 reads: each such
    * receive feeds that send as it lands (weft__req.fwd, lib/req.c; NCCL's recvReduceSend
-   * and recvCopySend), the send being initialised when the receive is posted. Those of
-   * steps s >= keep_from also keep the bytes in their dst (weft__req.fwd_keep); the others
-   * land in a scratch only the send reads, which a forwarded piece skips. Set by the
+   * and recvCopySend), the send being initialised when the receive is posted. Set by the
    * algorithm after init (never with WEFT_AVG, whose send_of divides); 0 after init. */
-  int fuse_steps, keep_from;
+  int fuse_steps;
+  /* The one fed receive whose dst is a scratch only its send reads, reduced straight into
+   * the send's transport slot instead (weft__req.fwd_skip_dst): the ring all-reduce's last
+   * reduce-scatter step on its scratch path. -1 after init: none. */
+  int slot_step;
 };
 
 void weft__ring_driver_init(weft__ring_driver *d, struct weft__task *t, const weft__ring_ops *ops,

@@ -148,16 +148,18 @@ void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes) {
 
 /* A receive feeding its fwd send (weft__req.fwd, NCCL's recvReduceSend / recvCopySend):
  * the piece at r->done goes into the send's next transport slot as it lands, instead of
- * waiting for the whole message and the send's own copy after it. Two ways, by where the
- * bytes stay on this rank (2 ranks bound, 3 interleaved rounds, AMD EPYC VM):
- *   fwd_keep (dst is the output or read again): landed in dst as usual, then copied from
- *     there into the slot (in cache). Reducing into the slot and copying it back into dst
- *     instead ran 1.1-2x slower (all-reduce 1-64 MiB in place, 1-4 MiB out of place).
- *   else (dst a scratch only the send reads): reduced (or copied) straight into the slot,
- *     then into the send's copy_to from there, or in one pass with non-temporal stores to
- *     both where the transport and copy_to both bypass the cache (the space's
- *     reduce_fanout); the scratch is skipped, one pass less. Landing in the scratch and
- *     copying on from it ran 1.2x slower (out of place 16-64 MiB).
+ * waiting for the whole message and the send's own copy after it. Two ways (2 ranks
+ * bound, 3 interleaved rounds, AMD EPYC VM):
+ *   as a rule: landed in dst as usual, then copied from there into the slot (in cache).
+ *     Reducing into the slot and copying it back into dst instead ran 1.1-2x slower
+ *     (all-reduce 1-64 MiB in place, 1-4 MiB out of place): a reduction that stores to
+ *     FIFO lines the peer last read runs slower than one into lines it just loaded.
+ *   fwd_skip_dst (dst a scratch only the send reads, and the send copies to copy_to):
+ *     reduced (or copied) straight into the slot, then into copy_to from there, or in one
+ *     pass with non-temporal stores to both where the transport and copy_to both bypass
+ *     the cache (the space's reduce_fanout); the scratch is skipped, one pass less.
+ *     Landing in the scratch and copying on from it ran 1.2x slower (out of place
+ *     16-64 MiB).
  * Returns 0, having written nothing, when the send is not exactly at r's bytes (an earlier
  * piece landed in dst), the send before it (after) has not completed, anything is still
  * queued on its connection, or the transport has no slot now: the piece then lands in
@@ -175,7 +177,7 @@ static int forward_landed(struct weft_comm *comm, weft__req *r, const void *data
   if (slot == NULL) return 0;
   char *keep = s->copy_to != NULL ? (char *)s->copy_to + r->done : NULL;
   unsigned keep_flags = keep != NULL ? copy_flags(s) : 0;
-  if (r->fwd_keep) {
+  if (!r->fwd_skip_dst) {
     weft__req_land(r, r->done, data, nbytes);
     weft__mem_copy(r->mem, slot, (const char *)r->dst + r->done, nbytes, flags);
   } else if (r->acc == NULL) {

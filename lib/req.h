@@ -50,8 +50,8 @@ typedef struct weft__req {
      * recvCopySend (algos/ring.h, weft__ring_driver.fuse_steps). A piece landing
      * while that send has sent exactly the bytes before it, the send before it (after) has
      * completed and its connection's send queue is empty goes on at once into the send's
-     * transport buffer (weft__transport.send_slot): landed in dst first with fwd_keep,
-     * else reduced straight into that buffer and copied from there into the send's
+     * transport buffer (weft__transport.send_slot): landed in dst first, or with
+     * fwd_skip_dst reduced straight into that buffer and copied from there into the send's
      * copy_to, if any (lib/req.c). Any other piece lands in dst as usual. */
     struct weft__req *fwd;
     /* send fed by a receive (fwd): the send that goes before it on its connection, or
@@ -69,9 +69,10 @@ typedef struct weft__req {
    * algos/all_to_all/pairwise.c), so its lines sit dirty in this core's cache; such a
    * message goes single copy only from 64 KiB (weft__req_single_copy_wanted). */
   unsigned char staged;
-  /* recv with fwd: 1 when dst must hold the bytes too (the output, or read again later);
-   * 0: dst is a scratch only the send reads, which a piece going on skips. */
-  unsigned char fwd_keep;
+  /* recv with fwd: 1 when dst is a scratch only the send reads: a piece going on is reduced
+   * straight into the send's slot (and copied from there into its copy_to), skipping dst;
+   * 0: it lands in dst first and goes on from there. */
+  unsigned char fwd_skip_dst;
   weft_datatype_t dtype;       /* element type for reduce-on-receive */
   weft_redop_t op;
 } weft__req;

@@ -114,7 +114,7 @@ static weft_status_t ar_start(weft__task *t) {
     st->partial = weft__comm_scratch(t, (size_t)(n - 1) * st->layout.chunk * esize, &status);
     if (st->partial == NULL) return status;
     st->ring.nt = 1;
-    st->ring.keep_from = n - 1; /* the reduce-scatter's partials live in the scratch */
+    st->ring.slot_step = n - 2; /* its partial lives in the scratch, its send copies to recvbuf */
   }
   if (t->op != WEFT_AVG) st->ring.fuse_steps = nsteps - 1;
   if (n == 1 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
