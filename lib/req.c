@@ -148,18 +148,20 @@ void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes) {
 
 /* A receive feeding its fwd send (weft__req.fwd, NCCL's recvReduceSend / recvCopySend):
  * the piece at r->done goes into the send's next transport slot as it lands, instead of
- * waiting for the whole message and the send's own copy after it. Two ways (2 ranks
- * bound, 3 interleaved rounds, AMD EPYC VM):
+ * waiting for the whole message and the send's own copy after it. Two ways (3
+ * interleaved rounds, AMD EPYC VM):
  *   as a rule: landed in dst as usual, then copied from there into the slot (in cache).
- *     Reducing into the slot and copying it back into dst instead ran 1.1-2x slower
- *     (all-reduce 1-64 MiB in place, 1-4 MiB out of place): a reduction that stores to
- *     FIFO lines the peer last read runs slower than one into lines it just loaded.
+ *     Reducing into the slot and copying it back into dst instead ran 1.1-2x slower (2
+ *     ranks bound, all-reduce 1-64 MiB in place, 1-4 MiB out of place), and so did it
+ *     into the scratch steps' slots of 4 ranks on 2 cores (1.1-1.4x, 16 MiB out of
+ *     place): a reduction that stores to FIFO lines the peer last read runs slower than
+ *     one into lines it has just loaded.
  *   fwd_skip_dst (dst a scratch only the send reads, and the send copies to copy_to):
  *     reduced (or copied) straight into the slot, then into copy_to from there, or in one
  *     pass with non-temporal stores to both where the transport and copy_to both bypass
  *     the cache (the space's reduce_fanout); the scratch is skipped, one pass less.
- *     Landing in the scratch and copying on from it ran 1.2x slower (out of place
- *     16-64 MiB).
+ *     Landing in the scratch and copying on from it ran 1.2x slower (2 ranks, out of
+ *     place 16-64 MiB).
  * Returns 0, having written nothing, when the send is not exactly at r's bytes (an earlier
  * piece landed in dst), the send before it (after) has not completed, anything is still
  * queued on its connection, or the transport has no slot now: the piece then lands in

@@ -28,10 +28,11 @@
  * Every step but the last feeds the next one's send as it lands (weft__ring_driver.fuse_steps,
  * weft__req.fwd: NCCL's recvReduceSend / recvCopySend), where the next connection lets the
  * core write its FIFO slots (WEFT__TRANSPORT_CAP_SEND_SLOT: shm): each piece goes on as
- * soon as it is reduced instead of after the whole message; on the scratch path the
- * reduce-scatter's pieces are reduced straight into the slot (the last one copied from
- * there into recvbuf), never into the scratch. Not with WEFT_AVG: the block is divided in
- * send_of, which then runs before the block is complete.
+ * soon as it is reduced instead of after the whole message; on the scratch path the last
+ * reduce-scatter step's pieces are reduced straight into the slot and copied from there
+ * into recvbuf, never into the scratch (weft__ring_driver.slot_step; lib/req.c says why
+ * only that step). Not with WEFT_AVG: the block is divided in send_of, which then runs
+ * before the block is complete.
  * Bytes each rank sends: 2 (n-1)/n * count * size (bandwidth optimal).
  * Latency term: 2 (n-1) steps per slice, ceil(count / (n chunk)) slices.
  * The tuner picks it for large messages (its row at the end of this file).
