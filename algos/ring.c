@@ -68,6 +68,10 @@ static int send_ready(const weft__ring_driver *d) {
   return d->posted_send == 0 || d->done_recv >= d->posted_send;
 }
 
+/* 1 when the send of step s is fed by the receive before it (weft__req.fwd), which
+ * initialised it when that receive was posted. */
+static int send_fed(const weft__ring_driver *d, int s) { return s > 0 && d->recv[s - 1].fwd != NULL; }
+
 /* Initialises the send of step s of the current slice (not posting it). */
 static void prepare_send(weft__ring_driver *d, weft__task *t, int s) {
   weft__req *r = &d->send[s];
@@ -95,7 +99,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     /* Send s+1 is posted only once this receive completed: initialised here instead. Its
      * bytes wait for send s (after), which must be this slice's: fed itself (initialised
      * with receive s-1), or send 0, initialised below before anything moves. */
-    if (s < d->fuse_steps && s + 1 < d->nsteps && bytes > 0 && (s == 0 || d->recv[s - 1].fwd != NULL)) {
+    if (s < d->fuse_steps && s + 1 < d->nsteps && bytes > 0 && (s == 0 || send_fed(d, s))) {
       prepare_send(d, t, s + 1);
       r->fwd = &d->send[s + 1];
       r->fwd->conn = d->next;
@@ -110,7 +114,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
   }
   while (send_ready(d)) {
     weft__req *r = &d->send[d->posted_send];
-    if (d->posted_send == 0 || d->recv[d->posted_send - 1].fwd == NULL) prepare_send(d, t, d->posted_send);
+    if (!send_fed(d, d->posted_send)) prepare_send(d, t, d->posted_send);
     d->posted_send++;
     post_or_skip(t, d->next, r);
     posted = 1;
