@@ -51,13 +51,18 @@ typedef enum {
 typedef void (*weft__reduce_fn)(void *dst, const void *a, const void *b, size_t n);
 typedef void (*weft__widen_fn)(float *dst, const uint16_t *src, size_t n);
 typedef void (*weft__narrow_fn)(uint16_t *dst, const float *src, size_t n);
+typedef void (*weft__divide_fn)(void *buf, size_t n, int divisor);
 
 /* One level's kernels: reduce[dt][op] has weft__reduce's contract for n >= 1 (dst may
- * equal a or b); the conversions have the _n functions' contract. Every level gives the
- * generic level's bits for every input. */
+ * equal a or b); divide[dt] weft__avg_finalize's for n >= 1 and divisor >= 2 (the SIMD
+ * levels have their own for the floating types, whose vector division is IEEE's correctly
+ * rounded quotient as the scalar one is; integers share the generic loops); the
+ * conversions have the _n functions' contract. Every level gives the generic level's bits
+ * for every input. */
 struct weft__kernels {
   weft__simd_t level;
   weft__reduce_fn reduce[WEFT_NUM_DATATYPES][WEFT_NUM_OPS];
+  weft__divide_fn divide[WEFT_NUM_DATATYPES];
   weft__widen_fn half_to_float_n, bf16_to_float_n;
   weft__narrow_fn float_to_half_n, float_to_bf16_n;
 };

@@ -37,8 +37,6 @@
 #include "lib/env.h"
 #include "lib/log.h"
 
-typedef void (*divide_fn)(void *buf, size_t n, int nranks);
-
 #define OP_SUM(p, q) ((p) + (q))
 #define OP_PROD(p, q) ((p) * (q))
 #define OP_MAX(p, q) ((p) > (q) ? (p) : (q))
@@ -100,6 +98,43 @@ DEFINE_LOOP(min_i64, int64_t, OP_MIN)
 DEFINE_BLOCK_LOOPS(f16, weft__half_to_float_n_generic, weft__float_to_half_n_generic)
 DEFINE_BLOCK_LOOPS(bf16, weft__bf16_to_float_n_generic, weft__float_to_bf16_n_generic)
 
+/* Division by nranks in the element's own type D (C's `/` truncates toward zero for
+ * integers). Floating types divide rather than multiply by 1/nranks so the result is
+ * the correctly rounded quotient. */
+#define DEFINE_DIVIDE(name, T, D)                             \
+  static void name(void *buf, size_t n, int nranks) {        \
+    T *p = buf;                                               \
+    const D k = (D)nranks;                                    \
+    for (size_t i = 0; i < n; i++) p[i] = (T)(p[i] / k);      \
+  }
+
+DEFINE_DIVIDE(divide_i8, int8_t, int)
+DEFINE_DIVIDE(divide_u8, uint8_t, unsigned)
+DEFINE_DIVIDE(divide_i32, int32_t, int32_t)
+DEFINE_DIVIDE(divide_u32, uint32_t, uint32_t)
+DEFINE_DIVIDE(divide_i64, int64_t, int64_t)
+DEFINE_DIVIDE(divide_u64, uint64_t, uint64_t)
+DEFINE_DIVIDE(divide_f32, float, float)
+DEFINE_DIVIDE(divide_f64, double, double)
+
+/* The conversions are the level in use's (they give the same bits on every level). */
+#define DEFINE_BLOCK_DIVIDE(name, WIDEN, NARROW)               \
+  static void name(void *buf, size_t n, int nranks) {          \
+    const struct weft__kernels *kern = weft__kernels();        \
+    uint16_t *p = buf;                                         \
+    const float k = (float)nranks;                             \
+    float f[BLOCK];                                            \
+    for (size_t i = 0; i < n; i += BLOCK) {                    \
+      size_t m = n - i < BLOCK ? n - i : BLOCK;                \
+      kern->WIDEN(f, p + i, m);                                \
+      for (size_t j = 0; j < m; j++) f[j] /= k;                \
+      kern->NARROW(p + i, f, m);                               \
+    }                                                          \
+  }
+
+DEFINE_BLOCK_DIVIDE(divide_f16, half_to_float_n, float_to_half_n)
+DEFINE_BLOCK_DIVIDE(divide_bf16, bf16_to_float_n, float_to_bf16_n)
+
 /* Indexed [datatype][op]; the op order is weft_redop_t's: sum prod max min avg. */
 static const struct weft__kernels generic_kernels = {
     .level = WEFT__SIMD_GENERIC,
@@ -115,6 +150,13 @@ static const struct weft__kernels generic_kernels = {
             [WEFT_FLOAT32] = {sum_f32, prod_f32, max_f32, min_f32, sum_f32},
             [WEFT_FLOAT64] = {sum_f64, prod_f64, max_f64, min_f64, sum_f64},
             [WEFT_BFLOAT16] = {sum_bf16, prod_bf16, max_bf16, min_bf16, sum_bf16},
+        },
+    .divide =
+        {
+            [WEFT_INT8] = divide_i8,       [WEFT_UINT8] = divide_u8,     [WEFT_INT32] = divide_i32,
+            [WEFT_UINT32] = divide_u32,    [WEFT_INT64] = divide_i64,    [WEFT_UINT64] = divide_u64,
+            [WEFT_FLOAT16] = divide_f16,   [WEFT_FLOAT32] = divide_f32,  [WEFT_FLOAT64] = divide_f64,
+            [WEFT_BFLOAT16] = divide_bf16,
         },
     .half_to_float_n = weft__half_to_float_n_generic,
     .bf16_to_float_n = weft__bf16_to_float_n_generic,
@@ -175,8 +217,11 @@ static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 static void init_kernels(void) {
   simd_kernels[WEFT__SIMD_GENERIC] = generic_kernels;
   simd_filled[WEFT__SIMD_GENERIC] = 1;
-  for (int l = WEFT__SIMD_GENERIC + 1; l < WEFT__SIMD_NUM_LEVELS; l++)
+  for (int l = WEFT__SIMD_GENERIC + 1; l < WEFT__SIMD_NUM_LEVELS; l++) {
     simd_filled[l] = weft__simd_supported(l) && weft__simd_fill(&simd_kernels[l], l);
+    for (int dt = 0; dt < WEFT_NUM_DATATYPES; dt++) /* the integer divisions: generic */
+      if (simd_kernels[l].divide[dt] == NULL) simd_kernels[l].divide[dt] = generic_kernels.divide[dt];
+  }
   const char *request = weft__env_str("WEFT_SIMD", NULL);
   int unknown;
   weft__simd_t level = weft__simd_choose(request, &unknown);
@@ -212,52 +257,8 @@ void weft__reduce(void *dst, const void *a, const void *b, size_t count, weft_da
   weft__kernels()->reduce[dt][op](dst, a, b, count);
 }
 
-/* Division by nranks in the element's own type D (C's `/` truncates toward zero for
- * integers). Floating types divide rather than multiply by 1/nranks so the result is
- * the correctly rounded quotient. */
-#define DEFINE_DIVIDE(name, T, D)                             \
-  static void name(void *buf, size_t n, int nranks) {        \
-    T *p = buf;                                               \
-    const D k = (D)nranks;                                    \
-    for (size_t i = 0; i < n; i++) p[i] = (T)(p[i] / k);      \
-  }
-
-DEFINE_DIVIDE(divide_i8, int8_t, int)
-DEFINE_DIVIDE(divide_u8, uint8_t, unsigned)
-DEFINE_DIVIDE(divide_i32, int32_t, int32_t)
-DEFINE_DIVIDE(divide_u32, uint32_t, uint32_t)
-DEFINE_DIVIDE(divide_i64, int64_t, int64_t)
-DEFINE_DIVIDE(divide_u64, uint64_t, uint64_t)
-DEFINE_DIVIDE(divide_f32, float, float)
-DEFINE_DIVIDE(divide_f64, double, double)
-
-/* The conversions are the level in use's (they give the same bits on every level). */
-#define DEFINE_BLOCK_DIVIDE(name, WIDEN, NARROW)               \
-  static void name(void *buf, size_t n, int nranks) {          \
-    const struct weft__kernels *kern = weft__kernels();        \
-    uint16_t *p = buf;                                         \
-    const float k = (float)nranks;                             \
-    float f[BLOCK];                                            \
-    for (size_t i = 0; i < n; i += BLOCK) {                    \
-      size_t m = n - i < BLOCK ? n - i : BLOCK;                \
-      kern->WIDEN(f, p + i, m);                                \
-      for (size_t j = 0; j < m; j++) f[j] /= k;                \
-      kern->NARROW(p + i, f, m);                               \
-    }                                                          \
-  }
-
-DEFINE_BLOCK_DIVIDE(divide_f16, half_to_float_n, float_to_half_n)
-DEFINE_BLOCK_DIVIDE(divide_bf16, bf16_to_float_n, float_to_bf16_n)
-
-static const divide_fn divide_table[WEFT_NUM_DATATYPES] = {
-    [WEFT_INT8] = divide_i8,       [WEFT_UINT8] = divide_u8,     [WEFT_INT32] = divide_i32,
-    [WEFT_UINT32] = divide_u32,    [WEFT_INT64] = divide_i64,    [WEFT_UINT64] = divide_u64,
-    [WEFT_FLOAT16] = divide_f16,   [WEFT_FLOAT32] = divide_f32,  [WEFT_FLOAT64] = divide_f64,
-    [WEFT_BFLOAT16] = divide_bf16,
-};
-
 void weft__avg_finalize(void *buf, size_t count, weft_datatype_t dt, int nranks) {
   /* Dividing by 1 changes nothing; nranks < 1 is a caller bug that must not trap. */
   if (count == 0 || nranks <= 1 || !weft__dtype_valid(dt)) return;
-  divide_table[dt](buf, count, nranks);
+  weft__kernels()->divide[dt](buf, count, nranks);
 }

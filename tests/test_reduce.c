@@ -543,6 +543,37 @@ static void level_matches_generic_bit_for_bit(void **state) {
   free(a); free(b); free(ga); free(gb); free(gd); free(d);
 }
 
+/* WEFT_AVG's division (divide[dt], weft__avg_finalize) on hostile inputs, every dtype,
+ * counts around the vector widths and divisors up to the largest a ring all-reduce uses
+ * (65535), against the generic loops: bit for bit, NaNs included (one operand). */
+static void level_divide_matches_generic_bit_for_bit(void **state) {
+  const struct weft__kernels *k = level_kernels(state);
+  if (!k) return;
+  const struct weft__kernels *g = weft__kernels_at(WEFT__SIMD_GENERIC);
+  static const int divisors[] = {2, 3, 7, 10, 255, 4096, 65535};
+  enum { max_n = 4097 };
+  char *in = malloc(max_n * 8), *kd = malloc(max_n * 8), *gd = malloc(max_n * 8);
+  assert_non_null(in); assert_non_null(kd); assert_non_null(gd);
+  for (int dt = 0; dt < WEFT_NUM_DATATYPES; dt++) {
+    size_t size = weft__dtype_size(dt);
+    assert_non_null(k->divide[dt]);
+    for (size_t v = 0; v < sizeof divisors / sizeof divisors[0]; v++) {
+      for (size_t n = 1; n <= max_n; n = n < 70 ? n + 1 : max_n + (n == max_n)) {
+        fill_hostile(in, n, dt);
+        memcpy(kd, in, n * size);
+        memcpy(gd, in, n * size);
+        k->divide[dt](kd, n, divisors[v]);
+        g->divide[dt](gd, n, divisors[v]);
+        for (size_t i = 0; i < n; i++)
+          if (memcmp(kd + i * size, gd + i * size, size) != 0)
+            fail_msg("%s: %s / %d count %zu element %zu differs from generic",
+                     weft__simd_name(k->level), weft__dtype_name(dt), divisors[v], n, i);
+      }
+    }
+  }
+  free(in); free(kd); free(gd);
+}
+
 /* Narrowing inputs: for every non-negative 16-bit pattern its value, the midpoints to its
  * neighbours and one fp32 ulp either side of them, negated too; then hostile and random
  * fp32 patterns. */
@@ -661,6 +692,7 @@ static const struct {
     {"bf16_round_trips_all_65536_patterns", bf16_round_trips_all_65536_patterns},
     {"avg_reduce_then_finalize_matches_reference", avg_reduce_then_finalize_matches_reference},
     {"level_matches_generic_bit_for_bit", level_matches_generic_bit_for_bit},
+    {"level_divide_matches_generic_bit_for_bit", level_divide_matches_generic_bit_for_bit},
     {"level_conversions_match_generic_for_every_pattern",
      level_conversions_match_generic_for_every_pattern},
 };
