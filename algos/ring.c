@@ -27,6 +27,7 @@ void weft__ring_driver_init(weft__ring_driver *d, weft__task *t, const weft__rin
   d->nt = 0;
   d->fuse_steps = 0;
   d->slot_step = -1;
+  d->avg_step = -1;
 }
 
 int weft__ring_nt_output(size_t out_bytes) { return out_bytes >= weft__mem_nt_threshold(); }
@@ -96,6 +97,7 @@ static int post_ready(weft__ring_driver *d, weft__task *t) {
     d->ops->recv_of(t, d->slice, s, &dst, &acc, &bytes);
     weft__req_init_recv(r, t->mem, dst, acc, bytes, t->dtype, t->op);
     r->nt = d->nt && s == d->nsteps - 1;
+    if (s == d->avg_step) r->avg_div = (unsigned short)t->comm->nranks;
     /* Send s+1 is posted only once this receive completed: initialised here instead. Its
      * bytes wait for send s (after), which must be this slice's: fed itself (initialised
      * with receive s-1), or send 0, initialised below before anything moves. */

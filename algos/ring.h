@@ -164,12 +164,18 @@ struct weft__ring_driver {
   /* The receives of steps s < fuse_steps land where the send of step s+1 reads: each such
    * receive feeds that send as it lands (weft__req.fwd, lib/req.c; NCCL's recvReduceSend
    * and recvCopySend), the send being initialised when the receive is posted. Set by the
-   * algorithm after init (never with WEFT_AVG, whose send_of divides); 0 after init. */
+   * algorithm after init (not where a send_of writes its buffer: WEFT_AVG's division goes
+   * on a receive, avg_step); 0 after init. */
   int fuse_steps;
   /* The one fed receive whose dst is a scratch only its send reads, reduced straight into
    * the send's transport slot instead (weft__req.fwd_skip_dst): the ring all-reduce's last
    * reduce-scatter step on its scratch path. -1 after init: none. */
   int slot_step;
+  /* The reducing receive that divides each piece by the communicator's size once reduced
+   * (weft__req.avg_div; at most 65535 ranks): a WEFT_AVG all-reduce's last reduce-scatter
+   * step, so the block it completes is final as it lands and can be fed on. -1 after
+   * init: none. */
+  int avg_step;
 };
 
 void weft__ring_driver_init(weft__ring_driver *d, struct weft__task *t, const weft__ring_ops *ops,

@@ -114,6 +114,7 @@ static void stage_reduce(weft__req *r) {
 static void stage_done(weft__req *r) {
   size_t esize = weft__dtype_size(r->dtype);
   weft__mem_reduce(r->mem, r->stage_dst, r->stage_acc, r->stage, r->bytes / esize, r->dtype, r->op);
+  weft__mem_avg(r->mem, r->stage_dst, r->bytes / esize, r->dtype, r->avg_div);
   weft__mem_publish(r->mem, 0);
   free(r->stage);
   r->stage = NULL;
@@ -141,8 +142,9 @@ void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes) {
     weft__mem_publish(r->mem, flags);
     return;
   }
-  size_t esize = weft__dtype_size(r->dtype);
-  weft__mem_reduce(r->mem, dst, (const char *)r->acc + at, data, nbytes / esize, r->dtype, r->op);
+  size_t count = nbytes / weft__dtype_size(r->dtype);
+  weft__mem_reduce(r->mem, dst, (const char *)r->acc + at, data, count, r->dtype, r->op);
+  weft__mem_avg(r->mem, dst, count, r->dtype, r->avg_div);
   weft__mem_publish(r->mem, 0);
 }
 
@@ -166,35 +168,41 @@ void weft__req_land(weft__req *r, size_t at, const void *data, size_t nbytes) {
  * piece landed in dst), the send before it (after) has not completed, anything is still
  * queued on its connection, or the transport has no slot now: the piece then lands in
  * dst and the send carries it from there once posted, so no wait ever depends on the next
- * rank. Not for WEFT_AVG, whose fan-out would divide (the ring divides once, at its last
- * step). */
+ * rank. A receive that divides (avg_div, WEFT_AVG) divides each piece where it was
+ * reduced, dst or the slot, before it goes on; through the space's fan-out only when
+ * avg_div is 2, the fan-out's own divisor (its number of inputs). */
 static int forward_landed(struct weft_comm *comm, weft__req *r, const void *data, size_t nbytes) {
   weft__req *s = r->fwd;
   weft__conn *c = s->conn;
   if (nbytes == 0 || s->done != r->done || (s->after != NULL && !s->after->complete) || c->send_head != NULL ||
-      r->stage_dst != NULL || r->op == WEFT_AVG || !(c->caps & WEFT__TRANSPORT_CAP_SEND_SLOT))
+      r->stage_dst != NULL || !(c->caps & WEFT__TRANSPORT_CAP_SEND_SLOT))
     return 0;
   unsigned flags = 0;
   char *slot = c->tr->send_slot(comm, c, s, nbytes, &flags);
   if (slot == NULL) return 0;
   char *keep = s->copy_to != NULL ? (char *)s->copy_to + r->done : NULL;
   unsigned keep_flags = keep != NULL ? copy_flags(s) : 0;
+  const char *from = slot; /* where keep is copied from: the piece in cache */
   if (!r->fwd_skip_dst) {
     weft__req_land(r, r->done, data, nbytes);
-    weft__mem_copy(r->mem, slot, (const char *)r->dst + r->done, nbytes, flags);
+    from = (const char *)r->dst + r->done;
+    weft__mem_copy(r->mem, slot, from, nbytes, flags);
   } else if (r->acc == NULL) {
     weft__mem_copy(r->mem, slot, data, nbytes, flags);
   } else {
     size_t count = nbytes / weft__dtype_size(r->dtype);
     char *acc = (char *)r->acc + r->done;
     char *out[2] = {slot, keep}, *in[2] = {acc, (char *)data};
-    if ((flags & WEFT__MEM_NT) && (keep == NULL || (keep_flags & WEFT__MEM_NT)) &&
+    /* The fan-out divides by its two inputs: right for WEFT_AVG on 2 ranks only. */
+    if ((flags & WEFT__MEM_NT) && (keep == NULL || (keep_flags & WEFT__MEM_NT)) && (r->avg_div | 2) == 2 &&
         r->mem->reduce_fanout(r->mem, out, keep != NULL ? 2 : 1, in, 2, count, r->dtype, r->op))
       keep = NULL; /* written with the slot */
-    else
+    else {
       weft__mem_reduce(r->mem, slot, acc, data, count, r->dtype, r->op);
+      weft__mem_avg(r->mem, slot, count, r->dtype, r->avg_div);
+    }
   }
-  if (keep != NULL) weft__mem_copy(r->mem, keep, slot, nbytes, keep_flags);
+  if (keep != NULL) weft__mem_copy(r->mem, keep, from, nbytes, keep_flags);
   weft__mem_publish(r->mem, flags | keep_flags);
   c->tr->send_commit(comm, c, s, nbytes);
   r->conn->fwd_bytes += nbytes;

@@ -73,6 +73,12 @@ typedef struct weft__req {
    * straight into the send's slot (and copied from there into its copy_to), skipping dst;
    * 0: it lands in dst first and goes on from there. */
   unsigned char fwd_skip_dst;
+  /* recv reducing on arrival (acc set): 0, or the divisor (2 .. 65535) each piece is
+   * divided by once reduced, before anything reads it (weft__mem_avg): a WEFT_AVG ring
+   * all-reduce's last reduce-scatter step, whose block is then final as it lands and can
+   * go on to the next rank at once (weft__req.fwd). Elementwise, so the bits are those of
+   * dividing the whole block afterwards. */
+  unsigned short avg_div;
   weft_datatype_t dtype;       /* element type for reduce-on-receive */
   weft_redop_t op;
 } weft__req;

@@ -792,11 +792,14 @@ static void ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_
  * (WEFT_TRANSPORT_CAPS), none does and the results are the same. With a FIFO of 3 slots the
  * step-0 send and the forwarded pieces compete for room: pieces that find none land in
  * dst and the send carries them on from there (checked by the results; whether a given run
- * forwards part of a message depends on timing). */
+ * forwards part of a message depends on timing). WEFT_AVG forwards too, its division done
+ * piece by piece by the last reduce-scatter receive (weft__req.avg_div): 2 ranks through the
+ * fan-out or the slot, 3 in the scratch; the quotients must be the exact fp32 ones. */
 typedef struct {
   const char *caps;   /* WEFT_TRANSPORT_CAPS, or NULL: every capability */
   const char *nslots; /* WEFT_SHM_NSLOTS, or NULL: the default FIFO */
   int want_forwarded; /* 1: some bytes of each form's calls must go on, 0: none may, -1: either */
+  weft_redop_t op;    /* WEFT_SUM or WEFT_AVG */
 } fwd_case;
 
 static uint64_t forwarded_bytes(const harness_rank *r) {
@@ -822,20 +825,23 @@ static int ring_forward_body(harness_rank *r) {
     memset(out, 0, count * sizeof *out);
     float *res = in_place ? in : out;
     uint64_t before = forwarded_bytes(r);
-    if (!ok(r, weft_all_reduce(in, res, count, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), "all_reduce 6 MiB"))
+    if (!ok(r, weft_all_reduce(in, res, count, WEFT_FLOAT32, fc->op, r->comm, NULL), "all_reduce 6 MiB"))
       break;
-    for (size_t j = 0; j < count; j++)
-      if (res[j] != (float)(n * (n + 1) / 2 + n * (int)(j % 7))) {
-        harness_fail(r, "call %d (%s): element %zu is %g, expected %d", call, in_place ? "in place" : "out of place", j,
-                     res[j], n * (n + 1) / 2 + n * (int)(j % 7));
+    for (size_t j = 0; j < count; j++) {
+      float want = (float)(n * (n + 1) / 2 + n * (int)(j % 7));
+      if (fc->op == WEFT_AVG) want /= (float)n;
+      if (res[j] != want) {
+        harness_fail(r, "call %d (%s, %s): element %zu is %.9g, expected %.9g", call, weft__op_name(fc->op),
+                     in_place ? "in place" : "out of place", j, res[j], want);
         break;
       }
+    }
     went[in_place] += forwarded_bytes(r) - before;
   }
   for (int in_place = 0; in_place < 2 && r->failures == 0; in_place++)
     if (fc->want_forwarded >= 0 && (went[in_place] > 0) != fc->want_forwarded)
-      harness_fail(r, "%s: %llu bytes went straight on to the next rank in 2 calls; expected %s",
-                   in_place ? "in place" : "out of place", (unsigned long long)went[in_place],
+      harness_fail(r, "%s %s: %llu bytes went straight on to the next rank in 2 calls; expected %s",
+                   weft__op_name(fc->op), in_place ? "in place" : "out of place", (unsigned long long)went[in_place],
                    fc->want_forwarded ? "some" : "none");
   free(in);
   free(out);
@@ -846,7 +852,8 @@ static void ring_all_reduce_forwards_pieces_as_they_land(void **state) {
   (void)state;
   static char no_send_slot[16];
   snprintf(no_send_slot, sizeof no_send_slot, "%u", WEFT__TRANSPORT_CAP_ALL & ~WEFT__TRANSPORT_CAP_SEND_SLOT);
-  const fwd_case cases[] = {{NULL, NULL, 1}, {no_send_slot, NULL, 0}, {NULL, "3", -1}};
+  const fwd_case cases[] = {{NULL, NULL, 1, WEFT_SUM}, {no_send_slot, NULL, 0, WEFT_SUM}, {NULL, "3", -1, WEFT_SUM},
+                            {NULL, NULL, 1, WEFT_AVG}, {NULL, "3", -1, WEFT_AVG}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int n = 2; n <= 3; n++) {
       harness_opts o = {.nranks = n, .transport = "shm", .no_init = 1, .deadline_s = 60};

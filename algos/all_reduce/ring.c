@@ -8,7 +8,8 @@
  *                     recvbuf with acc = this rank's sendbuf block (so in-place works);
  *                     step 0 sends from sendbuf, later steps forward the partial in recvbuf.
  *                     After it, block r of the slice is fully reduced; WEFT_AVG divides it
- *                     here, once, so every rank receives identical bits.
+ *                     once, piece by piece as the last step's receive reduces it
+ *                     (weft__ring_driver.avg_step), so every rank receives identical bits.
  *   steps n-1 .. 2n-3 all-gather: forward reduced blocks around the ring into recvbuf.
  * Large out-of-place calls (weft__ring_nt_output: the output is past half the L3) keep the
  * partials in a cache-resident scratch instead: steps 0 .. n-2 reduce into scratch slot s, the next step
@@ -31,13 +32,16 @@
  * soon as it is reduced instead of after the whole message; on the scratch path the last
  * reduce-scatter step's pieces are reduced straight into the slot and copied from there
  * into recvbuf, never into the scratch (weft__ring_driver.slot_step; lib/req.c says why
- * only that step). Not with WEFT_AVG: the block is divided in send_of, which then runs
- * before the block is complete.
+ * only that step). WEFT_AVG forwards too: its division is the last reduce-scatter receive's,
+ * not send_of's (which runs before the block it would divide is complete), except on a
+ * communicator of more than 65535 ranks (weft__req.avg_div's range), which divides in
+ * send_of and does not feed its sends.
  * Bytes each rank sends: 2 (n-1)/n * count * size (bandwidth optimal).
  * Latency term: 2 (n-1) steps per slice, ceil(count / (n chunk)) slices.
  * The tuner picks it for large messages (its row at the end of this file).
  * Sources: Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
  * workstations" (JPDC 2009); NCCL's ring all-reduce; Thakur, Rabenseifner & Gropp 2005. */
+#include <stdint.h>
 #include <string.h>
 #include "algos/ring.h"
 #include "lib/comm.h"
@@ -70,7 +74,7 @@ static void ar_send_of(weft__task *t, size_t k, int s, const void **buf, size_t 
   size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *buf = base + off * st->esize;
   if (st->partial != NULL && s >= 1 && s <= n - 1) *buf = partial_slot(st, s - 1);
-  if (s == n - 1 && t->op == WEFT_AVG) weft__mem_avg(t->mem, (void *)*buf, len, t->dtype, n);
+  if (s == n - 1 && t->op == WEFT_AVG && st->ring.avg_step < 0) weft__mem_avg(t->mem, (void *)*buf, len, t->dtype, n);
   *bytes = len * st->esize;
 }
 
@@ -115,9 +119,13 @@ static weft_status_t ar_start(weft__task *t) {
     st->partial = weft__comm_scratch(t, (size_t)(n - 1) * st->layout.chunk * esize, &status);
     if (st->partial == NULL) return status;
     st->ring.nt = 1;
-    st->ring.slot_step = n - 2; /* its partial lives in the scratch, its send copies to recvbuf */
+    /* Its partial lives in the scratch, its send copies to recvbuf. WEFT_AVG on more than
+     * 2 ranks lands it in the scratch, divides it there and copies on (its division
+     * would otherwise store to FIFO lines the peer last read; lib/req.c). */
+    if (t->op != WEFT_AVG || n == 2) st->ring.slot_step = n - 2;
   }
-  if (t->op != WEFT_AVG) st->ring.fuse_steps = nsteps - 1;
+  if (t->op == WEFT_AVG && n > 1 && n <= UINT16_MAX) st->ring.avg_step = n - 2;
+  if (t->op != WEFT_AVG || st->ring.avg_step >= 0) st->ring.fuse_steps = nsteps - 1;
   if (n == 1 && t->sendbuf != t->recvbuf) weft__mem_copy(t->mem, t->recvbuf, t->sendbuf, t->count * esize, 0);
   return WEFT_SUCCESS;
 }
