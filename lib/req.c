@@ -193,8 +193,9 @@ static int forward_landed(struct weft_comm *comm, weft__req *r, const void *data
     size_t count = nbytes / weft__dtype_size(r->dtype);
     char *acc = (char *)r->acc + r->done;
     char *out[2] = {slot, keep}, *in[2] = {acc, (char *)data};
-    /* The fan-out divides by its two inputs: right for WEFT_AVG on 2 ranks only. */
-    if ((flags & WEFT__MEM_NT) && (keep == NULL || (keep_flags & WEFT__MEM_NT)) && (r->avg_div | 2) == 2 &&
+    /* The fan-out divides WEFT_AVG by its two inputs: right when avg_div is 2 (2 ranks). */
+    int fanout_divides_right = r->avg_div == 0 || r->avg_div == 2;
+    if ((flags & WEFT__MEM_NT) && (keep == NULL || (keep_flags & WEFT__MEM_NT)) && fanout_divides_right &&
         r->mem->reduce_fanout(r->mem, out, keep != NULL ? 2 : 1, in, 2, count, r->dtype, r->op))
       keep = NULL; /* written with the slot */
     else {

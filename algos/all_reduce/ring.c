@@ -74,7 +74,8 @@ static void ar_send_of(weft__task *t, size_t k, int s, const void **buf, size_t 
   size_t off, len = weft__ring_piece(&st->layout, b, k, &off);
   *buf = base + off * st->esize;
   if (st->partial != NULL && s >= 1 && s <= n - 1) *buf = partial_slot(st, s - 1);
-  if (s == n - 1 && t->op == WEFT_AVG && st->ring.avg_step < 0) weft__mem_avg(t->mem, (void *)*buf, len, t->dtype, n);
+  if (s == n - 1 && t->op == WEFT_AVG && st->ring.avg_step < 0) /* else divided on receipt */
+    weft__mem_avg(t->mem, (void *)*buf, len, t->dtype, n);
   *bytes = len * st->esize;
 }
 
