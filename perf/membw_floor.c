@@ -14,6 +14,12 @@
  *   all_reduce_fused  the least traffic: out_0[h_t] = out_1[h_t] = in_0[h_t] + in_1[h_t] in one
  *                   pass with non-temporal stores: read 2 x B, write 2 x B.  busbw = S/t.
  *                   About twice all_reduce's figure here; it is the floor the ceiling uses.
+ *   all_reduce_plain  the least work when each rank's buffers are private (perf/floor_fifo.h):
+ *                   every byte from the peer crosses a shared FIFO, reduce-scatter then
+ *                   all-gather piece by piece: read 2 x B + 2 x B of FIFO, write 2 x B + 2 x B
+ *                   of FIFO.  busbw = S/t. Its ratio to all_reduce_fused is the ceiling of the
+ *                   "0.8 x floor" target on plain buffers. Its two threads are bound to the
+ *                   first two CPUs the process may use (-s, -k: the FIFOs' slots).
  *   all_gather      in_t (B bytes) -> out_0[t] and out_1[t]: read B, write 2 x B = S.
  *                   busbw = S/t x (n-1)/n. Each source chunk (64 KiB) is read from memory once
  *                   and written to both outputs from cache; the alternative (copy own block,
@@ -27,8 +33,9 @@
  *                   (Open MPI's broadcast is in place, so the root copies nothing: its floor
  *                   would be one copy; weft's out-of-place one is measured, as compared.)
  * Copies whose destination is not read again use non-temporal stores where the CPU has them
- * (x86-64 SSE2), so writes cost no read-for-ownership: the floor is the least DRAM traffic,
- * not a particular memcpy (plain stores and glibc memcpy measured 25-45% slower here).
+ * (x86-64 SSE2; perf/floor_stream.h), so writes cost no read-for-ownership: the floor is the
+ * least DRAM traffic, not a particular memcpy (plain stores and glibc memcpy measured 25-45%
+ * slower here).
  * all_reduce keeps its original code (plain loop, then memcpy), so its figures compare with
  * earlier floor.jsonl files and the "0.7 x floor" target; all_reduce_fused is its least-traffic
  * form, the one comparable with the other collectives.
@@ -41,28 +48,35 @@
  * GB/s = 1e9 B/s, so busbw compares one to one with the perf tools' busbw column.
  *
  * Usage: membw_floor [-c COLL] [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-n ITERS] [-w WARMUP]
- *   COLL: all_reduce (default), all_reduce_fused, all_gather, reduce_scatter, all_to_all,
- *   broadcast.
+ *                    [-s SLOT_BYTES] [-k NSLOTS]
+ *   COLL: all_reduce (default), all_reduce_fused, all_reduce_plain, all_gather,
+ *   reduce_scatter, all_to_all, broadcast. -s, -k: all_reduce_plain's FIFOs, each way (default
+ *   4 slots of 256 KiB: weft's shm FIFO holds 8 of 256 KiB, here split into a reduce-scatter
+ *   and an all-gather FIFO).
  * Prints one JSON object per size: {"coll": C, "size": S, "time_us": t, "busbw": GB/s}. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */
+#endif
 #include <getopt.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "perf/floor_fifo.h"
+#include "perf/floor_stream.h"
 #include "perf/size_arg.h"
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
 typedef enum { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, ALL_REDUCE_FUSED,
-               NUM_COLLS } coll_t;
+               ALL_REDUCE_PLAIN, NUM_COLLS } coll_t;
 
 static const char *const coll_names[NUM_COLLS] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                  "all_to_all", "broadcast", "all_reduce_fused"};
+                                                  "all_to_all", "broadcast", "all_reduce_fused",
+                                                  "all_reduce_plain"};
 /* nccl-tests' busbw factor at n = 2 */
-static const double coll_factor[NUM_COLLS] = {1.0, 0.5, 0.5, 0.5, 1.0, 1.0};
+static const double coll_factor[NUM_COLLS] = {1.0, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0};
 
 #define CHUNK_FLOATS (16384) /* 64 KiB: a source chunk stays in L1/L2 for its second copy */
 
@@ -72,6 +86,7 @@ typedef struct {
   size_t count; /* floats in S bytes; even */
   int iters;
   pthread_barrier_t *barrier;
+  floor_link *link; /* all_reduce_plain: link[t] is the one thread t writes */
   int id;
   double seconds; /* thread 0: time of the timed iterations */
 } worker;
@@ -80,44 +95,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* dst[0..n) = src[0..n), bypassing the cache when dst is 16-byte aligned: the data is not
- * read again in this pass, so it need not be fetched first. */
-static void stream_copy(float *dst, const float *src, size_t n) {
-#ifdef __SSE2__
-  if (((uintptr_t)dst & 15) == 0) {
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-    for (; i < n; i++) dst[i] = src[i];
-    return;
-  }
-#endif
-  memcpy(dst, src, n * sizeof(float));
-}
-
-/* dst[i] = a[i] + b[i], with non-temporal stores as stream_copy. */
-static void stream_sum(float *dst, const float *a, const float *b, size_t n) {
-  size_t i = 0;
-#ifdef __SSE2__
-  if (((uintptr_t)dst & 15) == 0)
-    for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
-#endif
-  for (; i < n; i++) dst[i] = a[i] + b[i];
-}
-
-/* d0[i] = d1[i] = a[i] + b[i]: each sum computed once, stored to both outputs. */
-static void stream_sum2(float *d0, float *d1, const float *a, const float *b, size_t n) {
-  size_t i = 0;
-#ifdef __SSE2__
-  if ((((uintptr_t)d0 | (uintptr_t)d1) & 15) == 0)
-    for (; i + 4 <= n; i += 4) {
-      __m128 v = _mm_add_ps(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i));
-      _mm_stream_ps(d0 + i, v);
-      _mm_stream_ps(d1 + i, v);
-    }
-#endif
-  for (; i < n; i++) d0[i] = d1[i] = a[i] + b[i];
 }
 
 /* src[0..n) to both d0 and d1, a chunk at a time so that src is read from memory once. */
@@ -155,16 +132,35 @@ static void one_pass(const worker *w) {
     case ALL_REDUCE_FUSED:
       stream_sum2(w->out[0] + at, w->out[1] + at, w->in[0] + at, w->in[1] + at, blk);
       break;
+    case ALL_REDUCE_PLAIN:
+      floor_plain_all_reduce(t, w->in[t], w->out[t], w->count, &w->link[t], &w->link[1 - t]);
+      break;
     default: break;
   }
-#ifdef __SSE2__
-  _mm_sfence(); /* non-temporal stores are visible to the peer before the barrier */
-#endif
+  stream_fence(); /* non-temporal stores are visible to the peer before the barrier */
+}
+
+/* Binds the calling thread to the t-th CPU the process may run on, as weftrun --bind-to core
+ * binds rank t (all_reduce_plain: two threads handing slots to each other must not share a
+ * core, nor move between L3s mid-run). Leaves it unbound when there is no such CPU. A thread
+ * inherits its creator's binding, so the set is the one main read first. */
+static cpu_set_t allowed; /* the CPUs the process may run on, read in main before any binding */
+
+static void bind_to_nth_cpu(int t) {
+  cpu_set_t one;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (!CPU_ISSET(cpu, &allowed) || seen++ != t) continue;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pthread_setaffinity_np(pthread_self(), sizeof one, &one);
+    return;
+  }
 }
 
 static void *run(void *arg) {
   worker *w = arg;
   double t0 = 0;
+  if (w->coll == ALL_REDUCE_PLAIN) bind_to_nth_cpu(w->id);
   for (int i = 0; i < w->iters; i++) {
     pthread_barrier_wait(w->barrier);
     if (i == 0) t0 = now_s();
@@ -186,13 +182,14 @@ static size_t parse_size(const char *s) {
 }
 
 /* Times iters passes of coll at size bytes (after warmup passes); seconds per pass. */
-static double measure(coll_t coll, float **bufs, size_t bytes, int iters, int warmup) {
+static double measure(coll_t coll, float **bufs, floor_link *link, size_t bytes, int iters,
+                      int warmup) {
   pthread_barrier_t barrier;
   pthread_barrier_init(&barrier, NULL, 2);
   worker w[2];
   for (int t = 0; t < 2; t++) {
     w[t] = (worker){coll, {bufs[0], bufs[1]}, {bufs[2], bufs[3]}, bytes / sizeof(float) / 2 * 2,
-                    warmup, &barrier, t, 0};
+                    warmup, &barrier, link, t, 0};
   }
   pthread_t th;
   pthread_create(&th, NULL, run, &w[1]);
@@ -264,25 +261,41 @@ static int parse_coll(const char *s) {
 
 int main(int argc, char **argv) {
   size_t minb = 16u << 20, maxb = 256u << 20;
-  int factor = 2, iters = 10, warmup = 2, coll = ALL_REDUCE, c;
-  while ((c = getopt(argc, argv, "b:c:e:f:n:w:h")) != -1) {
+  size_t slot_bytes = 256u << 10;
+  int factor = 2, iters = 10, warmup = 2, coll = ALL_REDUCE, nslots = 4, c;
+  while ((c = getopt(argc, argv, "b:c:e:f:k:n:s:w:h")) != -1) {
     switch (c) {
       case 'b': minb = parse_size(optarg); break;
       case 'c': coll = parse_coll(optarg); break;
       case 'e': maxb = parse_size(optarg); break;
       case 'f': factor = atoi(optarg); break;
+      case 'k': nslots = atoi(optarg); break;
       case 'n': iters = atoi(optarg); break;
+      case 's': slot_bytes = parse_size(optarg); break;
       case 'w': warmup = atoi(optarg); break;
       default:
         fprintf(stderr, "usage: %s [-c COLL] [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP]\n"
-                        "  COLL: all_reduce (default), all_reduce_fused, all_gather, reduce_scatter,\n"
-                        "        all_to_all, broadcast\n", "membw_floor");
+                        "       [-s SLOT_BYTES] [-k NSLOTS]\n"
+                        "  COLL: all_reduce (default), all_reduce_fused, all_reduce_plain, all_gather,\n"
+                        "        reduce_scatter, all_to_all, broadcast\n"
+                        "  -s, -k: all_reduce_plain's FIFOs (default 4 slots of 256 KiB each way)\n",
+                "membw_floor");
         return c == 'h' ? 0 : 2;
     }
   }
-  if (coll < 0 || factor < 2 || iters < 1 || minb < 64 || maxb < minb) {
-    fprintf(stderr, "%s: need a known -c, -f >= 2, -n >= 1, 64 <= -b <= -e\n", "membw_floor");
+  if (coll < 0 || factor < 2 || iters < 1 || minb < 64 || maxb < minb || nslots < 2 ||
+      slot_bytes < 64 || slot_bytes % 64 != 0) {
+    fprintf(stderr, "%s: need a known -c, -f >= 2, -n >= 1, 64 <= -b <= -e, -k >= 2, -s a multiple of 64\n",
+            "membw_floor");
     return 2;
+  }
+  floor_link link[2];
+  memset(link, 0, sizeof link);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) CPU_ZERO(&allowed);
+  if (coll == ALL_REDUCE_PLAIN && (floor_link_init(&link[0], slot_bytes, (unsigned)nslots) != 0 ||
+                                   floor_link_init(&link[1], slot_bytes, (unsigned)nslots) != 0)) {
+    fprintf(stderr, "%s: cannot allocate the FIFOs\n", "membw_floor");
+    return 1;
   }
   float *bufs[4]; /* in_0, in_1, out_0, out_1; each S bytes, more than any collective needs */
   for (int i = 0; i < 4; i++) {
@@ -300,12 +313,14 @@ int main(int argc, char **argv) {
     size_t s = bytes / 8 * 8; /* two whole float blocks, as bench_common.h rounds */
     memset(bufs[2], 0xff, s); /* NaN: an element no pass wrote fails the check */
     memset(bufs[3], 0xff, s);
-    double t = measure((coll_t)coll, bufs, s, iters, warmup);
+    double t = measure((coll_t)coll, bufs, link, s, iters, warmup);
     if (!outputs_exact((coll_t)coll, bufs, s / sizeof(float))) return 1;
     printf("{\"coll\": \"%s\", \"size\": %zu, \"time_us\": %.2f, \"busbw\": %.3f}\n", coll_names[coll], s,
            t * 1e6, (double)s / t / 1e9 * coll_factor[coll]);
     fflush(stdout);
   }
   for (int i = 0; i < 4; i++) free(bufs[i]);
+  floor_link_free(&link[0]);
+  floor_link_free(&link[1]);
   return 0;
 }

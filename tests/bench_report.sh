@@ -44,7 +44,7 @@ printf '%s\n' "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": 8000, \"bus
 python3 "$src/perf/bench/report.py" "$dir" >"$dir/report" 2>"$dir/log"
 rc=$?
 cat "$dir/report" >>"$dir/log"
-echo "1..6"
+echo "1..8"
 if [ $rc = 0 ]; then ok "report.py reads the fabricated bench (exit 0)"; else not_ok "report.py exits $rc"; fi
 # all-gather at 16M, per round: weft/floor 0.5, 1.0, 0.5; MPI/floor 0.17, 0.67, 0.17; floor/MPI
 # 6, 1.5, 6. (From the medians alone, 100 and 150 us against the 50 us floor: 0.50, 0.33, 3.00x.)
@@ -73,6 +73,13 @@ for r in 1 2 3; do
   echo "{\"results\": [{\"size\": $m, \"out_of_place\": {\"bus_bw\": $((r + 3)), \"nwrong\": 0}," \
     "\"in_place\": {\"bus_bw\": $((r + 5)), \"nwrong\": 0}}]}" >"$dir/ab/floor_ab/weft_R0.r$r.16M.json"
 done
+# The plain-buffer floor of the same rounds (membw_floor -c all_reduce_plain): 5, 9, 6 GB/s, so
+# its ceiling against the fused floor is 0.5, 0.9, 0.6 per round, and weft/plain 0.80, 0.56,
+# 1.00 (from the medians alone weft/plain would read 0.83).
+for r in 1 2 3; do
+  bw=$(echo "5 9 6" | cut -d' ' -f$r)
+  echo "{\"coll\": \"all_reduce_plain\", \"size\": $m, \"time_us\": 1600, \"busbw\": $bw}" >"$dir/ab/floor_ab/plain.r$r.jsonl"
+done
 python3 "$src/perf/bench/report.py" "$dir/ab" >"$dir/report_ab" 2>>"$dir/log"
 cat "$dir/report_ab" >>"$dir/log"
 out=$(sed -n '/^## all-reduce busbw vs the two-thread memory-bandwidth floor/,/^## /p' "$dir/report_ab" | grep '^| 16M ')
@@ -85,4 +92,15 @@ case $inp in
   *"| 0.70x | 0.8x | 0.60-0.80x | MISS |"*) ok "floor_ab: the in-place table reads the in-place busbw (0.70x, 0.60-0.80x)" ;;
   *) echo "# row: $inp" >>"$dir/log"; not_ok "floor_ab: expected an in-place row of 0.70x, 0.60-0.80x" ;;
 esac
+pl=$(sed -n '/^## the floor target.s ceiling on plain buffers/,/^## /p' "$dir/report_ab")
+case $(echo "$pl" | grep '^| 16M ') in
+  *"| 6 | 10 | 0.60 | 0.50-0.90 | 0.80 | 0.56-1.00 | ceiling below 0.8 |"*)
+    ok "floor_ab: the plain floor's ceiling 0.60 (0.50-0.90) and weft/plain 0.80 (0.56-1.00), per round" ;;
+  *) echo "# table: $pl" >>"$dir/log"; not_ok "floor_ab: expected the plain ceiling 0.60 and weft/plain 0.80 per round" ;;
+esac
+if echo "$pl" | grep -q '^- 1 of 1 sizes where weft missed 0.8 of the fused floor have a ceiling'; then
+  ok "the missed size is counted as one whose ceiling is below the target"
+else
+  not_ok "the missed size is counted as one whose ceiling is below the target"
+fi
 [ $failed -eq 0 ]

@@ -4,9 +4,10 @@
 Reads DIR/{shm,socket,np4}/compare.jsonl (written by perf/compare/run.sh: one object per
 collective, library and size with busbw in GB/s and time_us, medians over rounds) and
 DIR/floor.jsonl (perf/membw_floor: one row per collective and size; rows without "coll" are
-all_reduce, from older files), and DIR/floor_ab (the fused all-reduce floor and weft's
-all-reduce, plain and on registered buffers, back to back in each round: the "0.8 x floor"
-target is judged on those per-round ratios when present). Prints one table per target with the ratio at each size and
+all_reduce, from older files), and DIR/floor_ab (the fused all-reduce floor, the plain-buffer
+floor and weft's all-reduce, plain and on registered buffers, back to back in each round: the
+"0.8 x floor" target is judged on those per-round ratios when present, and the plain-buffer
+floor against the fused one is that target's ceiling on plain buffers, shown beside it). Prints one table per target with the ratio at each size and
 PASS / MISS, then a summary line per target. A missing sweep or peer is reported as
 "not measured", never as a pass. When DIR/shm_registered and DIR/np4_registered exist
 (weft's buffers registered as windows, -R 2), the np=2 and 4-rank targets are reported a
@@ -232,20 +233,33 @@ def table(title, rows, need, unit, floor=None, by_l3=None, spread_counts=False):
     return ok
 
 
-def interleaved_floor_rows(d, reg, place="out_of_place"):
+def ab_floor(ab, name, rnd):
+    """{size: busbw} of DIR/floor_ab/NAME.rRND.jsonl (membw_floor rows), {} when absent."""
+    path = os.path.join(ab, f"{name}.r{rnd}.jsonl")
+    if not os.path.exists(path):
+        return {}
+    return {r["size"]: r["busbw"] for r in (json.loads(line) for line in open(path) if line.strip())}
+
+
+def per_round_rows(per):
+    """(size, a, b, a/b, spread) from {size: [(a, b) per round]}: medians of a, b and of the
+    ratio taken within each round; spread is the lowest and highest ratio (None below 2 rounds)."""
+    return [(size, median([a for a, _ in v]), median([b for _, b in v]), median([a / b for a, b in v]),
+             (min(a / b for a, b in v), max(a / b for a, b in v)) if len(v) >= 2 else None)
+            for size, v in sorted(per.items())]
+
+
+def interleaved_floor_rows(d, reg, place="out_of_place", floor_name="floor"):
     """(size, weft busbw, floor busbw, ratio, spread) from DIR/floor_ab: weft's all-reduce (-R reg)
     and the fused floor run back to back in each round; the ratio is taken within a round,
     then the median over rounds (busbw columns: medians too). place: nccl-tests' column,
-    "out_of_place" (the target's) or "in_place". [] when not measured."""
+    "out_of_place" (the target's) or "in_place". floor_name "plain": against the plain-buffer
+    floor instead (membw_floor -c all_reduce_plain). [] when not measured."""
     ab = os.path.join(d, "floor_ab")
     per = {}  # size -> [(weft, floor)]
     rnd = 1
     while os.path.exists(os.path.join(ab, f"floor.r{rnd}.jsonl")):
-        fl = {}
-        for line in open(os.path.join(ab, f"floor.r{rnd}.jsonl")):
-            if line.strip():
-                r = json.loads(line)
-                fl[r["size"]] = r["busbw"]
+        fl = ab_floor(ab, floor_name, rnd)
         # one nccl-tests JSON document per size: weft_R{reg}.r{rnd}.{size}.json
         prefix = f"weft_R{reg}.r{rnd}."
         for name in sorted(os.listdir(ab)):
@@ -260,9 +274,46 @@ def interleaved_floor_rows(d, reg, place="out_of_place"):
                 if r["size"] in fl and not r[place]["nwrong"]:
                     per.setdefault(r["size"], []).append((w, fl[r["size"]]))
         rnd += 1
-    return [(size, median([w for w, _ in v]), median([f for _, f in v]), median([w / f for w, f in v]),
-             (min(w / f for w, f in v), max(w / f for w, f in v)) if len(v) >= 2 else None)
-            for size, v in sorted(per.items())]
+    return per_round_rows(per)
+
+
+def plain_ceiling_table(d, frows, need):
+    """The ceiling of the floor target on plain buffers: per round, the plain-buffer floor
+    (membw_floor -c all_reduce_plain: the least work when each rank's buffers are private, every
+    byte through a shared FIFO) against the fused floor, and weft's plain all-reduce against
+    the plain floor. frows: the target's rows (interleaved_floor_rows). Shown, not judged."""
+    ab = os.path.join(d, "floor_ab")
+    per = {}  # size -> [(plain, fused)]
+    rnd = 1
+    while os.path.exists(os.path.join(ab, f"plain.r{rnd}.jsonl")):
+        fused, plain = ab_floor(ab, "floor", rnd), ab_floor(ab, "plain", rnd)
+        for size in sorted(set(fused) & set(plain)):
+            per.setdefault(size, []).append((plain[size], fused[size]))
+        rnd += 1
+    print("\n## the floor target's ceiling on plain buffers: the plain-buffer floor "
+          "(perf/floor_fifo.h) against the fused floor, and weft against the plain floor")
+    if not per:
+        print("not measured (no floor_ab/plain.rK.jsonl)")
+        return
+    vs_plain = {r[0]: r for r in interleaved_floor_rows(d, 0, floor_name="plain")}
+    missed = {size for size, _, _, ratio, _ in frows if ratio < need}
+    print("| size | plain floor GB/s | fused floor GB/s | ceiling | per round | weft/plain floor | per round | |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---|")
+    below = beaten = 0
+    for size, p, f, ceiling, spread in per_round_rows(per):
+        v = vs_plain.get(size)
+        reach = "reachable" if ceiling >= need else f"ceiling below {need}"
+        below += size in missed and ceiling < need
+        beaten += v is not None and v[3] > 1
+        print(f"| {fmt_size(size)} | {p:.3g} | {f:.3g} | {ceiling:.2f} |" +
+              (f" {spread[0]:.2f}-{spread[1]:.2f} |" if spread else " - |") +
+              (f" {v[3]:.2f} |" + (f" {v[4][0]:.2f}-{v[4][1]:.2f} |" if v[4] else " - |") if v else " - | - |") +
+              f" {reach} |")
+    print(f"- {below} of {len(missed)} sizes where weft missed {need} of the fused floor have a ceiling "
+          f"(plain floor / fused floor) below {need}: there even the least work on private buffers misses it")
+    if beaten:
+        print(f"- warning: at {beaten} sizes weft beat the plain floor (weft/plain > 1): that floor "
+              "is not the least work there, so its ceiling is too low")
 
 
 def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
@@ -296,6 +347,8 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
     results["all-reduce busbw >= 0.8 x memory-bandwidth floor" + tag] = table(
         f"all-reduce busbw vs the two-thread memory-bandwidth floor (perf/membw_floor; {how})" + tag,
         frows, 0.8, "GB/s")
+    if floor_reg == 0:
+        plain_ceiling_table(d, frows, 0.8)
     # Shown, not judged: the target reads nccl-tests' out-of-place columns, but PyTorch DDP
     # all-reduces its gradient buckets in place, and on plain buffers the two differ.
     irows = interleaved_floor_rows(d, floor_reg, "in_place")

@@ -71,9 +71,10 @@ for coll in all_reduce all_reduce_fused all_gather reduce_scatter all_to_all bro
 done
 # The "0.8 x floor" target, interleaved: the floors above run minutes apart from weft's
 # sweeps, and these VMs' memory bandwidth moves 30% and more between launches, so each
-# round runs the fused floor, weft's all-reduce and weft's all-reduce on registered
-# buffers (the program's own, -R 1, and weft_mem_alloc's, -R 2) back to back; the report
-# takes the ratio within each round, then the median.
+# round runs the fused floor, the plain-buffer floor (the target's ceiling when each rank's
+# buffers are private, perf/floor_fifo.h), weft's all-reduce and weft's all-reduce on
+# registered buffers (the program's own, -R 1, and weft_mem_alloc's, -R 2) back to back; the
+# report takes the ratio within each round, then the median.
 echo "bench: all-reduce against its floor, interleaved"
 ab=$out/floor_ab
 rm -rf "$ab"
@@ -88,6 +89,7 @@ for round in $(seq 1 "$COMPARE_ROUNDS"); do
   for size in $ab_sizes; do
     echo "bench: floor_ab round $round: $size"
     ./membw_floor -c all_reduce_fused -b "$size" -e "$size" -n 10 >> "$ab/floor.r$round.jsonl" || rc=1
+    ./membw_floor -c all_reduce_plain -b "$size" -e "$size" -n 10 >> "$ab/plain.r$round.jsonl" || rc=1
     for reg in 0 1 2; do
       ./weftrun -n 2 --bind-to core ./all_reduce_perf -b "$size" -e "$size" -n 10 -w 3 -z 2 \
         -R $reg -J "$ab/weft_R$reg.r$round.$size.json" >> "$ab/weft_R$reg.r$round.txt" 2>&1 || rc=1
