@@ -19,8 +19,9 @@
  * 256 MiB 6.6-7.2 against 8.3-8.8), as weft's shm FIFO found. Reduce-scatter pieces go one
  * ahead of the receives (two ahead, or the all-gather copied one piece behind, was no faster).
  * A FIFO is a ring of slots with two counters; a waiting thread pauses, then yields. No
- * protocol besides: the ceiling of a plain-buffer implementation (weft's shm FIFO, Open MPI's
- * sm BTL), against all_reduce_fused's direct pass.
+ * protocol besides: what two copies through shared memory cost, against all_reduce_fused's
+ * one direct pass. Not a strict floor: weft's shm all-reduce, the same plan with its own
+ * kernels, ran 1.01-1.13x its busbw (medians) in make bench on 2026-11-30.
  *
  * Thread safety: one FIFO has one writer thread and one reader thread. */
 #ifndef WEFT_PERF_FLOOR_FIFO_H

@@ -17,8 +17,9 @@
  *   all_reduce_plain  the least work when each rank's buffers are private (perf/floor_fifo.h):
  *                   every byte from the peer crosses a shared FIFO, reduce-scatter then
  *                   all-gather piece by piece: read 2 x B + 2 x B of FIFO, write 2 x B + 2 x B
- *                   of FIFO.  busbw = S/t. Its ratio to all_reduce_fused is the ceiling of the
- *                   "0.8 x floor" target on plain buffers. Its two threads are bound to the
+ *                   of FIFO.  busbw = S/t. Its ratio to all_reduce_fused estimates the
+ *                   "0.8 x floor" target's ceiling on plain buffers (not a strict bound:
+ *                   weft's all-reduce ran up to 1.13x its busbw). Its two threads are bound to the
  *                   first two CPUs the process may use (-s, -k: the FIFOs' slots).
  *   all_gather      in_t (B bytes) -> out_0[t] and out_1[t]: read B, write 2 x B = S.
  *                   busbw = S/t x (n-1)/n. Each source chunk (64 KiB) is read from memory once

@@ -7,7 +7,8 @@ DIR/floor.jsonl (perf/membw_floor: one row per collective and size; rows without
 all_reduce, from older files), and DIR/floor_ab (the fused all-reduce floor, the plain-buffer
 floor and weft's all-reduce, plain and on registered buffers, back to back in each round: the
 "0.8 x floor" target is judged on those per-round ratios when present, and the plain-buffer
-floor against the fused one is that target's ceiling on plain buffers, shown beside it). Prints one table per target with the ratio at each size and
+(two-copy) floor against the fused one estimates that target's ceiling on plain buffers,
+shown beside it). Prints one table per target with the ratio at each size and
 PASS / MISS, then a summary line per target. A missing sweep or peer is reported as
 "not measured", never as a pass. When DIR/shm_registered and DIR/np4_registered exist
 (weft's buffers registered as windows, -R 2), the np=2 and 4-rank targets are reported a
@@ -278,10 +279,11 @@ def interleaved_floor_rows(d, reg, place="out_of_place", floor_name="floor"):
 
 
 def plain_ceiling_table(d, frows, need):
-    """The ceiling of the floor target on plain buffers: per round, the plain-buffer floor
-    (membw_floor -c all_reduce_plain: the least work when each rank's buffers are private, every
-    byte through a shared FIFO) against the fused floor, and weft's plain all-reduce against
-    the plain floor. frows: the target's rows (interleaved_floor_rows). Shown, not judged."""
+    """The floor target on the program's own buffers: per round, the two-copy floor
+    (membw_floor -c all_reduce_plain: each rank's buffers private, every byte through a
+    shared FIFO) against the fused floor, an estimate of the target's ceiling there, and
+    weft's plain all-reduce against the two-copy floor. frows: the target's rows
+    (interleaved_floor_rows). Shown, not judged."""
     ab = os.path.join(d, "floor_ab")
     per = {}  # size -> [(plain, fused)]
     rnd = 1
@@ -290,30 +292,30 @@ def plain_ceiling_table(d, frows, need):
         for size in sorted(set(fused) & set(plain)):
             per.setdefault(size, []).append((plain[size], fused[size]))
         rnd += 1
-    print("\n## the floor target's ceiling on plain buffers: the plain-buffer floor "
-          "(perf/floor_fifo.h) against the fused floor, and weft against the plain floor")
+    print("\n## the floor target on plain buffers: the two-copy floor (membw_floor -c "
+          "all_reduce_plain, perf/floor_fifo.h) against the fused floor, and weft against it")
     if not per:
         print("not measured (no floor_ab/plain.rK.jsonl)")
         return
     vs_plain = {r[0]: r for r in interleaved_floor_rows(d, 0, floor_name="plain")}
     missed = {size for size, _, _, ratio, _ in frows if ratio < need}
-    print("| size | plain floor GB/s | fused floor GB/s | ceiling | per round | weft/plain floor | per round | |")
+    print("| size | two-copy GB/s | fused floor GB/s | two-copy/fused | per round | weft/two-copy | per round | |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|")
     below = beaten = 0
     for size, p, f, ceiling, spread in per_round_rows(per):
         v = vs_plain.get(size)
-        reach = "reachable" if ceiling >= need else f"ceiling below {need}"
+        reach = "two copies reach it" if ceiling >= need else f"two copies below {need}"
         below += size in missed and ceiling < need
         beaten += v is not None and v[3] > 1
         print(f"| {fmt_size(size)} | {p:.3g} | {f:.3g} | {ceiling:.2f} |" +
               (f" {spread[0]:.2f}-{spread[1]:.2f} |" if spread else " - |") +
               (f" {v[3]:.2f} |" + (f" {v[4][0]:.2f}-{v[4][1]:.2f} |" if v[4] else " - |") if v else " - | - |") +
               f" {reach} |")
-    print(f"- {below} of {len(missed)} sizes where weft missed {need} of the fused floor have a ceiling "
-          f"(plain floor / fused floor) below {need}: there even the least work on private buffers misses it")
+    print(f"- {below} of {len(missed)} sizes where weft missed {need} of the fused floor have a two-copy "
+          f"floor below {need} of it")
     if beaten:
-        print(f"- warning: at {beaten} sizes weft beat the plain floor (weft/plain > 1): that floor "
-              "is not the least work there, so its ceiling is too low")
+        print(f"- at {beaten} sizes weft beat the two-copy floor (weft/two-copy > 1): it estimates "
+              "the cost of two copies, it does not bound it")
 
 
 def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
