@@ -1,5 +1,5 @@
-/* floor_fifo.h: membw_floor's all_reduce_plain form, the least memory work of a 2-rank
- * all-reduce whose buffers are private to each rank.
+/* floor_fifo.h: membw_floor's all_reduce_plain form, the two-copy floor: the memory work of a
+ * 2-rank all-reduce whose buffers are private to each rank, moved through shared memory.
  *
  * A process cannot read another's private pages (Linux maps them to no one else; the one
  * copy the kernel offers, process_vm_readv, is slower than two here, README), so every byte
