@@ -4,11 +4,11 @@
 Reads DIR/{shm,socket,np4}/compare.jsonl (written by perf/compare/run.sh: one object per
 collective, library and size with busbw in GB/s and time_us, medians over rounds) and
 DIR/floor.jsonl (perf/membw_floor: one row per collective and size; rows without "coll" are
-all_reduce, from older files), and DIR/floor_ab (the fused all-reduce floor, the plain-buffer
+all_reduce, from older files), and DIR/floor_ab (the fused all-reduce floor, the two-copy
 floor and weft's all-reduce, plain and on registered buffers, back to back in each round: the
-"0.8 x floor" target is judged on those per-round ratios when present, and the plain-buffer
-(two-copy) floor against the fused one estimates that target's ceiling on plain buffers,
-shown beside it). Prints one table per target with the ratio at each size and
+"0.8 x floor" target is judged on those per-round ratios when present, and the two-copy floor
+against the fused one, an estimate of that target's ceiling on plain buffers, is shown
+beside it). Prints one table per target with the ratio at each size and
 PASS / MISS, then a summary line per target. A missing sweep or peer is reported as
 "not measured", never as a pass. When DIR/shm_registered and DIR/np4_registered exist
 (weft's buffers registered as windows, -R 2), the np=2 and 4-rank targets are reported a
@@ -254,7 +254,7 @@ def interleaved_floor_rows(d, reg, place="out_of_place", floor_name="floor"):
     """(size, weft busbw, floor busbw, ratio, spread) from DIR/floor_ab: weft's all-reduce (-R reg)
     and the fused floor run back to back in each round; the ratio is taken within a round,
     then the median over rounds (busbw columns: medians too). place: nccl-tests' column,
-    "out_of_place" (the target's) or "in_place". floor_name "plain": against the plain-buffer
+    "out_of_place" (the target's) or "in_place". floor_name "plain": against the two-copy
     floor instead (membw_floor -c all_reduce_plain). [] when not measured."""
     ab = os.path.join(d, "floor_ab")
     per = {}  # size -> [(weft, floor)]
@@ -278,7 +278,7 @@ def interleaved_floor_rows(d, reg, place="out_of_place", floor_name="floor"):
     return per_round_rows(per)
 
 
-def plain_ceiling_table(d, frows, need):
+def two_copy_table(d, frows, need):
     """The floor target on the program's own buffers: per round, the two-copy floor
     (membw_floor -c all_reduce_plain: each rank's buffers private, every byte through a
     shared FIFO) against the fused floor, an estimate of the target's ceiling there, and
@@ -302,12 +302,12 @@ def plain_ceiling_table(d, frows, need):
     print("| size | two-copy GB/s | fused floor GB/s | two-copy/fused | per round | weft/two-copy | per round | |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|")
     below = beaten = 0
-    for size, p, f, ceiling, spread in per_round_rows(per):
+    for size, p, f, two_copy, spread in per_round_rows(per):
         v = vs_plain.get(size)
-        reach = "two copies reach it" if ceiling >= need else f"two copies below {need}"
-        below += size in missed and ceiling < need
+        reach = "two copies reach it" if two_copy >= need else f"two copies below {need}"
+        below += size in missed and two_copy < need
         beaten += v is not None and v[3] > 1
-        print(f"| {fmt_size(size)} | {p:.3g} | {f:.3g} | {ceiling:.2f} |" +
+        print(f"| {fmt_size(size)} | {p:.3g} | {f:.3g} | {two_copy:.2f} |" +
               (f" {spread[0]:.2f}-{spread[1]:.2f} |" if spread else " - |") +
               (f" {v[3]:.2f} |" + (f" {v[4][0]:.2f}-{v[4][1]:.2f} |" if v[4] else " - |") if v else " - | - |") +
               f" {reach} |")
@@ -350,7 +350,7 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
         f"all-reduce busbw vs the two-thread memory-bandwidth floor (perf/membw_floor; {how})" + tag,
         frows, 0.8, "GB/s")
     if floor_reg == 0:
-        plain_ceiling_table(d, frows, 0.8)
+        two_copy_table(d, frows, 0.8)
     # Shown, not judged: the target reads nccl-tests' out-of-place columns, but PyTorch DDP
     # all-reduces its gradient buckets in place, and on plain buffers the two differ.
     irows = interleaved_floor_rows(d, floor_reg, "in_place")

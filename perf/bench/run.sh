@@ -71,10 +71,10 @@ for coll in all_reduce all_reduce_fused all_gather reduce_scatter all_to_all bro
 done
 # The "0.8 x floor" target, interleaved: the floors above run minutes apart from weft's
 # sweeps, and these VMs' memory bandwidth moves 30% and more between launches, so each
-# round runs the fused floor, the plain-buffer floor (the target's ceiling when each rank's
-# buffers are private, perf/floor_fifo.h), weft's all-reduce and weft's all-reduce on
-# registered buffers (the program's own, -R 1, and weft_mem_alloc's, -R 2) back to back; the
-# report takes the ratio within each round, then the median.
+# round runs the fused floor, the two-copy floor (what moving private buffers through shared
+# memory costs, perf/floor_fifo.h), weft's all-reduce and weft's all-reduce on registered
+# buffers (the program's own, -R 1, and weft_mem_alloc's, -R 2) back to back; the report
+# takes the ratio within each round, then the median.
 echo "bench: all-reduce against its floor, interleaved"
 ab=$out/floor_ab
 rm -rf "$ab"
