@@ -4,7 +4,6 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include "perf/floor_stream.h"
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -34,12 +33,6 @@ void floor_link_free(floor_link *l) {
   free(l->rs.slots);
   free(l->ag.slots);
   l->rs.slots = l->ag.slots = NULL;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Waits until *counter > least (acquire): a few hundred pauses, then sched_yield, since the

@@ -1,4 +1,5 @@
-/* floor_stream.h: membw_floor's copy and reduction loops (membw_floor.c, floor_fifo.c).
+/* floor_stream.h: membw_floor's copy and reduction loops and its clock (membw_floor.c,
+ * floor_fifo.c).
  * Stores to a destination that is not read again in the pass are non-temporal where the CPU
  * has them (x86-64 SSE2) and the destination is 16-byte aligned, so they cost no read for
  * ownership: the floor counts the least DRAM traffic, not a particular memcpy. Counts are in
@@ -8,6 +9,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
@@ -48,6 +50,13 @@ static inline void stream_sum2(float *d0, float *d1, const float *a, const float
     }
 #endif
   for (; i < n; i++) d0[i] = d1[i] = a[i] + b[i];
+}
+
+/* Seconds on the monotonic clock. */
+static inline double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Orders the non-temporal stores before whatever the caller publishes next. */

@@ -65,7 +65,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "perf/floor_fifo.h"
 #include "perf/floor_stream.h"
 #include "perf/size_arg.h"
@@ -91,12 +90,6 @@ typedef struct {
   int id;
   double seconds; /* thread 0: time of the timed iterations */
 } worker;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* src[0..n) to both d0 and d1, a chunk at a time so that src is read from memory once. */
 static void dual_copy(float *d0, float *d1, const float *src, size_t n) {
