@@ -8,6 +8,9 @@
  * are averaged with weft_all_reduce(WEFT_AVG) in buckets that start during the last
  * micro-step's backward (ddp_reducer.h); --no-overlap starts them all after it instead,
  * for comparison. Earlier micro-steps only accumulate, as PyTorch's no_sync().
+ * --sync-only keeps every call but all-reduces one value per bucket: what the same steps
+ * cost when only the synchronization remains, the ceiling of the 2-rank scaling that
+ * `make bench-trainers` measures beside every run (the replicas diverge; not for training).
  *
  * Data: one global batch of G = ranks * accum * batch windows per step is drawn from the
  * batch RNG every rank seeds alike (the one weft-train uses), and rank r's micro-step k
@@ -34,7 +37,7 @@
 
 typedef struct ddp_flags {
   gpt_trainer_flags c; /* c.run.batch is the per-rank micro-batch */
-  int accum, no_overlap, no_register;
+  int accum, no_overlap, no_register, sync_only;
   float bucket_mb, first_bucket_mb;
   gpt_elastic elastic; /* --elastic, --elastic-batch */
 } ddp_flags;
@@ -60,6 +63,9 @@ static void usage(FILE *f) {
           "  --no-overlap       all-reduce every bucket after the backward, not during it\n"
           "  --no-register      leave the gradients unregistered (default: registered with\n"
           "                     weft_comm_register, so buckets all-reduce directly between ranks of a host)\n"
+          "  --sync-only        all-reduce one value per bucket instead of its gradients: the same steps and\n"
+          "                     synchronization with no gradient bytes; the replicas diverge (what\n"
+          "                     synchronous steps alone cost: make bench-trainers' scaling ceiling)\n"
           "  --lr X --wd X --clip X --seed N   as weft-train (3e-4 0.1 1.0 1)\n"
           "  --eval-every K     validation loss every K steps, 0 = only at the end (0)\n"
           "  --eval-batches N   validation batches (of N*accum*B sequences) per evaluation (8)\n"
@@ -81,6 +87,7 @@ static int parse(int argc, char **argv, ddp_flags *f) {
       {"first-bucket-mb", GPT_FLAG_FLOAT, &f->first_bucket_mb, 0, 0},
       {"no-overlap", GPT_FLAG_SWITCH, &f->no_overlap, 0, 0},
       {"no-register", GPT_FLAG_SWITCH, &f->no_register, 0, 0},
+      {"sync-only", GPT_FLAG_SWITCH, &f->sync_only, 0, 0},
       {"elastic", GPT_FLAG_SWITCH, &f->elastic.on, 0, 0},
       {"elastic-batch", GPT_FLAG_STR, &f->elastic.batch, 0, 0},
   };
@@ -158,6 +165,17 @@ static int try_step(ddp *d, gpt_step_stats *s) {
 
 static int register_grads(ddp *d, char *err, size_t errlen);
 
+/* The buckets over the model's gradients, on the current communicator. */
+static int reducer_init(ddp *d, char *err, size_t errlen) {
+  size_t mib = 1024 * 1024;
+  gpt_model *m = d->dp.base.m;
+  if (ddp_reducer_init(&d->red, &m->lay, m->grads, (size_t)(d->f.bucket_mb * mib),
+                       (size_t)(d->f.first_bucket_mb * mib), d->dp.dist.comm, err, errlen))
+    return -1;
+  d->red.sync_only = d->f.sync_only;
+  return 0;
+}
+
 /* --elastic: after a failed step, what lived on the old communicator goes (the reducer's
  * stream calls end at once: the shrink revokes it), the survivors shrink, and the window
  * and the reducer are rebuilt on the new one. */
@@ -167,11 +185,8 @@ static int recover(ddp *d, const char *during, long *at) {
   ddp_reducer_wait(&d->red, &exposed, &comm); /* drains the stream; its error is known */
   ddp_reducer_free(&d->red);
   int rc = gpt_elastic_recover(&d->f.elastic, &d->dp, &d->f.accum, during, at, err, sizeof(err));
-  size_t mib = 1024 * 1024;
   if (rc == 0 && !d->f.no_register) rc = register_grads(d, err, sizeof(err));
-  if (rc == 0)
-    rc = ddp_reducer_init(&d->red, &d->dp.base.m->lay, d->dp.base.m->grads, (size_t)(d->f.bucket_mb * mib),
-                          (size_t)(d->f.first_bucket_mb * mib), d->dp.dist.comm, err, sizeof(err));
+  if (rc == 0) rc = reducer_init(d, err, sizeof(err));
   if (rc) fprintf(stderr, "%s: rank %d: %s\n", PROG, d->dp.dist.rank, err);
   return rc;
 }
@@ -245,10 +260,7 @@ static int setup(void *self, char *err, size_t errlen) {
     return -1;
   }
   if (!d->f.no_register && register_grads(d, err, errlen)) return -1;
-  size_t mib = 1024 * 1024;
-  if (ddp_reducer_init(&d->red, &m->lay, m->grads, (size_t)(d->f.bucket_mb * mib),
-                       (size_t)(d->f.first_bucket_mb * mib), d->dp.dist.comm, err, errlen))
-    return -1;
+  if (reducer_init(d, err, errlen)) return -1;
   return gpt_dp_measure_peak(&d->dp, d->f.c.peak_gflops, err, errlen);
 }
 
@@ -264,7 +276,8 @@ static void print_header(const void *self) {
          d->f.bucket_mb, d->f.first_bucket_mb, d->f.no_overlap ? "AFTER" : "overlapped with");
   for (int i = 0; i < d->red.nbuckets && i < 12; i++)
     printf(" %.2f", (d->red.buckets[i].hi - d->red.buckets[i].lo) * 4.0 / (1024 * 1024));
-  printf("%s MiB\n", d->red.nbuckets > 12 ? " ..." : "");
+  printf("%s MiB%s\n", d->red.nbuckets > 12 ? " ..." : "",
+         d->f.sync_only ? " (--sync-only: one value of each all-reduced, the replicas diverge)" : "");
   gpt_report_peak(&d->dp.rep, 1, "", "; times are means over ranks");
   gpt_report_columns("", "");
 }
@@ -319,7 +332,11 @@ static int check_replicas(ddp *d) {
 
 static int finish(void *self, char *err, size_t errlen) {
   ddp *d = self;
-  if (check_replicas(d)) return -1;
+  if (d->f.sync_only) {
+    if (d->dp.dist.rank == 0) printf("# replicas not compared (--sync-only: the gradients were not averaged)\n");
+  } else if (check_replicas(d)) {
+    return -1;
+  }
   if (d->dp.dist.rank != 0) return 0;
   summary(d);
   if (d->f.c.save) {

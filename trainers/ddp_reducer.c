@@ -53,7 +53,8 @@ void ddp_reducer_begin(ddp_reducer *r) {
 static weft_status_t launch(ddp_reducer *r, const ddp_bucket *b) {
   gpt_comm_stream_begin_op(&r->cs);
   float *g = r->grads + b->lo;
-  weft_status_t st = weft_all_reduce(g, g, b->hi - b->lo, WEFT_FLOAT32, WEFT_AVG, r->comm, r->cs.stream);
+  size_t count = r->sync_only ? 1 : b->hi - b->lo;
+  weft_status_t st = weft_all_reduce(g, g, count, WEFT_FLOAT32, WEFT_AVG, r->comm, r->cs.stream);
   if (st != WEFT_SUCCESS) return st;
   gpt_comm_stream_enqueued(&r->cs);
   return WEFT_SUCCESS;

@@ -38,10 +38,13 @@ typedef struct ddp_reducer {
   int nbuckets;
   ddp_bucket *buckets; /* in launch order: highest offsets first */
   int next;            /* first bucket not launched in this step */
+  int sync_only;       /* all-reduce one value per bucket, not the bucket (--sync-only) */
 } ddp_reducer;
 
 /* Plans the buckets over lay (cap and first_cap in bytes) and starts the stream and its
- * watcher. Returns -1 with the reason in err. */
+ * watcher; sync_only set afterwards makes each bucket's all-reduce one float (the first of
+ * the bucket): the same calls at the same moments with no gradient bytes, for measuring
+ * what synchronous steps alone cost. Returns -1 with the reason in err. */
 int ddp_reducer_init(ddp_reducer *r, const gpt_layout *lay, float *grads, size_t cap, size_t first_cap,
                      weft_comm_t comm, char *err, size_t errlen);
 void ddp_reducer_free(ddp_reducer *r);

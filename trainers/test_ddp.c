@@ -84,6 +84,26 @@ static void two_ranks_with_plain_gradient_memory_match_one_process(void **state)
   expect_matches_reference(2, "--batch 4 --bucket-mb 0.02 --first-bucket-mb 0.01 --no-register", 1e-5, 1e-5);
 }
 
+/* --sync-only (the scaling ceiling of make bench-trainers) must keep the gradients out of
+ * the all-reduce: rank 0 then trains on its own half of the batch and ends elsewhere than
+ * the reference, and the program says it did not compare the replicas. */
+static void sync_only_leaves_the_gradients_unaveraged(void **state) {
+  char dir[] = "/tmp/test_ddp.XXXXXX";
+  tu_mkdtemp(dir);
+  assert_int_equal(tu_launch_tiny(dir, 2, "weft-train-ddp", (tu_tiny){2, STEPS, 0, "--save"}, "--batch 4 --sync-only", 0),
+                   0);
+  assert_true(tu_output_has(dir, "replicas not compared (--sync-only"));
+  float *p = tu_read_checkpoint(dir, ref.run.m, STEPS);
+  tu_rmdir(dir);
+  double maxdiff = 0.0;
+  for (size_t i = 0; i < ref.run.m->lay.total; i++) {
+    double d = p[i] > ref.run.m->params[i] ? p[i] - ref.run.m->params[i] : ref.run.m->params[i] - p[i];
+    if (d > maxdiff) maxdiff = d;
+  }
+  free(p);
+  if (maxdiff < 1e-4) fail_msg("--sync-only ended within %g of the averaged run: the gradients were all-reduced", maxdiff);
+}
+
 static void one_rank_matches_one_process_bit_for_bit(void **state) {
   expect_matches_reference(1, "--batch 8 --bucket-mb 0.02", 0.0, 0.0);
 }
@@ -98,6 +118,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(two_ranks_without_overlap_match_one_process),
       cmocka_unit_test(two_ranks_accumulating_two_micro_steps_match_one_process),
       cmocka_unit_test(two_ranks_with_plain_gradient_memory_match_one_process),
+      cmocka_unit_test(sync_only_leaves_the_gradients_unaveraged),
       cmocka_unit_test(one_rank_matches_one_process_bit_for_bit),
   };
   size_t n = sizeof(tests) / sizeof(tests[0]);

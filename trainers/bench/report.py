@@ -13,6 +13,9 @@ rounds. Then the ratio weft/torch, the scaling efficiency of 2 ranks over 1
   - weft MFU >= 70% of the measured per-rank peak;
   - weft's 2-rank scaling efficiency >= 97%;
   - communication hidden behind the backward: exposed comm <= 2% of the step.
+Beside the scaling target, its ceiling on this host: per round, the multi-rank run again
+with --sync-only (impl "sync": the same steps and calls, one value all-reduced per bucket)
+against that round's 1-rank weft run, and weft's own scaling of the round against it.
 """
 import glob
 import os
@@ -31,15 +34,15 @@ CORE = re.compile(r"OpenBLAS \S+ core (\S+)")
 
 
 def parse_run(path):
-    """One log -> dict(impl, model, ranks, tps, mfu, step_ms, comm_ms, expo_ms), or None."""
+    """One log -> dict(impl, model, ranks, round, tps, mfu, step_ms, comm_ms, expo_ms), or None."""
     text = open(path, errors="replace").read()
     h = HEADER.search(text)
     if not h or "# bench: FAILED" in text:
         return None
-    impl, model, ranks, _, warm, peak = h.groups()
+    impl, model, ranks, rnd, warm, peak = h.groups()
     ranks, warm, peak = int(ranks), int(warm), float(peak)
     steps, comm, expo = [], [], []
-    if impl == "weft":
+    if impl in ("weft", "sync"):
         m, f = WEFT_BATCH.search(text), FLOPS.search(text)
         if not m or not f:
             return None
@@ -65,7 +68,7 @@ def parse_run(path):
     step_ms = statistics.median(steps[keep])
     tps = tokens / (step_ms / 1e3)
     core = CORE.search(text)
-    run = dict(impl=impl, model=model, ranks=ranks, tps=tps, step_ms=step_ms,
+    run = dict(impl=impl, model=model, ranks=ranks, round=int(rnd), tps=tps, step_ms=step_ms,
                mfu=mflop * 1e6 * tps / (ranks * peak * 1e9), comm_ms=None, expo_ms=None,
                core=core.group(1) if core else "?")
     if comm:
@@ -89,6 +92,7 @@ def collect(d):
             med["comm_ms"] = statistics.median([r["comm_ms"] for r in runs])
             med["expo_ms"] = statistics.median([r["expo_ms"] for r in runs])
         med["n"] = len(runs)
+        med["by_round"] = {r["round"]: r for r in runs}
         med["cores"] = sorted({r["core"] for r in runs})
         out[key] = med
     return out
@@ -123,6 +127,45 @@ def scaling(res, model, impl, ranks):
     return b["tps"] * lo / (a["tps"] * hi)
 
 
+def ceiling_rows(res, model, ranks):
+    """Per round with both runs: (round, ceiling, weft) where ceiling = tokens/s of the
+    multi-rank --sync-only run x lo / (hi x tokens/s of the 1-rank weft run of the same round)
+    and weft = the same with weft's own multi-rank run (None where it is missing)."""
+    lo, hi = min(ranks), max(ranks)
+    one, sync, two = res.get((model, lo, "weft")), res.get((model, hi, "sync")), res.get((model, hi, "weft"))
+    if not one or not sync or hi == lo:
+        return []
+    rows = []
+    for rnd in sorted(set(sync["by_round"]) & set(one["by_round"])):
+        base = one["by_round"][rnd]["tps"] * hi / lo
+        w = two["by_round"].get(rnd) if two else None
+        rows.append((rnd, sync["by_round"][rnd]["tps"] / base, w["tps"] / base if w else None))
+    return rows
+
+
+def ceilings(res, models, ranks):
+    """The scaling ceiling of each model, round by round, and weft against it."""
+    lo, hi = min(ranks), max(ranks)
+    shown = False
+    for m in models:
+        rows = ceiling_rows(res, m, ranks)
+        if not rows:
+            continue
+        if not shown:
+            print("\nscaling ceiling on this host: weft-train-ddp --sync-only on %d ranks (the same steps, one value" % hi)
+            print("all-reduced per bucket) against the 1-rank run of the same round; weft = its own %d-rank run:" % hi)
+            shown = True
+        per = ", ".join("round %d %.1f%%%s" % (r, 100 * c, fmt(w and 100 * w, " (weft %.1f%%)", "")) for r, c, w in rows)
+        cs = [c for _, c, _ in rows]
+        ws = [w / c for _, c, w in rows if w is not None]
+        sync = res[(m, hi, "sync")]
+        print("  %-6s %s" % (m, per))
+        print("  %-6s ceiling median %.1f%% (%.1f-%.1f%%), with --sync-only MFU %.1f%% and exposed %.1f ms a step;"
+              " weft's scaling / ceiling %s" % (
+            m, 100 * statistics.median(cs), 100 * min(cs), 100 * max(cs), 100 * sync["mfu"], sync["expo_ms"],
+            "median %.2f (%.2f-%.2f)" % (statistics.median(ws), min(ws), max(ws)) if ws else "-"))
+
+
 def verdict(ok):
     return "-" if ok is None else ("PASS" if ok else "MISS")
 
@@ -146,9 +189,11 @@ def targets(res, models, ranks):
                 checks.append(("MFU >= %.0f%% of peak (%d rank%s)" % (100 * TARGET_MFU, rr, "s"[:rr > 1]),
                                "%.1f%%" % (100 * x["mfu"]), x["mfu"] >= TARGET_MFU))
         s, st = scaling(res, m, "weft", ranks), scaling(res, m, "torch", ranks)
+        ceil = ceiling_rows(res, m, ranks)
         if s is not None:
+            c = ", ceiling %.1f%%" % (100 * statistics.median([r[1] for r in ceil])) if ceil else ""
             checks.append(("scaling %d->%d ranks >= %.0f%%" % (min(ranks), top, 100 * TARGET_SCALING),
-                           "%.1f%% (torch %s)" % (100 * s, fmt(st and 100 * st, "%.1f%%")), s >= TARGET_SCALING))
+                           "%.1f%% (torch %s%s)" % (100 * s, fmt(st and 100 * st, "%.1f%%"), c), s >= TARGET_SCALING))
         if w and top > 1 and w.get("expo_ms") is not None:
             e = w["expo_ms"] / w["step_ms"]
             checks.append(("comm hidden: exposed <= %.0f%% of step (%d ranks)" % (100 * TARGET_EXPOSED, top),
@@ -179,6 +224,7 @@ def main():
         if cores:
             print("%s ran OpenBLAS core %s" % (impl, ", ".join(cores)))
     misses = targets(res, models, ranks)
+    ceilings(res, models, ranks)
     print("\n%d target(s) missed" % misses)
     return 0
 

@@ -16,13 +16,17 @@
 # The targets are about the best kernels the CPU runs, so an OPENBLAS_CORETYPE in the
 # environment (some machines' profiles set Haswell) is set aside for the runs, with a line
 # saying so; BENCH_KEEP_CORETYPE=1 keeps it, putting both sides on that core instead.
+# Each round also runs weft's multi-rank steps again with --sync-only (one value all-reduced
+# per bucket, no gradient bytes): the scaling ceiling of synchronous data parallelism on this
+# host that round (skew between the ranks, shared caches and memory), which report.py prints
+# beside the scaling target.
 #
 # Knobs: BENCH_ROUNDS (3), BENCH_MODELS ("small large"), BENCH_RANKS ("1 2"),
 # BENCH_OUT (trainers-bench: the logs, one per run), BENCH_QUICK=1 (one round, fewer steps), PYTHON
 # (/usr/bin/python3: Debian's python3-torch lives there, not in a pyenv first on PATH),
 # BENCH_PEAK_GFLOPS (skip the measurement), BENCH_BIND (core: each rank of both libraries
 # pinned to one core, weft by `weftrun --bind-to core`, torch by taskset, as mpirun places <= 2
-# ranks; none: unpinned). Without torch it says how to install it
+# ranks; none: unpinned), BENCH_CEILING (1: the --sync-only runs above; 0: none). Without torch it says how to install it
 # (trainers/bench/install-torch.sh) and measures weft alone.
 set -eu
 
@@ -99,12 +103,15 @@ measure_peak() {
     | tee "$out/peak-r$1.txt" | sed -n 's/^# peak per rank: FMA loop \([0-9.]*\) GFLOP.*/\1/p' | head -n 1
 }
 
-run_weft() { # model ranks round peak
+run_weft() { # model ranks round peak [sync: --sync-only, logged as impl sync]
+  impl=${5:-weft}
+  only=
+  [ "$impl" = sync ] && only=--sync-only
   set -- "$1" "$2" "$3" "$4" $(steps_of "$1")
-  log="$out/$1-r$2-weft-$3.log"
-  echo "# bench: impl weft model $1 ranks $2 round $3 warmup $6 peak $4 bind $bind" >"$log"
+  log="$out/$1-r$2-$impl-$3.log"
+  echo "# bench: impl $impl model $1 ranks $2 round $3 warmup $6 peak $4 bind $bind" >"$log"
   "$weftrun" -n "$2" $weft_bind "$ddp" --data "$data" $(model_flags "$1") --steps "$5" --eval-batches 0 \
-    --log none --plot none --peak-gflops "$4" >>"$log" 2>&1 || echo "# bench: FAILED (exit $?)" >>"$log"
+    --log none --plot none --peak-gflops "$4" $only >>"$log" 2>&1 || echo "# bench: FAILED (exit $?)" >>"$log"
 }
 
 # Ranks by hand with torchrun's environment (Debian 12's torchrun fails on Python 3.11).
@@ -161,6 +168,9 @@ for round in $(seq 1 "$rounds"); do
       else
         run_torch "$model" "$R" "$round" "$peak"
         run_weft "$model" "$R" "$round" "$peak"
+      fi
+      if [ "$R" -gt 1 ] && [ "${BENCH_CEILING:-1}" = 1 ]; then
+        run_weft "$model" "$R" "$round" "$peak" sync
       fi
       echo "bench-trainers: round $round/$rounds $model on $R rank(s) done"
     done
