@@ -9,9 +9,7 @@
 . "$(dirname "$0")/tap.sh"
 command -v python3 >/dev/null 2>&1 || { echo "1..0 # SKIP no python3"; exit 0; }
 src=$(cd "$(dirname "$0")/.." && pwd)
-dir=$(mktemp -d "${TMPDIR:-/tmp}/bench_report.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
-TAP_LOG=$dir/log
+tap_workdir bench_report
 mkdir -p "$dir/shm/raw"
 m=16777216
 # busbw = S / t x factor (n = 2: all-reduce 1, all-gather 1/2), t in us: S / t / 1e3 GB/s.

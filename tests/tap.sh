@@ -6,6 +6,9 @@
 #                  runs CMD: one passing point when it exits 0 and exactly ROWS lines of its
 #                  output (stdout and stderr) match REGEX (grep's basic syntax), else a
 #                  failing one saying the exit status and row count, with CMD's output
+#   tap_workdir NAME
+#                  dir = a fresh directory under $TMPDIR (removed when the script exits),
+#                  TAP_LOG = $dir/log
 # $failed counts the failures; a script ends with [ $failed -eq 0 ].
 n=0
 failed=0
@@ -27,4 +30,10 @@ rows_ok() {
     not_ok "$rows_name (exit $rows_rc, $rows_got rows)"
     printf '%s\n' "$rows_out" | sed 's/^/# /'
   fi
+}
+
+tap_workdir() {
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX") || exit 1
+  trap 'rm -rf "$dir"' EXIT
+  TAP_LOG=$dir/log
 }

@@ -8,9 +8,7 @@
 . "$(dirname "$0")/tap.sh"
 command -v python3 >/dev/null 2>&1 || { echo "1..0 # SKIP no python3"; exit 0; }
 src=$(cd "$(dirname "$0")/.." && pwd)
-dir=$(mktemp -d "${TMPDIR:-/tmp}/trainers_report.XXXXXX") || exit 1
-trap 'rm -rf "$dir"' EXIT
-TAP_LOG=$dir/log
+tap_workdir trainers_report
 
 log() { # impl ranks round step_ms: a weft-train-ddp log of 8 steps of 2048 tokens per rank, warm-up 2
   {
