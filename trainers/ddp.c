@@ -9,8 +9,8 @@
  * micro-step's backward (ddp_reducer.h); --no-overlap starts them all after it instead,
  * for comparison. Earlier micro-steps only accumulate, as PyTorch's no_sync().
  * --sync-only keeps every call but all-reduces one value per bucket: what the same steps
- * cost when only the synchronization remains, the ceiling of the 2-rank scaling that
- * `make bench-trainers` measures beside every run (the replicas diverge; not for training).
+ * cost when only the synchronization remains: the ceiling of the scaling that `make
+ * bench-trainers` measures beside each multi-rank run (the replicas diverge; not for training).
  *
  * Data: one global batch of G = ranks * accum * batch windows per step is drawn from the
  * batch RNG every rank seeds alike (the one weft-train uses), and rank r's micro-step k

@@ -145,7 +145,7 @@ def ceiling_rows(res, model, ranks):
 
 def ceilings(res, models, ranks):
     """The scaling ceiling of each model, round by round, and weft against it."""
-    lo, hi = min(ranks), max(ranks)
+    hi = max(ranks)
     shown = False
     for m in models:
         rows = ceiling_rows(res, m, ranks)

@@ -26,8 +26,8 @@
 # (/usr/bin/python3: Debian's python3-torch lives there, not in a pyenv first on PATH),
 # BENCH_PEAK_GFLOPS (skip the measurement), BENCH_BIND (core: each rank of both libraries
 # pinned to one core, weft by `weftrun --bind-to core`, torch by taskset, as mpirun places <= 2
-# ranks; none: unpinned), BENCH_CEILING (1: the --sync-only runs above; 0: none). Without torch it says how to install it
-# (trainers/bench/install-torch.sh) and measures weft alone.
+# ranks; none: unpinned), BENCH_CEILING (1: the --sync-only runs above; 0: none). Without
+# torch it says how to install it (trainers/bench/install-torch.sh) and measures weft alone.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
