@@ -157,6 +157,20 @@ static void pending_json(jbuf *j, const weft__req *r) {
   else jb_printf(j, "[%zu, %zu]", r->done, r->bytes);
 }
 
+/* Bytes sent to peer p by a send that its receive feeds as pieces land (weft__req.fwd)
+ * while it is not yet posted: the receive is some connection's head, and until the driver
+ * posts the send (after the receive completes) its bytes are in no queue. Counted while it
+ * is not p's send head, whose bytes in_flight_json counts already. */
+static uint64_t fed_bytes(const struct weft_comm *comm, int p) {
+  const weft__conn *to = &comm->conns[p];
+  uint64_t fed = 0;
+  for (int q = 0; q < comm->nranks; q++) {
+    const weft__req *r = comm->conns[q].recv_head;
+    if (r != NULL && r->fwd != NULL && r->fwd->conn == to && r->fwd != to->send_head) fed += r->fwd->done;
+  }
+  return fed;
+}
+
 static void in_flight_json(jbuf *j, struct weft_comm *comm) {
   const weft__flight_entry *e = comm->flight.cur;
   if (e == NULL) {
@@ -179,9 +193,10 @@ static void in_flight_json(jbuf *j, struct weft_comm *comm) {
     const weft__conn *c = &comm->conns[p];
     if (p == comm->rank) continue;
     /* Bytes of this operation's completed messages (lib/req.c counts them per operation),
-     * plus those of the messages in progress. */
+     * plus those of the messages in progress, posted or fed by a receive. */
     int mine = c->op_mark == comm->last_seq;
-    uint64_t sent = (mine ? c->op_bytes[WEFT__REQ_SEND] : 0) + (c->send_head ? c->send_head->done : 0);
+    uint64_t sent = (mine ? c->op_bytes[WEFT__REQ_SEND] : 0) + (c->send_head ? c->send_head->done : 0) +
+                    fed_bytes(comm, p);
     uint64_t recvd = (mine ? c->op_bytes[WEFT__REQ_RECV] : 0) + (c->recv_head ? c->recv_head->done : 0);
     jb_printf(j, "%s{\"peer\": %d, \"sent\": %llu, \"received\": %llu, \"send_pending\": ", first ? "" : ", ", p,
               (unsigned long long)sent, (unsigned long long)recvd);

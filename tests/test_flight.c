@@ -14,7 +14,10 @@
  * 4. On the coarse clock (machines without an invariant TSC; forced here), a long call that
  *    never waits (a 256 MiB all-reduce on one rank: a copy) is recorded as long as it took:
  *    its end was once taken as its start when the call had not waited.
- * Each case fails without the recorder (no files: the reader exits 1). */
+ * 5. A send that its receive feeds piece by piece as they land (the ring's forwarding,
+ *    weft__req.fwd) counts in the "sent" bytes of the in-flight record before the driver
+ *    posts it, and once only after (its bytes were missing from the record until then).
+ * Cases 1-4 fail without the recorder (no files: the reader exits 1). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1
 #endif
@@ -34,6 +37,7 @@
 #include <cmocka.h>
 
 #include "lib/comm.h"
+#include "lib/task.h"
 #include "tests/harness.h"
 
 #define TIMEOUT_MS 1000
@@ -286,12 +290,58 @@ static void long_call_is_timed_on_the_coarse_clock(void **state) {
   harness_run_simple(1, "shm", coarse_body, NULL);
 }
 
+/* The in-flight record's "sent" bytes to peer, or UINT64_MAX when it has no such peer. */
+static uint64_t sent_to(harness_rank *r, int peer, char *json, size_t len) {
+  weft__flight_json(r->comm, json, len, "test", NULL);
+  char key[48];
+  snprintf(key, sizeof key, "{\"peer\": %d, \"sent\": ", peer);
+  const char *at = strstr(json, key);
+  return at != NULL ? strtoull(at + strlen(key), NULL, 10) : UINT64_MAX;
+}
+
+/* A receive from the previous rank in progress, 192 KiB landed, feeding a send to the next
+ * one; the record is taken as if an all-reduce were running (no call runs: nothing moves). */
+static int fed_body(harness_rank *r) {
+  struct weft_comm *comm = r->comm;
+  int prev = (r->rank + 2) % 3, next = (r->rank + 1) % 3;
+  size_t landed = (size_t)3 << 16;
+  weft__flight_entry e = {.seq = 7, .coll = WEFT__COLL_ALL_REDUCE, .state = WEFT__FLIGHT_RUNNING};
+  weft__req send = {0}, recv = {0};
+  send.kind = WEFT__REQ_SEND, send.conn = &comm->conns[next], send.bytes = 1 << 20, send.done = landed;
+  recv.kind = WEFT__REQ_RECV, recv.conn = &comm->conns[prev], recv.bytes = 1 << 20, recv.done = landed;
+  char json[8192];
+  comm->flight.cur = &e;
+  comm->conns[prev].recv_head = &recv;
+  uint64_t alone = sent_to(r, next, json, sizeof json);
+  recv.fwd = &send; /* its pieces went on as they landed: the send is not posted yet */
+  uint64_t fed = sent_to(r, next, json, sizeof json);
+  comm->conns[next].send_head = &send; /* posted: its bytes count as the head's */
+  uint64_t posted = sent_to(r, next, json, sizeof json);
+  comm->conns[next].send_head = NULL;
+  comm->conns[prev].recv_head = NULL;
+  comm->flight.cur = NULL;
+  if (alone == UINT64_MAX) return harness_fail(r, "no peer %d in the in-flight record: %s", next, json);
+  if (fed != alone + landed)
+    harness_fail(r, "sent to peer %d: %" PRIu64 " with a fed send of %zu bytes not yet posted, %" PRIu64
+                 " without it: the fed bytes are not counted", next, fed, landed, alone);
+  if (posted != fed)
+    harness_fail(r, "sent to peer %d: %" PRIu64 " once the fed send is posted, %" PRIu64 " before", next, posted,
+                 fed);
+  return r->failures;
+}
+
+static void fed_send_counts_before_it_is_posted(void **state) {
+  (void)state;
+  harness_run_simple(3, "shm", fed_body, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(public_call_returns_the_record),
       cmocka_unit_test(long_call_is_timed_on_the_coarse_clock),
       cmocka_unit_test(rank_not_calling_is_named_by_the_reader),
       cmocka_unit_test(rank_stopped_mid_call_is_named_by_the_reader),
+      cmocka_unit_test(fed_send_counts_before_it_is_posted),
   };
   harness_filter_from_env();
   return cmocka_run_group_tests(tests, NULL, NULL);
