@@ -90,8 +90,8 @@ static void two_ranks_with_plain_gradient_memory_match_one_process(void **state)
 static void sync_only_leaves_the_gradients_unaveraged(void **state) {
   char dir[] = "/tmp/test_ddp.XXXXXX";
   tu_mkdtemp(dir);
-  assert_int_equal(tu_launch_tiny(dir, 2, "weft-train-ddp", (tu_tiny){2, STEPS, 0, "--save"}, "--batch 4 --sync-only", 0),
-                   0);
+  tu_tiny t = {2, STEPS, 0, "--save"};
+  assert_int_equal(tu_launch_tiny(dir, 2, "weft-train-ddp", t, "--batch 4 --sync-only", 0), 0);
   assert_true(tu_output_has(dir, "replicas not compared (--sync-only"));
   float *p = tu_read_checkpoint(dir, ref.run.m, STEPS);
   tu_rmdir(dir);
@@ -101,7 +101,8 @@ static void sync_only_leaves_the_gradients_unaveraged(void **state) {
     if (d > maxdiff) maxdiff = d;
   }
   free(p);
-  if (maxdiff < 1e-4) fail_msg("--sync-only ended within %g of the averaged run: the gradients were all-reduced", maxdiff);
+  if (maxdiff < 1e-4)
+    fail_msg("--sync-only ended within %g of the averaged run: the gradients were all-reduced", maxdiff);
 }
 
 static void one_rank_matches_one_process_bit_for_bit(void **state) {

@@ -152,10 +152,12 @@ def ceilings(res, models, ranks):
         if not rows:
             continue
         if not shown:
-            print("\nscaling ceiling on this host: weft-train-ddp --sync-only on %d ranks (the same steps, one value" % hi)
-            print("all-reduced per bucket) against the 1-rank run of the same round; weft = its own %d-rank run:" % hi)
+            print("\nscaling ceiling on this host: weft-train-ddp --sync-only on %d ranks (the same steps,"
+                  " one value all-reduced per bucket)" % hi)
+            print("against the 1-rank run of the same round; weft = its own %d-rank run:" % hi)
             shown = True
-        per = ", ".join("round %d %.1f%%%s" % (r, 100 * c, fmt(w and 100 * w, " (weft %.1f%%)", "")) for r, c, w in rows)
+        per = ", ".join("round %d %.1f%%%s" % (r, 100 * c, fmt(w and 100 * w, " (weft %.1f%%)", ""))
+                        for r, c, w in rows)
         cs = [c for _, c, _ in rows]
         ws = [w / c for _, c, w in rows if w is not None]
         sync = res[(m, hi, "sync")]
