@@ -42,7 +42,7 @@ printf '%s\n' "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": 8000, \"bus
 python3 "$src/perf/bench/report.py" "$dir" >"$dir/report" 2>"$dir/log"
 rc=$?
 cat "$dir/report" >>"$dir/log"
-echo "1..8"
+echo "1..10"
 if [ $rc = 0 ]; then ok "report.py reads the fabricated bench (exit 0)"; else not_ok "report.py exits $rc"; fi
 # all-gather at 16M, per round: weft/floor 0.5, 1.0, 0.5; MPI/floor 0.17, 0.67, 0.17; floor/MPI
 # 6, 1.5, 6. (From the medians alone, 100 and 150 us against the 50 us floor: 0.50, 0.33, 3.00x.)
@@ -100,5 +100,22 @@ if echo "$pl" | grep -q '^- 1 of 1 sizes where weft missed 0.8 of the fused floo
   ok "the missed size is counted as one whose two-copy floor is below the target"
 else
   not_ok "the missed size is counted as one whose two-copy floor is below the target"
+fi
+# A sweep whose Open MPI did not run (perf/compare/run.sh's raw/skipped.txt) fails the report,
+# naming the sweep and the reason; Gloo's absence alone does not (it is no target's peer).
+mkdir -p "$dir/nompi" && cp -r "$dir/shm" "$dir/nompi/shm"
+echo "Gloo: /usr/include/gloo not found (run perf/compare/install-peers.sh)" >"$dir/nompi/shm/raw/skipped.txt"
+python3 "$src/perf/bench/report.py" "$dir/nompi" >"$dir/report_gloo" 2>>"$dir/log"
+rc=$?
+if [ $rc = 0 ]; then ok "a sweep without Gloo still reports (exit 0)"; else not_ok "a sweep without Gloo: exit $rc"; fi
+echo "Open MPI: mpi_bench did not build (see raw/mpi_build.log)" >>"$dir/nompi/shm/raw/skipped.txt"
+python3 "$src/perf/bench/report.py" "$dir/nompi" >"$dir/report_nompi" 2>>"$dir/log"
+rc=$?
+cat "$dir/report_nompi" >>"$dir/log"
+if [ $rc != 0 ] &&
+   grep -q '^- FAILED: Open MPI did not run in sweep shm: mpi_bench did not build' "$dir/report_nompi"; then
+  ok "a sweep without Open MPI fails the report (exit $rc) and says which and why"
+else
+  not_ok "a sweep without Open MPI: exit $rc, expected 1 and a FAILED line naming sweep shm"
 fi
 [ $failed -eq 0 ]

@@ -10,11 +10,12 @@ floor and weft's all-reduce, plain and on registered buffers, back to back in ea
 against the fused one, an estimate of that target's ceiling on plain buffers, is shown
 beside it). Prints one table per target with the ratio at each size and
 PASS / MISS, then a summary line per target. A missing sweep or peer is reported as
-"not measured", never as a pass. When DIR/shm_registered and DIR/np4_registered exist
-(weft's buffers registered as windows, -R 2), the np=2 and 4-rank targets are reported a
-second time for them, with their own summary; DIR/shm_plain_registered (the program's own
-buffers registered, -R 1) likewise, and DIR/floor_ab's -R 1 runs give the floor target for
-them even without that sweep.
+"not measured", never as a pass; a sweep whose Open MPI did not run (its line in
+DIR/SWEEP/raw/skipped.txt) also makes the report exit 1. When DIR/shm_registered and
+DIR/np4_registered exist (weft's buffers registered as windows, -R 2), the np=2 and 4-rank
+targets are reported a second time for them, with their own summary; DIR/shm_plain_registered
+(the program's own buffers registered, -R 1) likewise, and DIR/floor_ab's -R 1 runs give the
+floor target for them even without that sweep.
 
 The np=2 shm tables also give the ratio over the rounds in which the two CPUs shared an
 L3 and over those in which they did not (perf/l3_probe, run around every sweep): on the
@@ -475,7 +476,29 @@ def main(d):
     print("\n# Summary")
     for name, ok in list(results.items()) + list(reg.items()):
         print(f"- {'not measured' if ok is None else ('PASS' if ok else 'MISS')}: {name}")
-    return 0
+    missing = [(sweep, why) for sweep, peer, why in skipped_peers(d) if peer == "Open MPI"]
+    for sweep, why in missing:
+        print(f"- FAILED: Open MPI did not run in sweep {sweep}: {why}; its targets are not measured "
+              "(perf/compare/install-peers.sh installs it)")
+    return 1 if missing else 0
+
+
+def skipped_peers(d):
+    """(sweep, peer, reason) for every peer a sweep skipped: perf/compare/run.sh writes one
+    "PEER: REASON" line per skipped peer or collective to DIR/SWEEP/raw/skipped.txt. A bench
+    whose Open MPI did not run has measured none of its targets, and says so by failing: it
+    once ended with exit 0 and a column of "not measured" on a machine without mpi.h."""
+    out = []
+    for sweep in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        path = os.path.join(d, sweep, "raw", "skipped.txt")
+        if not os.path.isfile(path):
+            continue
+        with open(path) as f:
+            for line in f:
+                peer, sep, why = line.strip().partition(": ")
+                if sep:
+                    out.append((sweep, peer, why))
+    return out
 
 
 if __name__ == "__main__":

@@ -11,8 +11,9 @@
 # (-R 1: weft adopts them, mem/host_adopt.h).
 # BENCH_QUICK=1 runs small sizes and one round. BENCH_SWEEPS picks sweeps (default: shm
 # socket np4 shm_registered np4_registered; the floors always run).
-# Takes ~25-45 minutes in full on the 2-core VM (45 on the Intel VM of 2026-11-26). Needs Open MPI
-# (perf/compare/install-peers.sh).
+# Takes ~25-45 minutes in full on the 2-core VM (45 on the Intel VM of 2026-11-26). Installs
+# its peers first (Open MPI, Gloo: perf/compare/install-peers.sh, root or sudo; BENCH_INSTALL=0
+# skips that), and fails when Open MPI did not run in a sweep (report.py).
 # BENCH_BASELINE=DIR (another weft build dir, e.g. of the commit before a change) runs that
 # build's tools too, alternating with this one's in every sweep (library "base"), and the
 # report adds the A/B table: weft/base and both against Open MPI, per sweep and size.
@@ -26,6 +27,13 @@ export COMPARE_ROUNDS=${COMPARE_ROUNDS:-3}
 rc=0
 t_start=$SECONDS
 sweeps=${BENCH_SWEEPS:-shm socket np4 shm_registered np4_registered}
+# The peers first, as tools/test.sh installs weft's own dependencies: on a fresh machine with
+# Open MPI's mpirun but not its headers, every sweep once ran weft alone, and the report said
+# "not measured" for each target against Open MPI and exited 0.
+if [ "${BENCH_INSTALL:-1}" = 1 ]; then
+  bash "$here/../compare/install-peers.sh" ||
+    echo "bench: perf/compare/install-peers.sh failed; the sweeps run with the peers installed"
+fi
 nsweeps=$(echo $sweeps | wc -w)
 isweep=0
 # Progress: compare's own lines ("[k/K] round ... about T left", sizes) pass through, each
