@@ -485,9 +485,10 @@ def main(d):
 
 def skipped_peers(d):
     """(sweep, peer, reason) for every peer a sweep skipped: perf/compare/run.sh writes one
-    "PEER: REASON" line per skipped peer or collective to DIR/SWEEP/raw/skipped.txt. A bench
-    whose Open MPI did not run has measured none of its targets, and says so by failing: it
-    once ended with exit 0 and a column of "not measured" on a machine without mpi.h."""
+    "PEER: REASON" line per skipped peer or collective to DIR/SWEEP/raw/skipped.txt. A sweep
+    whose Open MPI did not run has measured none of its targets against Open MPI, and the
+    report says so by failing: make bench once ended with exit 0 and a column of "not
+    measured" on a machine without mpi.h."""
     out = []
     for sweep in sorted(os.listdir(d)) if os.path.isdir(d) else []:
         path = os.path.join(d, sweep, "raw", "skipped.txt")

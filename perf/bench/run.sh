@@ -11,7 +11,7 @@
 # (-R 1: weft adopts them, mem/host_adopt.h).
 # BENCH_QUICK=1 runs small sizes and one round. BENCH_SWEEPS picks sweeps (default: shm
 # socket np4 shm_registered np4_registered; the floors always run).
-# Takes ~25-45 minutes in full on the 2-core VM (45 on the Intel VM of 2026-11-26). Installs
+# Takes ~25-60 minutes in full on the 2-core VM (56 on the Zen 4 VM of 2026-11-30). Installs
 # its peers first (Open MPI, Gloo: perf/compare/install-peers.sh, root or sudo; BENCH_INSTALL=0
 # skips that), and fails when Open MPI did not run in a sweep (report.py).
 # BENCH_BASELINE=DIR (another weft build dir, e.g. of the commit before a change) runs that
