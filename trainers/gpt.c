@@ -101,7 +101,7 @@ int gpt_block_acts_alloc(gpt_block_acts *a, const gpt_config *cfg, int batch, in
   ALLOC(a->ln2, BT * d);
   ALLOC(a->ln2_mean, BT);
   ALLOC(a->ln2_rstd, BT);
-  ALLOC(a->fc, BT * 4 * d);
+  ALLOC(a->dgelu, BT * 4 * d);
   ALLOC(a->gelu, BT * 4 * d);
 #undef ALLOC
   return ok ? 0 : -1;
@@ -109,7 +109,7 @@ int gpt_block_acts_alloc(gpt_block_acts *a, const gpt_config *cfg, int batch, in
 
 void gpt_block_acts_free(gpt_block_acts *a) {
   float *bufs[] = {a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->probs, a->atty,
-                   a->xmid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fc,    a->gelu};
+                   a->xmid, a->ln2,      a->ln2_mean, a->ln2_rstd, a->dgelu, a->gelu};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
     free(bufs[i]);
 }
@@ -276,22 +276,26 @@ static void attention_backward(gpt_model *m, const gpt_block_acts *a, const floa
 
 /* ---------------------------------------------------------------- blocks */
 
-/* out[rows, n] = in[rows, k] W[k, n] + bias. The bias is copied into every row first and
- * the product accumulated onto it (beta 1): one write pass instead of sgemm's zeroing pass
- * for beta 0 plus a read-modify-write pass of bias_add. */
+/* out[rows, n] = in[rows, k] W[k, n] + bias (+ resid[rows, n] when not NULL: the residual
+ * connection after the layer). The bias, and the residual with it, is written into every
+ * row first and the product accumulated onto it (beta 1): one pass instead of sgemm's
+ * zeroing pass for beta 0 plus read-modify-write passes adding bias and residual. */
 static void linear_fwd(const gpt_backend *be, float *out, const float *in, const float *w, const float *bias,
-                       int rows, int k, int n) {
-  for (int r = 0; r < rows; r++)
-    memcpy(out + (size_t)r * n, bias, (size_t)n * sizeof(float));
+                       const float *resid, int rows, int k, int n) {
+  if (resid)
+    be->residual_bias(out, resid, bias, rows, n);
+  else
+    for (int r = 0; r < rows; r++) memcpy(out + (size_t)r * n, bias, (size_t)n * sizeof(float));
   be->gemm(false, false, rows, n, k, 1.0f, in, k, w, n, 1.0f, out, n);
 }
 
-/* din = dout W^T (writes, or adds when accumulate), dW += in^T dout, dbias += sum dout. */
+/* din = dout W^T (writes, or adds when accumulate), dW += in^T dout, dbias += sum dout
+ * (unless dbias is NULL: the caller summed it already). */
 static void linear_bwd(const gpt_backend *be, float *din, int accumulate, float *dw, float *dbias,
                        const float *dout, const float *in, const float *w, int rows, int k, int n) {
   be->gemm(false, true, rows, k, n, 1.0f, dout, n, w, n, accumulate ? 1.0f : 0.0f, din, k);
   be->gemm(true, false, k, n, rows, 1.0f, in, k, dout, n, 1.0f, dw, n);
-  be->bias_grad(dbias, dout, rows, n);
+  if (dbias) be->bias_grad(dbias, dout, rows, n);
 }
 
 void gpt_attn_forward(gpt_model *m, int l, const float *p, const float *x, int B, int T) {
@@ -301,10 +305,9 @@ void gpt_attn_forward(gpt_model *m, int l, const float *p, const float *x, int B
   int d = m->cfg.dmodel, rows = B * T;
   a->x = (float *)x;
   be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, p + o[GPT_LN1_W], p + o[GPT_LN1_B], rows, d);
-  linear_fwd(be, a->qkv, a->ln1, p + o[GPT_QKV_W], p + o[GPT_QKV_B], rows, d, 3 * d);
+  linear_fwd(be, a->qkv, a->ln1, p + o[GPT_QKV_W], p + o[GPT_QKV_B], NULL, rows, d, 3 * d);
   attention_forward(m, a, B, T);
-  linear_fwd(be, a->xmid, a->atty, p + o[GPT_PROJ_W], p + o[GPT_PROJ_B], rows, d, d);
-  be->add(a->xmid, x, (size_t)rows * d);
+  linear_fwd(be, a->xmid, a->atty, p + o[GPT_PROJ_W], p + o[GPT_PROJ_B], x, rows, d, d);
 }
 
 void gpt_block_forward(gpt_model *m, int l, const float *p, const float *x, float *y, int B, int T) {
@@ -315,10 +318,10 @@ void gpt_block_forward(gpt_model *m, int l, const float *p, const float *x, floa
   size_t n = (size_t)rows * d;
   gpt_attn_forward(m, l, p, x, B, T);
   be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->xmid, p + o[GPT_LN2_W], p + o[GPT_LN2_B], rows, d);
-  linear_fwd(be, a->fc, a->ln2, p + o[GPT_FC_W], p + o[GPT_FC_B], rows, d, 4 * d);
-  be->gelu_fwd(a->gelu, a->fc, n * 4);
-  linear_fwd(be, y, a->gelu, p + o[GPT_FCPROJ_W], p + o[GPT_FCPROJ_B], rows, 4 * d, d);
-  be->add(y, a->xmid, n);
+  /* The pre-activation lives in the backward's scratch only until the GELU has read it. */
+  linear_fwd(be, m->scratch_4d, a->ln2, p + o[GPT_FC_W], p + o[GPT_FC_B], NULL, rows, d, 4 * d);
+  be->gelu_fwd(a->gelu, a->dgelu, m->scratch_4d, n * 4);
+  linear_fwd(be, y, a->gelu, p + o[GPT_FCPROJ_W], p + o[GPT_FCPROJ_B], a->xmid, rows, 4 * d, d);
 }
 
 void gpt_block_backward(gpt_model *m, int l, const float *p, float *g, const float *dy, float *dx, int B,
@@ -334,8 +337,8 @@ void gpt_block_backward(gpt_model *m, int l, const float *p, float *g, const flo
   memcpy(dxmid, dy, n * sizeof(float));
   linear_bwd(be, d4, 0, g + o[GPT_FCPROJ_W], g + o[GPT_FCPROJ_B], dy, a->gelu, p + o[GPT_FCPROJ_W], rows,
              4 * d, d);
-  be->gelu_bwd(d4, a->fc, d4, n * 4);
-  linear_bwd(be, dx, 0, g + o[GPT_FC_W], g + o[GPT_FC_B], d4, a->ln2, p + o[GPT_FC_W], rows, d, 4 * d);
+  be->gelu_bwd(d4, g + o[GPT_FC_B], a->dgelu, d4, rows, 4 * d); /* and the fc bias gradient */
+  linear_bwd(be, dx, 0, g + o[GPT_FC_W], NULL, d4, a->ln2, p + o[GPT_FC_W], rows, d, 4 * d);
   be->layernorm_bwd(dxmid, g + o[GPT_LN2_W], g + o[GPT_LN2_B], dx, a->xmid, p + o[GPT_LN2_W], a->ln2_mean,
                     a->ln2_rstd, rows, d);
 

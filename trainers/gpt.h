@@ -77,8 +77,9 @@ typedef struct gpt_block_acts {
   float *atty;  /* [BT, d] attention output before proj */
   float *xmid;  /* [BT, d] residual after the attention half */
   float *ln2, *ln2_mean, *ln2_rstd;
-  float *fc;   /* [BT, 4d] before GELU */
-  float *gelu; /* [BT, 4d] */
+  float *dgelu; /* [BT, 4d] GELU's derivative at the fc output (the pre-activation itself is
+                 * not kept: the backward needs only this) */
+  float *gelu;  /* [BT, 4d] */
 } gpt_block_acts;
 
 typedef struct gpt_model {

@@ -258,7 +258,7 @@ static void expert_forward(const moe_layer *ly, const gpt_backend *be, const flo
   float *hh = ly->h + lo * h, *aa = ly->a + lo * h;
   be->gemm(false, false, M, h, d, 1.0f, x, d, p + moe_expert_off(c, MOE_FC_W), h, 0.0f, hh, h);
   be->bias_add(hh, p + moe_expert_off(c, MOE_FC_B), M, h);
-  be->gelu_fwd(aa, hh, (size_t)M * h);
+  be->gelu_fwd(aa, hh, hh, (size_t)M * h); /* hh: pre-activation in, GELU's derivative out */
   be->gemm(false, false, M, d, h, 1.0f, aa, h, p + moe_expert_off(c, MOE_FCPROJ_W), d, 0.0f, y, d);
   be->bias_add(y, p + moe_expert_off(c, MOE_FCPROJ_B), M, d);
 }
@@ -271,7 +271,7 @@ static void expert_backward_data(const moe_layer *ly, const gpt_backend *be, con
   int d = c->dmodel, h = c->hidden;
   const float *hh = ly->h + lo * h;
   be->gemm(false, true, M, h, d, 1.0f, dy, d, p + moe_expert_off(c, MOE_FCPROJ_W), d, 0.0f, da, h);
-  be->gelu_bwd(da, hh, da, (size_t)M * h);
+  be->gelu_bwd(da, NULL, hh, da, M, h);
   be->gemm(false, true, M, d, h, 1.0f, da, h, p + moe_expert_off(c, MOE_FC_W), h, 0.0f, dx, d);
 }
 

@@ -72,7 +72,8 @@ typedef struct moe_layer {
   size_t *roff, *xoff;              /* [nranks, groups, nlocal]: in receive order, expert-major */
   size_t *mstart;                   /* [nlocal + 1]: expert j's rows in expert-major order */
   size_t *sc, *sd, *rc, *rd;        /* all_to_allv counts and displacements [nranks], in floats */
-  float *xin, *h, *a;               /* expert inputs [M, d], pre-GELU and post-GELU [M, hidden] */
+  float *xin, *h, *a;               /* expert inputs [M, d], GELU's derivative at the pre-activation
+                                     * (which the forward writes there first) and post-GELU [M, hidden] */
   float *back;                      /* expert outputs returned to this rank, in send order */
   double aux;                       /* aux loss of the last forward (mean over local groups) */
   int freeze_routing;               /* tests: keep the last choices and slots, recompute gates */
