@@ -77,7 +77,14 @@ enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 
  * all-to-all, us per call, medians of 5 launches interleaved with Open MPI's, one copy / two
  * copies / Open MPI: 512K 143 / 80 / 143, 2M 413 / 270 / 454, 4M 1033 / 709 / 855, 8M 2762 /
  * 1510 / 2373, 16M 5984 / 3603 / 5109; unbound, medians of 4: 4M 1117 / 778, 16M 5254 /
- * 3610), so the measurement decides there as well. */
+ * 3610), so the measurement decides there as well.
+ * Below 64 KiB the 256 KiB measurement misled: on the Zen 4 VM (one L3) it said two copies
+ * in most launches, but in one launch in three a slow copy-in at the probe (8-24 us against
+ * 5) tipped one direction to one copy, and those launches ran all-gather 16-64 KiB 2-3x
+ * slower (16K 3.3-3.4 us against 1.1, 64K 7.5-8.2 against 3.7; 10 launches): a 16 KiB read
+ * by process_vm_readv took 2.8-2.9 us where copying it in and out took 0.6-0.8 together.
+ * So the transport measures a small message as well, and messages below 64 KiB follow that
+ * measurement (WEFT__SINGLE_COPY_SMALL_*). */
 
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict) {
@@ -92,7 +99,11 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
            r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
   }
   if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
-  if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY)) return 0;
+  if (r->bytes < SINGLE_COPY_SMALL_BYTES && (copy_verdict & WEFT__SINGLE_COPY_SMALL_MEASURED)) {
+    if (!(copy_verdict & WEFT__SINGLE_COPY_SMALL_TWO_WAY)) return 0;
+  } else if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY)) {
+    return 0;
+  }
   if (r->bytes < SINGLE_COPY_SMALL_BYTES && (comm->oversubscribed || r->staged)) return 0;
   if (!comm->oversubscribed) return 1;
   /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,

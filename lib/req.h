@@ -145,12 +145,18 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * all-to-all(v) stay on two copies unless WEFT__SINGLE_COPY_TWO_WAY (with more ranks than
  * cores too), and a broadcast goes
  * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, whatever peer_rt_ns.
+ * Messages below 64 KiB follow the small class's measurement instead when there is one
+ * (WEFT__SINGLE_COPY_SMALL_MEASURED: two copies unless WEFT__SINGLE_COPY_SMALL_TWO_WAY).
  * WEFT_SHM_CMA_CALLS=all overrides it in the shm transport. Thread safety: reads comm's
  * settings, r and its call only. */
 enum {
   WEFT__SINGLE_COPY_MEASURED = 1, /* the transport measured both paths to this peer ... */
   WEFT__SINGLE_COPY_TWO_WAY = 2,  /* ... and one copy was faster than copy-in plus copy-out */
   WEFT__SINGLE_COPY_ONE_WAY = 4,  /* ... and faster than the slower of the two (a pipeline) */
+  /* The same for messages below 64 KiB, measured on a small message of their own: a
+   * system call and page pinning weigh there what bandwidth weighs at 256 KiB. */
+  WEFT__SINGLE_COPY_SMALL_MEASURED = 8,
+  WEFT__SINGLE_COPY_SMALL_TWO_WAY = 16,
 };
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict);

@@ -2,7 +2,8 @@
  *
  * Steps on the probe line (after first_step): the sender writes first_step + 2k + 1 when
  * round k's payload and address are in place, the receiver first_step + 2k + 2 when its
- * times are in the line beside it. A skip is round 0 with address 0. */
+ * times are in the line beside it. A skip is round 0 with address 0. Both sides know round
+ * k's size from k (round_bytes). */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -23,6 +24,11 @@ static size_t probe_bytes(const weft__shm_fifo *f) {
   uint64_t room = f->nslots * f->slot_bytes;
   size_t n = room < WEFT__SHM_COPY_PROBE_BYTES ? (size_t)room : WEFT__SHM_COPY_PROBE_BYTES;
   return n / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
+}
+
+/* Round k's test message: the small class's for the first REPEATS rounds, then `large`. */
+static size_t round_bytes(size_t large, uint32_t k) {
+  return k < WEFT__SHM_COPY_PROBE_REPEATS ? WEFT__SHM_COPY_PROBE_SMALL_BYTES : large;
 }
 
 static char *probe_buf(weft__shm_state *st) {
@@ -49,13 +55,22 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
   return v;
 }
 
+/* The times of one class (fastest of its rounds, ns). */
+typedef struct probe_times {
+  uint32_t in, out, read;
+} probe_times;
+
 static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, size_t n,
-                          uint32_t in, uint32_t out, uint32_t read) {
-  unsigned v = weft__shm_copy_verdict(in, out, read);
+                          const probe_times *small, const probe_times *large) {
+  unsigned v = weft__shm_copy_verdict(large->in, large->out, large->read) | WEFT__SINGLE_COPY_SMALL_MEASURED;
+  if (weft__shm_copy_verdict(small->in, small->out, small->read) & WEFT__SINGLE_COPY_TWO_WAY)
+    v |= WEFT__SINGLE_COPY_SMALL_TWO_WAY;
   if (v != to->copy_verdict || !to->copy_verdict_own)
-    WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u "
-              "ns: all-gather and all-to-all on %s, broadcast on %s", comm->rank, peer,
-              (unsigned)(n / 1024), in, out, read,
+    WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u ns; "
+              "%u KiB in %u, out %u, read %u ns: all-gather and all-to-all on %s below 64 KiB and %s from it, "
+              "broadcast on %s", comm->rank, peer, WEFT__SHM_COPY_PROBE_SMALL_BYTES / 1024u, small->in, small->out,
+              small->read, (unsigned)(n / 1024), large->in, large->out, large->read,
+              v & WEFT__SINGLE_COPY_SMALL_TWO_WAY ? "one copy" : "two copies",
               v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy" : "two copies",
               v & WEFT__SINGLE_COPY_ONE_WAY ? "one copy (up to 1 MiB)" : "two copies");
   to->copy_verdict = v;
@@ -63,6 +78,8 @@ static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm
   for (int i = 0; i < st->npeers; i++)
     if (!st->conns[i].copy_verdict_own) st->conns[i].copy_verdict = v;
 }
+
+static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to,
                                         int peer, uint64_t gen, uint32_t first_step, int split) {
@@ -81,26 +98,28 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     return weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2), peer);
   }
   weft__shm_payload_ready(to, n); /* the FIFO is empty: as before a message of n bytes */
-  uint32_t in = UINT32_MAX, out = UINT32_MAX, read = UINT32_MAX;
-  for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_REPEATS; k++) {
-    memset(buf, (int)(gen + k) | 1, n); /* a message just produced: its lines dirty in our cache */
+  probe_times t[2] = {{UINT32_MAX, UINT32_MAX, UINT32_MAX}, {UINT32_MAX, UINT32_MAX, UINT32_MAX}};
+  for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
+    size_t m = round_bytes(n, k);
+    probe_times *c = &t[k >= WEFT__SHM_COPY_PROBE_REPEATS];
+    memset(buf, (int)(gen + k) | 1, m); /* a message just produced: its lines dirty in our cache */
     uint64_t t0 = weft__now_ns();
-    if (to->nt_out) weft__nt_copy(to->out.payload, buf, n); /* as shm.c's sends (shm_placement.h) */
-    else memcpy(to->out.payload, buf, n);
-    uint32_t t = clamp_ns(weft__now_ns() - t0);
-    in = t < in ? t : in;
+    if (to->nt_out) weft__nt_copy(to->out.payload, buf, m); /* as shm.c's sends (shm_placement.h) */
+    else memcpy(to->out.payload, buf, m);
+    c->in = min_u32(c->in, clamp_ns(weft__now_ns() - t0));
     ctrl->copy_probe_src = (uint64_t)(uintptr_t)buf;
     atomic_store_explicit(&ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), memory_order_release);
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 2), peer));
-    out = ctrl->copy_probe_out_ns < out ? ctrl->copy_probe_out_ns : out;
-    read = ctrl->copy_probe_read_ns < read ? ctrl->copy_probe_read_ns : read;
+    c->out = min_u32(c->out, ctrl->copy_probe_out_ns);
+    c->read = min_u32(c->read, ctrl->copy_probe_read_ns);
   }
   to->copy_probe_gen = gen;
   to->copy_probe_split = split;
-  if (out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
-  WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %zu bytes in %u ns, out %u ns, read %u ns",
-             (unsigned long long)gen, comm->rank, peer, n, in, out, read);
-  apply_verdict(comm, st, to, peer, n, in, out, read);
+  if (t[0].out == 0 || t[1].out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
+  WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %u bytes in %u ns, out %u ns, read %u ns; %zu bytes in "
+             "%u ns, out %u ns, read %u ns", (unsigned long long)gen, comm->rank, peer,
+             WEFT__SHM_COPY_PROBE_SMALL_BYTES, t[0].in, t[0].out, t[0].read, n, t[1].in, t[1].out, t[1].read);
+  apply_verdict(comm, st, to, peer, n, &t[0], &t[1]);
   return WEFT_SUCCESS;
 }
 
@@ -117,15 +136,16 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
                                           int peer, uint64_t gen, uint32_t first_step) {
   weft__shm_fifo_ctrl *ctrl = from->in.ctrl;
   size_t n = probe_bytes(&from->in);
-  for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_REPEATS; k++) {
+  for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), peer));
     uint64_t src = ctrl->copy_probe_src;
     char *buf = src != 0 ? probe_buf(st) : NULL;
     if (buf != NULL) {
+      size_t m = round_bytes(n, k);
       uint64_t t0 = weft__now_ns();
-      memcpy(buf, from->in.payload, n);
+      memcpy(buf, from->in.payload, m);
       ctrl->copy_probe_out_ns = clamp_ns(weft__now_ns() - t0);
-      ctrl->copy_probe_read_ns = timed_read(from, buf, src, n);
+      ctrl->copy_probe_read_ns = timed_read(from, buf, src, m);
     } else { /* skipped, or no memory here: 0, which no real copy takes, says not measured */
       ctrl->copy_probe_out_ns = 0;
       ctrl->copy_probe_read_ns = 0;

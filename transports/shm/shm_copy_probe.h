@@ -11,7 +11,9 @@
  * kernel's copy against two user-space copies between these two cores does.
  *
  * The measurement, after the placement probe's round trips (shm_placement.h), between a
- * rank and its ring successor, WEFT__SHM_COPY_PROBE_REPEATS times, fastest of each kept:
+ * rank and its ring successor, for two message sizes (WEFT__SHM_COPY_PROBE_SMALL_BYTES for
+ * messages below 64 KiB, WEFT__SHM_COPY_PROBE_BYTES for the rest: lib/req.c says why),
+ * WEFT__SHM_COPY_PROBE_REPEATS times each, fastest of each kept:
  *   sender    writes WEFT__SHM_COPY_PROBE_BYTES into its private buffer (a message freshly
  *             produced), times copying it into the successor's FIFO payload as a message
  *             would be (non-temporal stores when nt_out), publishes the buffer's address;
@@ -21,7 +23,7 @@
  * send (all-gather, all-to-all: each core does its copy in and its copy out) when the read
  * took less than copy-in plus copy-out; for one-way calls (broadcast: the two copies
  * overlap on two cores) when less than the slower of the two; both by a margin
- * (weft__shm_copy_verdict). The payload area is used
+ * (weft__shm_copy_verdict), each size for its own messages. The payload area is used
  * only when the FIFO is empty (every earlier message received), and is not published:
  * the next message overwrites it.
  * When: at the first placement probe, and again only when the probe's placement verdict
@@ -41,8 +43,11 @@
 
 #define WEFT__SHM_COPY_PROBE_BYTES (256u * 1024u) /* the test message (bytes) ... */
 #define WEFT__SHM_COPY_PROBE_MIN_BYTES (64u * 1024u) /* ... at least this much FIFO payload */
+#define WEFT__SHM_COPY_PROBE_SMALL_BYTES (16u * 1024u) /* the small class's test message */
 #define WEFT__SHM_COPY_PROBE_REPEATS 3
-#define WEFT__SHM_COPY_PROBE_STEPS (2 * WEFT__SHM_COPY_PROBE_REPEATS) /* probe-line steps it takes */
+/* Rounds: the small message REPEATS times, then the large one; two probe-line steps each. */
+#define WEFT__SHM_COPY_PROBE_ROUNDS (2 * WEFT__SHM_COPY_PROBE_REPEATS)
+#define WEFT__SHM_COPY_PROBE_STEPS (2 * WEFT__SHM_COPY_PROBE_ROUNDS) /* probe-line steps it takes */
 
 /* The verdict from one measurement (ns, fastest of the rounds): WEFT__SINGLE_COPY_MEASURED,
  * plus WEFT__SINGLE_COPY_TWO_WAY when the read beat copy-in plus copy-out and
@@ -57,7 +62,8 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
 
 /* The sender's side toward its ring successor `peer` over `to`, on the placement probe's
  * line after step first_step of probe generation gen: runs the measurement when due (see
- * above; `split` is the placement verdict just measured) and sets to->copy_verdict, or
+ * above; `split` is the placement verdict just measured) and sets to->copy_verdict (the
+ * large size's verdict, with the small size's as WEFT__SINGLE_COPY_SMALL_*), or
  * tells the peer it is skipped. Blocks until the peer answers, at most the communicator's
  * timeout (WEFT_ERR_TIMEOUT naming rank and peer), WEFT_ERR_REMOTE within a few ms of the
  * peer's death, WEFT_ERR_ABORTED on weft_comm_abort; WEFT_ERR_SYSTEM when the buffer cannot
