@@ -79,8 +79,8 @@ enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 
  * 1510 / 2373, 16M 5984 / 3603 / 5109; unbound, medians of 4: 4M 1117 / 778, 16M 5254 /
  * 3610), so the measurement decides there as well.
  * Below 64 KiB the 256 KiB measurement misled: on the Zen 4 VM (one L3) it said two copies
- * in most launches, but in one launch in three a slow copy-in at the probe (8-24 us against
- * 5) tipped one direction to one copy, and those launches ran all-gather 16-64 KiB 2-3x
+ * in most launches, but in 2 of 8 a slow copy-in at the probe (8-24 us against 5) tipped one
+ * direction to one copy (see weft__shm_pair_verdict), and those launches ran all-gather 16-64 KiB 2-3x
  * slower (16K 3.3-3.4 us against 1.1, 64K 7.5-8.2 against 3.7; 10 launches): a 16 KiB read
  * by process_vm_readv took 2.8-2.9 us where copying it in and out took 0.6-0.8 together.
  * So the transport measures a small message as well, and messages below 64 KiB follow that

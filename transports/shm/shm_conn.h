@@ -58,6 +58,8 @@ typedef struct {
   uint64_t payload_mapped;            /* ... of in's slots that we have read once */
   unsigned copy_verdict;
   int copy_verdict_own;
+  unsigned copy_verdict_back;         /* the peer's verdict for its sends to us, from the same
+                                         times (we answered its probe; 0: not measured) */
   uint64_t copy_probe_gen;            /* the placement probe that last ran it (0: none) */
   int copy_probe_split;               /* nt_out when it ran */
 } weft__shm_conn;

@@ -60,11 +60,36 @@ typedef struct probe_times {
   uint32_t in, out, read;
 } probe_times;
 
-static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, size_t n,
-                          const probe_times *small, const probe_times *large) {
+static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
+
+/* The verdict from both classes' times: the large one's, with the small one's as
+ * WEFT__SINGLE_COPY_SMALL_*. */
+static unsigned both_classes_verdict(const probe_times *small, const probe_times *large) {
   unsigned v = weft__shm_copy_verdict(large->in, large->out, large->read) | WEFT__SINGLE_COPY_SMALL_MEASURED;
   if (weft__shm_copy_verdict(small->in, small->out, small->read) & WEFT__SINGLE_COPY_TWO_WAY)
     v |= WEFT__SINGLE_COPY_SMALL_TWO_WAY;
+  return v;
+}
+
+unsigned weft__shm_pair_verdict(unsigned ours, unsigned back) {
+  const unsigned wins = WEFT__SINGLE_COPY_TWO_WAY | WEFT__SINGLE_COPY_ONE_WAY | WEFT__SINGLE_COPY_SMALL_TWO_WAY;
+  if (!(ours & WEFT__SINGLE_COPY_MEASURED) || !(back & WEFT__SINGLE_COPY_MEASURED)) return ours;
+  return (ours & ~wins) | (ours & back & wins);
+}
+
+/* Says at INFO when the two directions of a pair disagree, which weft__shm_pair_verdict
+ * settles for two copies; once both are measured, from either side's last step. */
+static void tell_disagreement(const struct weft_comm *comm, const weft__shm_conn *c, int peer) {
+  unsigned ours = c->copy_verdict, back = c->copy_verdict_back;
+  if (!c->copy_verdict_own || weft__shm_pair_verdict(ours, back) == ours) return;
+  WEFT_INFO("shm: rank %d <-> peer %d: the peer's probe of its sends to us measured two copies faster where ours "
+            "measured one (verdicts %#x and %#x): our sends stay on two copies there too", comm->rank, peer, back,
+            ours);
+}
+
+static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, size_t n,
+                          const probe_times *small, const probe_times *large) {
+  unsigned v = both_classes_verdict(small, large);
   if (v != to->copy_verdict || !to->copy_verdict_own)
     WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u ns; "
               "%u KiB in %u, out %u, read %u ns: all-gather and all-to-all on %s below 64 KiB and %s from it, "
@@ -78,8 +103,6 @@ static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm
   for (int i = 0; i < st->npeers; i++)
     if (!st->conns[i].copy_verdict_own) st->conns[i].copy_verdict = v;
 }
-
-static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to,
                                         int peer, uint64_t gen, uint32_t first_step, int split) {
@@ -106,7 +129,9 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     uint64_t t0 = weft__now_ns();
     if (to->nt_out) weft__nt_copy(to->out.payload, buf, m); /* as shm.c's sends (shm_placement.h) */
     else memcpy(to->out.payload, buf, m);
-    c->in = min_u32(c->in, clamp_ns(weft__now_ns() - t0));
+    uint32_t in = clamp_ns(weft__now_ns() - t0);
+    c->in = min_u32(c->in, in);
+    ctrl->copy_probe_in_ns = in;
     ctrl->copy_probe_src = (uint64_t)(uintptr_t)buf;
     atomic_store_explicit(&ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), memory_order_release);
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 2), peer));
@@ -120,6 +145,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
              "%u ns, out %u ns, read %u ns", (unsigned long long)gen, comm->rank, peer,
              WEFT__SHM_COPY_PROBE_SMALL_BYTES, t[0].in, t[0].out, t[0].read, n, t[1].in, t[1].out, t[1].read);
   apply_verdict(comm, st, to, peer, n, &t[0], &t[1]);
+  tell_disagreement(comm, to, peer);
   return WEFT_SUCCESS;
 }
 
@@ -136,22 +162,35 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
                                           int peer, uint64_t gen, uint32_t first_step) {
   weft__shm_fifo_ctrl *ctrl = from->in.ctrl;
   size_t n = probe_bytes(&from->in);
+  probe_times t[2] = {{UINT32_MAX, UINT32_MAX, UINT32_MAX}, {UINT32_MAX, UINT32_MAX, UINT32_MAX}};
+  int measured = 1;
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), peer));
     uint64_t src = ctrl->copy_probe_src;
     char *buf = src != 0 ? probe_buf(st) : NULL;
     if (buf != NULL) {
       size_t m = round_bytes(n, k);
+      probe_times *c = &t[k >= WEFT__SHM_COPY_PROBE_REPEATS];
       uint64_t t0 = weft__now_ns();
       memcpy(buf, from->in.payload, m);
-      ctrl->copy_probe_out_ns = clamp_ns(weft__now_ns() - t0);
-      ctrl->copy_probe_read_ns = timed_read(from, buf, src, m);
+      uint32_t out = clamp_ns(weft__now_ns() - t0), read = timed_read(from, buf, src, m);
+      ctrl->copy_probe_out_ns = out;
+      ctrl->copy_probe_read_ns = read;
+      c->in = min_u32(c->in, ctrl->copy_probe_in_ns);
+      c->out = min_u32(c->out, out);
+      c->read = min_u32(c->read, read);
     } else { /* skipped, or no memory here: 0, which no real copy takes, says not measured */
       ctrl->copy_probe_out_ns = 0;
       ctrl->copy_probe_read_ns = 0;
+      measured = 0;
     }
     atomic_store_explicit(&ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 2), memory_order_release);
     if (src == 0) return WEFT_SUCCESS;
+  }
+  /* The sender's verdict, from the times it has too (its own copy-in, our copy-out and read). */
+  if (measured) {
+    from->copy_verdict_back = both_classes_verdict(&t[0], &t[1]);
+    tell_disagreement(comm, from, peer);
   }
   return WEFT_SUCCESS;
 }

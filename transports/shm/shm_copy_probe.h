@@ -33,7 +33,10 @@
  * ~600 us slower in all, which as a periodic re-run (every 8th probe, 128 large calls) cost
  * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run.
  * The verdict of the measured connection also serves this rank's other shm connections
- * until they are measured themselves (the ring's neighbours are the only ones probed). */
+ * until they are measured themselves (the ring's neighbours are the only ones probed).
+ * The receiver gets the sender's copy-in times too, so it holds the sender's verdict as
+ * well (copy_verdict_back); where both directions of a pair were measured (two ranks: each
+ * is the other's successor), one copy needs both verdicts (weft__shm_pair_verdict). */
 #ifndef WEFT_SHM_COPY_PROBE_H
 #define WEFT_SHM_COPY_PROBE_H
 #include <stdint.h>
@@ -59,6 +62,19 @@
  * much on two copies. Pure; thread-safe. */
 #define WEFT__SHM_COPY_PROBE_MARGIN_PCT 20 /* one copy must be this much faster (percent) */
 unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_ns);
+
+/* The verdict for our sends to a peer: ours for that direction, except that where the peer's
+ * verdict for its sends to us was measured too (back), a one-copy bit stays only if both
+ * have it. Why: on the Zen 4 VM a slow copy-in at the probe (23.5 us against 5.6 out and a
+ * 21.6 us read; 19.8 + 5.7 against 20.9) tipped one direction of a 2-rank pair to one copy
+ * in 2 of 8 launches, the other direction measuring two copies (0 of 16 launches an hour
+ * later: it comes and goes with the host). One direction on one copy (WEFT_SHM_CMA_CALLS=all
+ * on rank 1 only) ran all-gather 1.4-2x slower than both on two copies (4 alternating pairs
+ * of launches, us per call: 256K 17.4-19.6 / 10.1-17.2, 1M 70.8-79.0 / 37.7-56.3, 4M
+ * 312-326 / 174-235). The copies through the FIFO are the same work both ways, so a
+ * disagreement is noise, and the cheaper mistake is two copies (the margin's reasoning
+ * above). Pure; thread-safe. */
+unsigned weft__shm_pair_verdict(unsigned ours, unsigned back);
 
 /* The sender's side toward its ring successor `peer` over `to`, on the placement probe's
  * line after step first_step of probe generation gen: runs the measurement when due (see

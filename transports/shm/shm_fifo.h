@@ -44,6 +44,7 @@ typedef struct {
   uint64_t copy_probe_src;           /* sender: its buffer's address; 0: no copy probe now */
   uint32_t copy_probe_out_ns;        /* receiver: copying the payload out of the FIFO */
   uint32_t copy_probe_read_ns;       /* receiver: reading copy_probe_src by single copy */
+  uint32_t copy_probe_in_ns;         /* sender: copying the payload into the FIFO */
 } weft__shm_fifo_ctrl;
 
 /* Messages of up to this many bytes travel inside their slot header: one cache line moves
