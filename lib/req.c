@@ -81,7 +81,7 @@ enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 
  * Below 64 KiB the 256 KiB measurement misled: on the Zen 4 VM (one L3) it said two copies
  * in most launches, but in 2 of 8 a slow copy-in at the probe (8-24 us against 5) tipped one
  * direction to one copy (see weft__shm_pair_verdict), and those launches ran all-gather 16-64 KiB 2-3x
- * slower (16K 3.3-3.4 us against 1.1, 64K 7.5-8.2 against 3.7; 10 launches): a 16 KiB read
+ * slower (16K 3.3-3.4 us against 1.1-1.9, 64K 7.7-8.2 against 3.7-6.7; 8 launches): a 16 KiB read
  * by process_vm_readv took 2.8-2.9 us where copying it in and out took 0.6-0.8 together.
  * So the transport measures a small message as well, and messages below 64 KiB follow that
  * measurement (WEFT__SINGLE_COPY_SMALL_*). */
