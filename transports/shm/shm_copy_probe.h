@@ -14,9 +14,10 @@
  * rank and its ring successor, for two message sizes (WEFT__SHM_COPY_PROBE_SMALL_BYTES for
  * messages below 64 KiB, WEFT__SHM_COPY_PROBE_BYTES for the rest: lib/req.c says why),
  * WEFT__SHM_COPY_PROBE_REPEATS times each, fastest of each kept:
- *   sender    writes WEFT__SHM_COPY_PROBE_BYTES into its private buffer (a message freshly
+ *   sender    writes the round's message into its private buffer (a message freshly
  *             produced), times copying it into the successor's FIFO payload as a message
- *             would be (non-temporal stores when nt_out), publishes the buffer's address;
+ *             of that size would be (non-temporal stores when nt_out and it is at least
+ *             WEFT__SHM_NT_MIN), publishes the buffer's address;
  *   receiver  times copying the payload out of the FIFO, then reading the sender's buffer
  *             by process_vm_readv, into one private buffer, and answers with both times.
  * The sender keeps for its messages to that peer: one copy for calls where both sides
