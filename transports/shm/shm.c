@@ -58,10 +58,10 @@ typedef weft__shm_state shm_state;
  * one the core keeps on two copies (weft__req_single_copy_wanted: reductions, one-way
  * calls, broadcast between near cores) unless WEFT_SHM_CMA_CALLS=all. */
 static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const weft__req *r) {
+  if (sc->cma_send_bytes == 0 || r->bytes < sc->cma_send_bytes || r->src == NULL || weft__shm_ll_send_eligible(sc, r))
+    return 0;
   unsigned verdict = weft__shm_pair_verdict(sc->copy_verdict, sc->copy_verdict_back);
-  return sc->cma_send_bytes > 0 && r->bytes >= sc->cma_send_bytes && r->src != NULL &&
-         !weft__shm_ll_send_eligible(sc, r) &&
-         (sc->cma_all || weft__req_single_copy_wanted(comm, r, sc->peer_rt_ns, verdict)) &&
+  return (sc->cma_all || weft__req_single_copy_wanted(comm, r, sc->peer_rt_ns, verdict)) &&
          r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
 }
 
