@@ -5,7 +5,7 @@
 # all-to-all's self block and the broadcast root's copy take that path, and every
 # out-of-place ring all-reduce keeps its partials in scratch (weft__ring_nt_output).
 # WEFT_PROTO=Simple keeps the smallest messages off the LL protocol, so they take it too.
-# WEFT_SHM_NT_COPY=1 makes senders write FIFO payloads of 64 KiB messages and up past the
+# WEFT_SHM_NT_COPY=1 makes senders write FIFO payloads of 2 KiB messages and up past the
 # cache too, as they do when the placement probe finds two L3s (shm_placement.h).
 # TAP comes from the cmocka program itself.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1

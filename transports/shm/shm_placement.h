@@ -12,8 +12,9 @@
  *                           ordinary stores   non-temporal stores
  *   shared L3 (60-100 ns)   10-17             5.6-7.6
  *   split L3s (320-380 ns)  1.6-2.3           7.0-11.9
- * So the writer measures the placement and, across L3s, writes payloads past its cache
- * (weft__nt_copy): the lines go to memory and the reader reads them from there.
+ * So the writer measures the placement and, across L3s, writes payloads of at least
+ * WEFT__SHM_NT_MIN bytes past its cache (weft__nt_copy): the lines go to memory and the
+ * reader reads them from there.
  *
  * The measurement: a ping-pong on the FIFO's probe line (a round trip is two cache-line
  * transfers between the two cores): one untimed round trip, then 5 batches of 8, each timed
@@ -49,7 +50,20 @@ struct weft__task;
 
 enum { WEFT__SHM_NT_NEVER = 0, WEFT__SHM_NT_ALWAYS = 1, WEFT__SHM_NT_AUTO = 2 };
 
-#define WEFT__SHM_NT_MIN (64u * 1024u)       /* payloads bypass the cache from this size (bytes) */
+/* Payloads bypass the cache from this size (bytes), where the placement says two L3s (or
+ * WEFT_SHM_NT_COPY=1). It was 64 KiB, and on two L3s the messages below it ran 3-4x slower
+ * than on one. AMD EPYC (Zen 4) VM, 2 ranks bound, launches whose probes both said two L3s,
+ * 22 each, alternating 64 KiB and 2 KiB (us per call, out of place, medians; total sizes):
+ *                   4 KiB        16 KiB        64 KiB
+ *   all-reduce      2.71 -> 1.35  11.75 -> 2.85  39.45 -> 9.28
+ *   all-gather      1.58 -> 1.17   5.08 -> 1.83  19.96 -> 5.13
+ *   all-to-all      1.57 -> 1.19   5.14 -> 1.89  19.88 -> 4.98
+ *   broadcast       2.67 -> 0.61  10.05 -> 1.37  (32 KiB 17.85 -> 2.48)
+ *   reduce-scatter  1.50 -> 1.14   5.24 -> 1.76  19.95 -> 4.96
+ * which is about what one L3 runs (16 KiB: 1.5-2.9 us). At 1 KiB messages non-temporal
+ * stores were slower (all-gather of 2 KiB: 1.02 against 1.18 us, 25-28 launches); messages
+ * of up to WEFT_LL_THRESHOLD (512 B) go LL anyway. */
+#define WEFT__SHM_NT_MIN (2u * 1024u)
 #define WEFT__SHM_PROBE_FIRST_MIN (8u * 1024u) /* the first collective of this many bytes per rank probes */
 #define WEFT__SHM_PROBE_MIN (256u * 1024u)   /* collectives of this many bytes per rank probe */
 #define WEFT__SHM_PROBE_EVERY 16             /* ... the first, then after 16 more ... */
