@@ -417,24 +417,27 @@ ATT_INLINE float att_dot_row(const float *a, const float *b, int n) {
 typedef struct att_work {
   int Tp, hdp;
   /* Per sequence, every head's operands, packed in one pass over its rows: t [H*hd][Tp]
-   * (head h's transposed rows at h*hd), rows1..3 [H][T][hdp]; s the scores or dS of one
-   * head [T rounded to 4][Tp]. */
+   * (head h's transposed rows at h*hd), rows1 [H][T][hdp] (and rows2, rows3 for the
+   * backward; NULL for the forward); s the scores of a row block (forward) or the dS of one
+   * head [T rounded to 4][Tp] (backward). */
   float *t, *rows1, *rows2, *rows3, *s;
   void *mem;
 } att_work;
 
-static int att_work_alloc(att_work *w, int T, int H, int hd, int full_s) {
+/* The workspace of one attention call, zeroed (the padding is read as zero); backward: 1
+ * for gpt_cpu_attention_bwd's, 0 for the forward's. Returns 0, or -1 when out of memory. */
+static int att_work_alloc(att_work *w, int T, int H, int hd, int backward) {
   w->Tp = (int)round16((size_t)T);
   w->hdp = (int)round16((size_t)hd);
-  size_t nt = (size_t)H * hd * w->Tp, nr = (size_t)H * T * w->hdp;
-  size_t ns = (size_t)(full_s ? (T + ATT_RB - 1) / ATT_RB * ATT_RB : ATT_RB) * w->Tp;
-  w->mem = calloc(nt + 3 * nr + ns + ATT_VL, sizeof(float));
+  size_t nt = (size_t)H * hd * w->Tp, nr = (size_t)H * T * w->hdp, nsets = backward ? 3 : 1;
+  size_t ns = (size_t)(backward ? (T + ATT_RB - 1) / ATT_RB * ATT_RB : ATT_RB) * w->Tp;
+  w->mem = calloc(nt + nsets * nr + ns + ATT_VL, sizeof(float));
   if (!w->mem) return -1;
   w->t = w->mem;
   w->rows1 = w->t + nt;
-  w->rows2 = w->rows1 + nr;
-  w->rows3 = w->rows2 + nr;
-  w->s = w->rows3 + nr;
+  w->rows2 = backward ? w->rows1 + nr : NULL;
+  w->rows3 = backward ? w->rows2 + nr : NULL;
+  w->s = w->rows1 + nsets * nr;
   return 0;
 }
 
