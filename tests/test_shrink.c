@@ -256,6 +256,13 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags) {
 
 static int decider_leaves_body(harness_rank *r) {
   int victim = r->nranks - 1;
+  /* Every rank past its init before the victim may die (flag 1): a rank can return from
+   * weft_comm_init while the others still exchange their shm segments, and the victim's death
+   * then failed their init instead of the agreement (CI, 2026-11-30: ranks 0 and 1 got
+   * WEFT_ERR_REMOTE from init 7 ms in, "segments of peers 1: rank 2 failed"). */
+  atomic_store(&r->shared->flags[r->rank], 1);
+  for (int p = 0; p < r->nranks; p++)
+    if (!harness_wait_flag(r, p, 1, 20000)) return harness_fail(r, "rank %d never finished its init", p);
   if (r->rank == victim) die_at_agree_send = 2;
   if (r->rank == 1 && r->arg != NULL) slow_accept_ms = 100;
   size_t mb = weft__agree_mask_bytes(r->nranks);
@@ -271,9 +278,9 @@ static int decider_leaves_body(harness_rank *r) {
   for (int p = 0; p < victim; p++)
     if (weft__mask_has(mask, p)) harness_fail(r, "decided that rank %d, a survivor, failed", p);
   r->shared->values[r->rank] = bits;
-  atomic_store(&r->shared->flags[r->rank], 1);
+  atomic_store(&r->shared->flags[r->rank], 2);
   for (int p = 0; p < victim; p++)
-    if (!harness_wait_flag(r, p, 1, 20000)) harness_fail(r, "rank %d never returned from the agreement", p);
+    if (!harness_wait_flag(r, p, 2, 20000)) harness_fail(r, "rank %d never returned from the agreement", p);
     else if (r->shared->values[p] != bits)
       harness_fail(r, "rank %d decided the failed set 0x%llx, this rank 0x%llx", p,
                    (long long)r->shared->values[p], bits);
