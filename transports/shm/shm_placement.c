@@ -212,9 +212,12 @@ static void take_placement(struct weft_comm *comm, weft__shm_conn *to, int next,
   int split = best > WEFT__SHM_SPLIT_NS;
   to->peer_rt_ns = best;
   if (to->nt_mode == WEFT__SHM_NT_AUTO && to->nt_out != split) {
-    WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, %s; payloads from %u bytes %s",
-              comm->rank, next, best, split ? "two L3s" : "one L3", WEFT__SHM_NT_MIN,
-              split ? "bypass the cache" : "go through the cache");
+    if (split)
+      WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, two L3s; payloads from %u bytes bypass "
+                "the cache", comm->rank, next, best, WEFT__SHM_NT_MIN);
+    else
+      WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, one L3; payloads go through the cache",
+                comm->rank, next, best);
     to->nt_out = split;
   }
   WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %u ns per round trip",
