@@ -132,7 +132,7 @@ static char *claim_slot(shm_conn *sc, const weft__req *r, size_t n, unsigned *fl
   h->ll_seq = (uint32_t)sc->ll_send_seq;
   h->fp = r->call->fp;
   if (r->done == 0) sc->bulk_sent++;
-  *flags = sc->nt_out && r->bytes >= WEFT__SHM_NT_MIN ? WEFT__MEM_NT : 0;
+  *flags = weft__shm_payload_nt(sc->nt_out, r->bytes) ? WEFT__MEM_NT : 0;
   return weft__shm_fifo_data(f, h, sc->tail, r->bytes);
 }
 

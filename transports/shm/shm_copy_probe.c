@@ -127,8 +127,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     probe_times *c = &t[k >= WEFT__SHM_COPY_PROBE_REPEATS];
     memset(buf, (int)(gen + k) | 1, m); /* a message just produced: its lines dirty in our cache */
     uint64_t t0 = weft__now_ns();
-    /* as shm.c's sends write a payload of m bytes (shm_placement.h) */
-    if (to->nt_out && m >= WEFT__SHM_NT_MIN) weft__nt_copy(to->out.payload, buf, m);
+    if (weft__shm_payload_nt(to->nt_out, m)) weft__nt_copy(to->out.payload, buf, m); /* as shm.c's sends */
     else memcpy(to->out.payload, buf, m);
     uint32_t in = clamp_ns(weft__now_ns() - t0);
     c->in = min_u32(c->in, in);

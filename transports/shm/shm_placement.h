@@ -64,6 +64,13 @@ enum { WEFT__SHM_NT_NEVER = 0, WEFT__SHM_NT_ALWAYS = 1, WEFT__SHM_NT_AUTO = 2 };
  * stores were slower (all-gather of 2 KiB: 1.02 against 1.18 us, 25-28 launches); messages
  * of up to WEFT_LL_THRESHOLD (512 B) go LL anyway. */
 #define WEFT__SHM_NT_MIN (2u * 1024u)
+
+/* 1 when a sender whose connection has nt_out (set by the probe or WEFT_SHM_NT_COPY) writes
+ * a payload of a `bytes`-byte message with non-temporal stores: shm.c's sends, and the copy
+ * probe, which times a send as it is written. Pure; thread-safe. */
+static inline int weft__shm_payload_nt(int nt_out, size_t bytes) {
+  return nt_out && bytes >= WEFT__SHM_NT_MIN;
+}
 #define WEFT__SHM_PROBE_FIRST_MIN (8u * 1024u) /* the first collective of this many bytes per rank probes */
 #define WEFT__SHM_PROBE_MIN (256u * 1024u)   /* collectives of this many bytes per rank probe */
 #define WEFT__SHM_PROBE_EVERY 16             /* ... the first, then after 16 more ... */
