@@ -5,8 +5,8 @@
  * runs before the program's main() and before the program's own constructors (a library
  * is initialised before what depends on it). Setting the variable from main() changes
  * nothing, and the trainers link OpenBLAS directly (no dlopen). exec() with the variable
- * set loads the library afresh; it costs one start-up (a few ms) and only happens on a
- * CPU the library does not know.
+ * set loads the library afresh; it costs one start-up (a few ms) and only happens where
+ * the library's own pick is not the faster kernel (a CPU it does not know; Zen 4).
  */
 #include "trainers/blas_core.h"
 
@@ -18,10 +18,13 @@
 #include <strings.h>
 #include <unistd.h>
 
-#define CHOSEN_CORE "SkylakeX"
+#define AVX512_CORE "SkylakeX" /* on CPUs with full-width AVX-512 */
+#define AVX2_CORE "Haswell"     /* on CPUs that run AVX-512 in 256-bit halves */
 
-/* Why the re-execution did not happen although it should have, for gpt_blas_describe. */
+/* Why the re-execution did not happen although it should have, and the core it was for,
+ * for gpt_blas_describe. */
 static char exec_failure[128];
+static const char *exec_core;
 
 int gpt_blas_core_is_avx512(const char *corename) {
   static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
@@ -31,16 +34,22 @@ int gpt_blas_core_is_avx512(const char *corename) {
   return 0;
 }
 
+/* 1 when the library could switch between AVX-512 and AVX2 kernels on this CPU. */
+static int can_switch(const gpt_blas_facts *f) {
+  return f->dynamic_arch && (f->cpu & GPT_CPU_SKYLAKEX_SET) == GPT_CPU_SKYLAKEX_SET;
+}
+
 /* 1 when the library runs kernels without AVX-512 although it could switch to the
- * AVX-512 ones this CPU supports. */
+ * AVX-512 ones, and they would be the faster ones here. */
 static int avx512_left_unused(const gpt_blas_facts *f) {
-  return f->dynamic_arch && !gpt_blas_core_is_avx512(f->detected) &&
-         (f->cpu & GPT_CPU_SKYLAKEX_SET) == GPT_CPU_SKYLAKEX_SET;
+  return can_switch(f) && !(f->cpu & GPT_CPU_AVX512_HALVES) && !gpt_blas_core_is_avx512(f->detected);
 }
 
 const char *gpt_blas_pick_core(const gpt_blas_facts *f) {
   if (f->env_coretype || f->env_marker) return NULL; /* the user's choice, or ours already */
-  return avx512_left_unused(f) ? CHOSEN_CORE : NULL;
+  if (avx512_left_unused(f)) return AVX512_CORE;
+  if (can_switch(f) && (f->cpu & GPT_CPU_AVX512_HALVES) && gpt_blas_core_is_avx512(f->detected)) return AVX2_CORE;
+  return NULL;
 }
 
 int gpt_blas_user_core_forgoes_avx512(const gpt_blas_facts *f) {
@@ -55,6 +64,7 @@ unsigned gpt_blas_cpu_flags(void) {
   if (__builtin_cpu_supports("avx512bw")) f |= GPT_CPU_AVX512BW;
   if (__builtin_cpu_supports("avx512dq")) f |= GPT_CPU_AVX512DQ;
   if (__builtin_cpu_supports("avx512vl")) f |= GPT_CPU_AVX512VL;
+  if ((f & GPT_CPU_AVX512F) && __builtin_cpu_is("amdfam19h")) f |= GPT_CPU_AVX512_HALVES;
   return f;
 }
 
@@ -79,6 +89,7 @@ void gpt_blas_choose(char **argv) {
   if (!core) return;
   /* Set only for the new image: if anything fails, both go again, and the children of this
    * process see the environment as it was. */
+  exec_core = core;
   if (setenv(GPT_BLAS_MARKER, f.detected ? f.detected : "unknown", 1) || setenv("OPENBLAS_CORETYPE", core, 1)) {
     snprintf(exec_failure, sizeof(exec_failure), "setenv: %s", strerror(errno));
   } else {
@@ -101,15 +112,18 @@ void gpt_blas_describe(char *buf, size_t len) {
   const char *core = f.detected, *env = f.env_coretype, *marker = f.env_marker;
   const char *hint = gpt_blas_user_core_forgoes_avx512(&f)
                          ? "; this CPU runs OpenBLAS's AVX-512 kernels, about twice the SGEMM rate: unset it "
-                           "and weft chooses " CHOSEN_CORE
+                           "and weft chooses " AVX512_CORE
                          : "";
-  if (env && marker && !strcasecmp(env, CHOSEN_CORE))
+  if (env && marker && !strcasecmp(env, AVX512_CORE))
     snprintf(buf, len, "%s core %s (chosen by weft: OpenBLAS picked %s, the CPU has AVX-512)", version, core, marker);
+  else if (env && marker && !strcasecmp(env, AVX2_CORE))
+    snprintf(buf, len, "%s core %s (chosen by weft: OpenBLAS picked %s, the CPU runs AVX-512 in 256-bit halves "
+             "and the AVX2 kernels are faster there)", version, core, marker);
   else if (env)
     snprintf(buf, len, "%s core %s (OPENBLAS_CORETYPE=%s in the environment%s)", version, core, env, hint);
   else if (exec_failure[0])
     snprintf(buf, len, "%s core %s (OpenBLAS's own choice; switching to %s failed: %s)", version, core,
-             CHOSEN_CORE, exec_failure);
+             exec_core ? exec_core : "another core", exec_failure);
   else
     snprintf(buf, len, "%s core %s (OpenBLAS's own choice)", version, core);
 }

@@ -13,6 +13,17 @@
  * picked> set. The new image keeps the pid, the open files and the rest of the
  * environment, so launchers (weftrun, mpirun, srun) never see it.
  *
+ * The other way round on AMD's Zen 4 (family 25, the one core of that family with
+ * AVX-512): it runs each 512-bit operation as two 256-bit halves, so AVX-512 kernels do no
+ * more FLOPs a cycle than AVX2 ones (the trainers' FMA loop: 117.9 GFLOP/s either way), and
+ * there the Haswell kernels measured faster than the AVX-512 ones OpenBLAS 0.3.21 picks
+ * (Cooperlake): on the Zen 4 VM, one core, 512^3 SGEMM 108-109 against 102-104 GFLOP/s;
+ * the small model's 1-rank step 439-441 against 464-475 ms (3 interleaved launches each);
+ * make bench-trainers, small, 2 ranks, both sides on each core in turn (4 alternating
+ * rounds): weft 8944 against 8640 tokens/s (medians), PyTorch 6933 against 6878; the large
+ * model's step within the spread (1469-1516 against 1498-1503 ms). So there
+ * gpt_blas_choose re-executes with OPENBLAS_CORETYPE=Haswell.
+ *
  * A user's OPENBLAS_CORETYPE is honoured as it is, and WEFT_BLAS_DETECTED stops a second
  * re-execution, so the program never loops. Children (ranks launched by a test, the plot's
  * python3) inherit both and so run the same kernels. Everything here is per process and
@@ -36,6 +47,9 @@ enum {
   GPT_CPU_AVX512DQ = 1u << 3,
   GPT_CPU_AVX512VL = 1u << 4,
   GPT_CPU_SKYLAKEX_SET = GPT_CPU_AVX512F | GPT_CPU_AVX512CD | GPT_CPU_AVX512BW | GPT_CPU_AVX512DQ | GPT_CPU_AVX512VL,
+  /* Not a feature: the CPU runs 512-bit operations as two 256-bit halves (AMD family 25,
+   * Zen 4), so the AVX2 kernels are the faster ones (see above). */
+  GPT_CPU_AVX512_HALVES = 1u << 5,
 };
 
 /* What the choice depends on, gathered by gpt_blas_choose (or made up by a test). */
@@ -54,22 +68,25 @@ int gpt_blas_core_is_avx512(const char *corename);
 
 /* The core to run instead of the detected one, or NULL to leave OpenBLAS as it is: NULL
  * when the user set OPENBLAS_CORETYPE (an empty value counts as set), when weft already
- * chose (the marker is set), when the library cannot switch (no DYNAMIC_ARCH), when it
- * already runs AVX-512 kernels, or when the CPU lacks one of GPT_CPU_SKYLAKEX_SET. Else
- * "SkylakeX": the fp32 SGEMM the trainers call is the same kernel on Cooperlake (which
- * adds only bf16 ones), and DYNAMIC_ARCH builds knew SkylakeX long before Cooperlake and
- * SapphireRapids came. Pure: reads nothing but f. */
+ * chose (the marker is set), when the library cannot switch (no DYNAMIC_ARCH), or when the
+ * CPU lacks one of GPT_CPU_SKYLAKEX_SET. Else, on a CPU with GPT_CPU_AVX512_HALVES,
+ * "Haswell" when the library runs AVX-512 kernels (NULL when it runs others); on any other,
+ * "SkylakeX" when it does not (NULL when it does): the fp32 SGEMM the trainers call is the
+ * same kernel on Cooperlake (which adds only bf16 ones), and DYNAMIC_ARCH builds knew
+ * SkylakeX long before Cooperlake and SapphireRapids came. Pure: reads nothing but f. */
 const char *gpt_blas_pick_core(const gpt_blas_facts *f);
 
 /* 1 when the user's OPENBLAS_CORETYPE (f->env_coretype, weft's marker unset) holds a
- * DYNAMIC_ARCH library to kernels without AVX-512 on a CPU with GPT_CPU_SKYLAKEX_SET:
+ * DYNAMIC_ARCH library to kernels without AVX-512 on a CPU with GPT_CPU_SKYLAKEX_SET and
+ * without GPT_CPU_AVX512_HALVES:
  * gpt_blas_describe then tells how to get them (one core's SGEMM at about twice the rate:
- * Haswell 77-91 against 186-204 GFLOP/s at 512^3 on the AMD EPYC VM of 2026-11-30). Pure:
- * reads nothing but f. */
+ * Haswell 77-91 against 186-204 GFLOP/s at 512^3 on the AMD EPYC VM of 2026-11-30, whose
+ * AVX-512 is full width). Pure: reads nothing but f. */
 int gpt_blas_user_core_forgoes_avx512(const gpt_blas_facts *f);
 
 /* The GPT_CPU_* bits of this CPU (GCC's __builtin_cpu_supports, which checks that the OS
- * saves the AVX-512 registers too). */
+ * saves the AVX-512 registers too; GPT_CPU_AVX512_HALVES from __builtin_cpu_is: an AMD
+ * CPU of family 25 with AVX-512F). */
 unsigned gpt_blas_cpu_flags(void);
 
 /* Call first in main(), before any thread or file the program makes: re-executes the

@@ -1,16 +1,18 @@
 /* trainers/test_blas_core.c: the trainers run OpenBLAS's AVX-512 kernels on a CPU that has
- * AVX-512, even when OpenBLAS's own detection falls back to AVX2, and say so at start-up
- * (weft issue 20; blas_core.h).
+ * full-width AVX-512, even when OpenBLAS's own detection falls back to AVX2, and its AVX2
+ * kernels on one that runs AVX-512 in 256-bit halves (AMD Zen 4), even when OpenBLAS picks
+ * AVX-512 ones there, and say so at start-up (weft issue 20; blas_core.h).
  *
  * The choice itself (gpt_blas_pick_core) is checked on made-up facts: detected core names,
  * CPU flag sets, a user's OPENBLAS_CORETYPE, the re-execution marker, a library without
  * DYNAMIC_ARCH. Then weftrun launches weft-train-ddp --steps 0 from the build directory
  * (WEFT_TOP_BUILDDIR) with neither variable set: its "# peak per rank" line must name the
  * OpenBLAS core and the sgemm rate, and on a CPU with the AVX-512 subsets (and a
- * DYNAMIC_ARCH OpenBLAS) the core must be an AVX-512 one; with OPENBLAS_CORETYPE=Haswell
- * set by the user it must run Haswell, say the environment chose it and, where the CPU and
- * library could run AVX-512 kernels, say how to get them. Without
- * ../shared/data/tinyshakespeare.txt or the programs the launch tests pass as "# SKIP".
+ * DYNAMIC_ARCH OpenBLAS) the core must be an AVX-512 one, or one without AVX-512 where the
+ * CPU runs it in halves; with OPENBLAS_CORETYPE=Haswell set by the user it must run
+ * Haswell, say the environment chose it and, where the CPU and library could run faster
+ * AVX-512 kernels, say how to get them. Without ../shared/data/tinyshakespeare.txt or the
+ * programs the launch tests pass as "# SKIP".
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -51,6 +53,35 @@ static void avx512_cores_are_left_as_openblas_picked_them(void **state) {
   }
   assert_false(gpt_blas_core_is_avx512("Haswell"));
   assert_false(gpt_blas_core_is_avx512(NULL));
+}
+
+/* Zen 4: AVX-512 in two 256-bit halves, where OpenBLAS 0.3.21 picks Cooperlake. */
+static void a_cpu_running_avx512_in_halves_gets_the_avx2_kernels(void **state) {
+  const char *const avx512[] = {"Cooperlake", "SkylakeX", "sapphirerapids"};
+  for (size_t i = 0; i < sizeof(avx512) / sizeof(avx512[0]); i++) {
+    gpt_blas_facts f = fallback();
+    f.cpu |= GPT_CPU_AVX512_HALVES;
+    f.detected = avx512[i];
+    const char *core = gpt_blas_pick_core(&f);
+    if (!core || strcmp(core, "Haswell")) fail_msg("detected %s on Zen 4: picked %s, not Haswell", avx512[i], core);
+    f.env_coretype = "Cooperlake"; /* the user's choice still wins */
+    assert_null(gpt_blas_pick_core(&f));
+    f.env_coretype = NULL;
+    f.env_marker = avx512[i]; /* weft's own re-execution */
+    assert_null(gpt_blas_pick_core(&f));
+    f.env_marker = NULL;
+    f.dynamic_arch = 0;
+    assert_null(gpt_blas_pick_core(&f));
+  }
+  const char *const avx2[] = {"Haswell", "Zen", "Prescott"}; /* already without AVX-512: kept */
+  for (size_t i = 0; i < sizeof(avx2) / sizeof(avx2[0]); i++) {
+    gpt_blas_facts f = fallback();
+    f.cpu |= GPT_CPU_AVX512_HALVES;
+    f.detected = avx2[i];
+    if (gpt_blas_pick_core(&f)) fail_msg("detected %s on Zen 4: weft should not switch", avx2[i]);
+    f.env_coretype = "Haswell"; /* nothing faster to point the user at */
+    assert_false(gpt_blas_user_core_forgoes_avx512(&f));
+  }
 }
 
 static void a_cpu_without_any_one_avx512_subset_keeps_the_avx2_kernels(void **state) {
@@ -150,11 +181,15 @@ static int avx512_within_reach(void) {
          (gpt_blas_cpu_flags() & GPT_CPU_SKYLAKEX_SET) == GPT_CPU_SKYLAKEX_SET;
 }
 
-static void ddp_startup_line_names_an_avx512_core_on_an_avx512_cpu(void **state) {
+static void ddp_startup_line_names_the_faster_core_for_this_cpu(void **state) {
   char core[64], line[1024];
   launch_ddp(NULL, core, sizeof(core), line, sizeof(line));
   unsigned cpu = gpt_blas_cpu_flags();
-  if (avx512_within_reach()) {
+  if (avx512_within_reach() && (cpu & GPT_CPU_AVX512_HALVES)) {
+    if (gpt_blas_core_is_avx512(core)) fail_msg("a CPU running AVX-512 in halves runs core %s: %s", core, line);
+    if (!strstr(line, "(chosen by weft: OpenBLAS picked ") && !strstr(line, "(OpenBLAS's own choice)"))
+      fail_msg("the peak line does not say who chose core %s: %s", core, line);
+  } else if (avx512_within_reach()) {
     if (!gpt_blas_core_is_avx512(core)) fail_msg("an AVX-512 CPU runs core %s: %s", core, line);
     if (!strstr(line, "(chosen by weft: OpenBLAS picked ") && !strstr(line, "(OpenBLAS's own choice)"))
       fail_msg("the peak line does not say who chose core %s: %s", core, line);
@@ -171,8 +206,9 @@ static void a_user_coretype_runs_and_is_named_on_the_startup_line(void **state) 
   assert_string_equal(core, "Haswell");
   assert_non_null(strstr(line, "(OPENBLAS_CORETYPE=Haswell in the environment"));
   const char *hint = "unset it and weft chooses SkylakeX)";
-  if (avx512_within_reach() && !strstr(line, hint)) fail_msg("no hint to unset OPENBLAS_CORETYPE: %s", line);
-  if (!avx512_within_reach() && strstr(line, hint)) fail_msg("a hint this CPU cannot follow: %s", line);
+  int faster = avx512_within_reach() && !(gpt_blas_cpu_flags() & GPT_CPU_AVX512_HALVES);
+  if (faster && !strstr(line, hint)) fail_msg("no hint to unset OPENBLAS_CORETYPE: %s", line);
+  if (!faster && strstr(line, hint)) fail_msg("a hint of no faster kernels on this CPU: %s", line);
 }
 
 int main(void) {
@@ -181,15 +217,16 @@ int main(void) {
   struct CMUnitTest tests[] = {
       cmocka_unit_test(haswell_fallback_on_an_avx512_cpu_picks_skylakex),
       cmocka_unit_test(avx512_cores_are_left_as_openblas_picked_them),
+      cmocka_unit_test(a_cpu_running_avx512_in_halves_gets_the_avx2_kernels),
       cmocka_unit_test(a_cpu_without_any_one_avx512_subset_keeps_the_avx2_kernels),
       cmocka_unit_test(a_user_openblas_coretype_wins_even_when_empty),
       cmocka_unit_test(a_user_core_without_avx512_on_an_avx512_cpu_is_flagged),
       cmocka_unit_test(the_marker_stops_a_second_reexecution),
       cmocka_unit_test(a_library_without_dynamic_arch_is_not_reexecuted_for_nothing),
-      cmocka_unit_test(ddp_startup_line_names_an_avx512_core_on_an_avx512_cpu),
+      cmocka_unit_test(ddp_startup_line_names_the_faster_core_for_this_cpu),
       cmocka_unit_test(a_user_coretype_runs_and_is_named_on_the_startup_line),
   };
   size_t n = sizeof(tests) / sizeof(tests[0]);
-  if (why) tu_skip(tests, 7, n, why);
+  if (why) tu_skip(tests, 8, n, why);
   return _cmocka_run_group_tests("test_blas_core", tests, n, NULL, NULL);
 }

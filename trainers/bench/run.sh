@@ -12,7 +12,9 @@
 # highest wins) and passed to every run with --peak-gflops, so every MFU divides by it.
 # Both sides choose OpenBLAS's kernels by one rule (trainers/blas_core.h; torch_gpt.py does
 # the same): the AVX-512 (SkylakeX) kernels when OpenBLAS falls back to AVX2 ones on a CPU
-# that has AVX-512. Each log names the core its side ran and report.py checks they agree.
+# that has AVX-512, the AVX2 (Haswell) ones when it picks AVX-512 kernels on AMD's Zen 4
+# (which runs AVX-512 in 256-bit halves: the AVX2 kernels are faster there). Each log names
+# the core its side ran and report.py checks they agree.
 # The targets are about the best kernels the CPU runs, so an OPENBLAS_CORETYPE in the
 # environment (some machines' profiles set Haswell) is set aside for the runs, with a line
 # saying so; BENCH_KEEP_CORETYPE=1 keeps it, putting both sides on that core instead.
@@ -85,8 +87,9 @@ fi
 # One thread per rank everywhere: OpenBLAS, OpenMP (torch's intra-op pool), MKL.
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
-# A profile's OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU halved the trainers' MFU (AMD EPYC
-# VM, 2026-11-27: 41.8-44.3% against 69.6-73.2% with the kernels OpenBLAS and weft choose).
+# A profile's OPENBLAS_CORETYPE=Haswell on a CPU with full-width AVX-512 halved the trainers'
+# MFU (AMD EPYC VM, 2026-11-27: 41.8-44.3% against 69.6-73.2% with the kernels
+# OpenBLAS and weft choose).
 if [ -n "${OPENBLAS_CORETYPE+set}" ]; then
   if [ "${BENCH_KEEP_CORETYPE:-0}" = 1 ]; then
     echo "bench-trainers: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE in the environment: both sides run that core (BENCH_KEEP_CORETYPE=1)"

@@ -16,7 +16,9 @@ Each rank runs on one thread: torch.set_num_threads(1), and OPENBLAS_NUM_THREADS
 OMP_NUM_THREADS=1 in its environment (run.sh sets them; this script sets them too when
 absent, before torch loads OpenBLAS). OpenBLAS's kernels are chosen as weft's trainers
 choose them (trainers/blas_core.h): run as a script, on a CPU with AVX-512 where OpenBLAS
-falls back to AVX2 kernels, it re-executes itself once with OPENBLAS_CORETYPE=SkylakeX.
+falls back to AVX2 kernels, it re-executes itself once with OPENBLAS_CORETYPE=SkylakeX; on
+AMD's Zen 4 (family 25 with AVX-512, which it runs in 256-bit halves) where OpenBLAS picks
+AVX-512 kernels, with OPENBLAS_CORETYPE=Haswell.
 
 Output (rank 0): a header naming the BLAS and its core ("blas OpenBLAS 0.3.21 core SkylakeX
 (chosen by weft: ...)"), one line per step, then
@@ -53,38 +55,56 @@ def openblas(lib):
     return cfg().decode(errors="replace"), core().decode(errors="replace")
 
 
-def cpu_flags():
+def cpu_info():
+    """(flags, vendor_id, cpu family) of the first CPU in /proc/cpuinfo."""
+    flags, vendor, family = set(), "", -1
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "flags":
+                    flags = set(value.split())
+                    break
+                if key == "vendor_id":
+                    vendor = value.strip()
+                elif key == "cpu family":
+                    family = int(value)
+    except (OSError, ValueError):
         pass
-    return set()
+    return flags, vendor, family
 
 
 def choose_openblas_core():
-    """gpt_blas_choose: when OpenBLAS (DYNAMIC_ARCH) fell back to a core without AVX-512 on a
-    CPU with F, CD, BW, DQ and VL, re-execute once with OPENBLAS_CORETYPE=SkylakeX (the
-    library reads it only when it loads); a user's OPENBLAS_CORETYPE and the marker win."""
+    """gpt_blas_choose: on a CPU with AVX-512 F, CD, BW, DQ and VL under a DYNAMIC_ARCH
+    OpenBLAS, re-execute once with OPENBLAS_CORETYPE=Haswell when the CPU runs AVX-512 in
+    256-bit halves (AMD family 25) and OpenBLAS picked AVX-512 kernels, or with SkylakeX when
+    it does not and OpenBLAS fell back to others (the library reads the variable only when
+    it loads); a user's OPENBLAS_CORETYPE and the marker win."""
     if "OPENBLAS_CORETYPE" in os.environ or BLAS_MARKER in os.environ:
         return
     try:
         got = openblas(ctypes.CDLL("libopenblas.so.0"))
     except OSError:
         return
-    if not got or "DYNAMIC_ARCH" not in got[0] or got[1].lower() in AVX512_CORES:
+    flags, vendor, family = cpu_info()
+    if not got or "DYNAMIC_ARCH" not in got[0] or not SKYLAKEX_FLAGS <= flags:
         return
-    if not SKYLAKEX_FLAGS <= cpu_flags():
+    halves = vendor == "AuthenticAMD" and family == 25
+    avx512 = got[1].lower() in AVX512_CORES
+    if halves and avx512:
+        core = "Haswell"
+    elif not halves and not avx512:
+        core = "SkylakeX"
+    else:
         return
     os.environ[BLAS_MARKER] = got[1]
-    os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"
+    os.environ["OPENBLAS_CORETYPE"] = core
     sys.stdout.flush()
     try:
         os.execv(sys.executable, [sys.executable] + sys.argv)
     except OSError as e:
-        print("# torch_gpt: re-executing with OPENBLAS_CORETYPE=SkylakeX failed: %s" % e, file=sys.stderr)
+        print("# torch_gpt: re-executing with OPENBLAS_CORETYPE=%s failed: %s" % (core, e), file=sys.stderr)
         del os.environ[BLAS_MARKER], os.environ["OPENBLAS_CORETYPE"]
 
 
@@ -281,6 +301,9 @@ def blas_name():
     env, marker = os.environ.get("OPENBLAS_CORETYPE"), os.environ.get(BLAS_MARKER)
     if env is not None and marker is not None and env.lower() == "skylakex":
         why = "chosen by weft: OpenBLAS picked %s, the CPU has AVX-512" % marker
+    elif env is not None and marker is not None and env.lower() == "haswell":
+        why = ("chosen by weft: OpenBLAS picked %s, the CPU runs AVX-512 in 256-bit halves and the AVX2 kernels "
+               "are faster there" % marker)
     elif env is not None:
         why = "OPENBLAS_CORETYPE=%s in the environment" % env
     else:
