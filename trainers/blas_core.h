@@ -19,9 +19,9 @@
  * there the Haswell kernels measured faster than the AVX-512 ones OpenBLAS 0.3.21 picks
  * (Cooperlake): on the Zen 4 VM, one core, 512^3 SGEMM 108-109 against 102-104 GFLOP/s;
  * the small model's 1-rank step 439-441 against 464-475 ms (3 interleaved launches each);
- * make bench-trainers, small, 2 ranks, both sides on each core in turn (4 alternating
- * rounds): weft 8944 against 8640 tokens/s (medians), PyTorch 6933 against 6878; the large
- * model's step within the spread (1469-1516 against 1498-1503 ms). So there
+ * make bench-trainers, 2 ranks, both sides on each core in turn (alternating rounds,
+ * medians): small model (4 rounds) weft 8944 against 8640 tokens/s, PyTorch 6933 against
+ * 6878; large (3 rounds) weft 2805 against 2496, PyTorch 2016 against 2028. So there
  * gpt_blas_choose re-executes with OPENBLAS_CORETYPE=Haswell.
  *
  * A user's OPENBLAS_CORETYPE is honoured as it is, and WEFT_BLAS_DETECTED stops a second
