@@ -1,16 +1,17 @@
 #!/bin/sh
 # The shm placement probe (transports/shm/shm_placement.h) runs at the first collective of
-# >= 8 KiB per rank, the first large one and, after 16 more that moved 256 MiB per rank in all,
+# >= 2 KiB per rank (not below: test 4), the first large one and, after 16 more that moved
+# 256 MiB per rank in all,
 # again (weft__shm_probe_due), on every rank alike, completes (no hang: the test
 # harness's timeout and the comm's deadline bound it), and leaves results exact whatever
 # it decides; it does not run when ranks outnumber cores. The copy probe that follows it
 # (transports/shm/shm_copy_probe.h) runs at the first probe on every rank, times both paths
 # and leaves the same exact results; with more ranks than cores it runs once, alone. TAP output.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1
-echo "1..5"
+echo "1..6"
 ncpu=$(nproc)
 if [ "$ncpu" -lt 2 ]; then
-  for i in 1 2 3 4 5; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
+  for i in 1 2 3 4 5 6; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
   exit 0
 fi
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -46,22 +47,37 @@ else
   echo "not ok 3 - copy probe: rank 0 ran $c0 of $p0 (want the first at least), times:"
   grep "copy probe" "$log" | head -n 4 | sed 's/^/# /'
 fi
+# A program whose calls are all small: 1 KiB calls never probe; the first 2 KiB one does
+# (non-temporal payloads from 2 KiB on two L3s need its verdict), once.
+WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 1K -e 1K -n 20 -w 1 -c 1 >"$log" 2>&1
+rc1=$? n1=$(grep -c "placement probe" "$log")
+WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 2K -e 4K -f 2 -n 20 -w 1 -c 1 >"$log" 2>&1
+rc2=$?
+s0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
+s1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
+wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
+if [ "$rc1" = 0 ] && [ "$n1" = 0 ] && [ "$rc2" = 0 ] && [ "$wrong" = 0 ] && [ "$s0" = 1 ] && [ "$s1" = 1 ]; then
+  echo "ok 4 - calls of 1 KiB never probe, the first of 2 KiB does, once per rank"
+else
+  echo "not ok 4 - 1 KiB calls: exit $rc1, $n1 probe lines (want 0); 2-4 KiB calls: exit $rc2, $wrong wrong," \
+    "probes rank 0 $s0, rank 1 $s1 (want 1 each)"
+fi
 over=$((ncpu + 1))
 if [ "$over" -gt 9 ]; then
-  for i in 4 5; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
+  for i in 5 6; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
   exit 0
 fi
 WEFT_DEBUG=TRACE ./weftrun -n "$over" ./all_reduce_perf -b 256K -e 256K -n 20 -w 1 -c 1 >"$log" 2>&1
 rc=$?
 n=$(grep -c "placement probe" "$log")
-if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 4 - $over ranks on $ncpu cores: no round-trip probe"
-else echo "not ok 4 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
+if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 5 - $over ranks on $ncpu cores: no round-trip probe"
+else echo "not ok 5 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
 c=$(grep -c "copy probe" "$log")
 if [ "$(grep -c "CMA not permitted" "$log")" -gt 0 ]; then
-  echo "ok 5 # SKIP single copy not permitted here: the copy probe has nothing to measure"
+  echo "ok 6 # SKIP single copy not permitted here: the copy probe has nothing to measure"
 elif [ "$rc" = 0 ] && [ "$c" = "$over" ] && copy_probes_ok "$log" "$over"; then
-  echo "ok 5 - $over ranks on $ncpu cores: one copy probe per rank, over 21 large calls"
+  echo "ok 6 - $over ranks on $ncpu cores: one copy probe per rank, over 21 large calls"
 else
-  echo "not ok 5 - $over ranks on $ncpu cores: exit $rc, $c copy probe lines (want $over, times nonzero)"
+  echo "not ok 6 - $over ranks on $ncpu cores: exit $rc, $c copy probe lines (want $over, times nonzero)"
   grep "copy probe" "$log" | head -n 4 | sed 's/^/# /'
 fi
