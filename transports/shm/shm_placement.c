@@ -16,6 +16,7 @@
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
+#include "lib/ft.h"
 #include "lib/log.h"
 #include "lib/status.h"
 #include "lib/task.h"
@@ -103,12 +104,15 @@ static int ring_neighbours(const struct weft_comm *comm, int *next, int *prev) {
 static int phase_of(int pos, int n) { return n % 2 == 1 && pos == n - 1 ? 2 : pos % 2; }
 
 /* Why the probe with peer cannot go on, or WEFT_SUCCESS: the communicator was aborted (by
- * another thread), the root reported a failed rank, or the peer's process is gone. Costs a
+ * another thread) or revoked (by any rank: a rank that revokes instead of joining the call
+ * never answers, and its partners must return WEFT_ERR_REVOKED as lib/task.c's waits do,
+ * not time out), the root reported a failed rank, or the peer's process is gone. Costs a
  * few syscalls (the root's socket, /proc): called at most every LIVENESS_NS. */
 static weft_status_t probe_blocked(struct weft_comm *comm, int peer) {
   if (atomic_load(&comm->aborted))
     return weft__error(comm, WEFT_ERR_ABORTED, "rank %d: shm placement probe with peer %d: the "
                        "communicator was aborted", comm->rank, peer);
+  if (atomic_load(&comm->revoked)) return weft__comm_revoked_error(comm, "shm placement probe");
   int failed;
   const char *why;
   if (weft__bootstrap_check_failure(comm, &failed, &why) != WEFT_SUCCESS && failed >= 0)
