@@ -3,15 +3,17 @@
 
 #include <math.h>
 
+#include "trainers/simd_clones.h"
+
 gpt_adamw gpt_adamw_defaults(void) {
   return (gpt_adamw){.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
 }
 
 /* The optimizer step streams p, g, m and v once (7 x 4 bytes per parameter): it is bound by
  * memory bandwidth, so both loops are written to vectorize (no errno from sqrt, no aliasing,
- * independent partial sums) and compiled for AVX-512 and AVX2 too, as backend_cpu.c's
- * kernels are. A sum's bits depend on the lane count, which is fixed on one machine. */
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+ * independent partial sums) and compiled for AVX-512 and AVX2 too (SIMD_CLONES), as
+ * backend_cpu.c's kernels are. A sum's bits depend on the lane count, which is fixed on one
+ * machine. */
 
 enum { SUMSQ_LANES = 16 };
 

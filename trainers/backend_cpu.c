@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainers/simd_clones.h"
+
 static void cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc) {
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n,
@@ -25,10 +27,7 @@ static void cpu_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alph
 }
 
 /* The element-wise kernels (GELU is the largest: 4*d values per token per layer, twice),
- * LayerNorm and attention are compiled for AVX-512 and AVX2 too, and the loader picks the
- * best the CPU has (GCC's target_clones). Results may then differ in the last bits between
- * CPUs (FMA contraction), never between runs on one machine. */
-#define SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+ * LayerNorm and attention are compiled for AVX-512 and AVX2 too (SIMD_CLONES). */
 
 SIMD_CLONES static void cpu_bias_add(float *y, const float *bias, int rows, int n) {
   for (int r = 0; r < rows; r++)
