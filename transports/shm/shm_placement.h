@@ -22,12 +22,12 @@
  * (the VM measured 55-70 ns with one L3 and 270-380 with two; perf/l3_probe agrees).
  * The probe needs both ranks at once, so it runs at points all ranks reach in the same
  * order: at the start of the first collective of uniform sizes with >= WEFT__SHM_PROBE_FIRST_MIN
- * bytes per rank (WEFT__SHM_NT_MIN, from which the placement decides how payloads are
- * written; it was 8 KiB, the single-copy floor, and a program whose calls were all 2-8 KiB
- * never probed and wrote them through the cache on two L3s, where the table at
- * WEFT__SHM_NT_MIN measured 4 KiB collectives 1.3-4.4x slower so; before that a program
- * whose first calls were small kept the guesses until its first large call, and on the
- * AMD VM 16-64 KiB all-gather ran 1.5-2x slower on them), at the first large one
+ * bytes per rank (WEFT__SHM_NT_MIN: from there the placement decides how payloads are
+ * written. It was 8 KiB, the single-copy floor, and a program whose calls were all 2-8 KiB
+ * never probed, so on two L3s it wrote them through the cache: 1.3-4.4x slower at 4 KiB by
+ * WEFT__SHM_NT_MIN's table. Before that, a program whose first calls were small kept the
+ * guesses until its first large call, and on the AMD VM 16-64 KiB all-gather ran 1.5-2x
+ * slower on them), at the first large one
  * (>= WEFT__SHM_PROBE_MIN bytes per rank), and again once at least WEFT__SHM_PROBE_EVERY large
  * ones and WEFT__SHM_PROBE_EVERY_BYTES of them (summed) have run since the last
  * (weft__shm_probe_due). Each rank initiates toward
