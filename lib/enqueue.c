@@ -10,6 +10,7 @@
 #include "lib/dtype.h"
 #include "lib/group.h"
 #include "lib/status.h"
+#include "lib/stream.h"
 #include "lib/task.h"
 #include "mem/space.h"
 
@@ -112,11 +113,14 @@ static void fill_task(weft__task *t, const call_args *a, const weft__mem_space *
   t->peer = a->peer;
 }
 
-static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft__task **out) {
+/* A task for a call queued on stream outside a group comes from the stream's kept tasks
+ * (lib/stream.c says why); a group's tasks are folded and freed by lib/group.c. */
+static weft_status_t make_task(struct weft_comm *comm, const call_args *a, weft_stream_t stream, weft__task **out) {
   const weft__mem_space *mem = &weft__mem_host;
   WEFT_TRY(check_call(comm, a, &mem));
   weft__task *t = NULL;
-  WEFT_TRY(weft__task_new(comm, a->coll, &t));
+  if (stream != NULL && !weft__group_active()) WEFT_TRY(weft__stream_task_new(stream, comm, a->coll, &t));
+  else WEFT_TRY(weft__task_new(comm, a->coll, &t));
   fill_task(t, a, mem);
   *out = t;
   return WEFT_SUCCESS;
@@ -148,7 +152,7 @@ static weft_status_t launch(struct weft_comm *comm, const call_args *a, weft_str
     return st;
   }
   weft__task *t = NULL;
-  WEFT_TRY(make_task(comm, a, &t));
+  WEFT_TRY(make_task(comm, a, stream, &t));
   return submit(t, stream);
 }
 
@@ -256,7 +260,7 @@ weft_status_t weft_all_to_allv(const void *sendbuf, const size_t *sendcounts, co
   }
   for (int i = 0; i < 4; i++) memcpy(copy + (size_t)i * n, v[i], n * sizeof(size_t));
   weft__task *t = NULL;
-  weft_status_t st = make_task(comm, &a, &t);
+  weft_status_t st = make_task(comm, &a, stream, &t);
   if (st != WEFT_SUCCESS) {
     free(copy);
     return st;

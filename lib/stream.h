@@ -6,6 +6,9 @@
 
 struct weft__cuda_binding;
 
+/* A new task for a call that will be queued on s (weft__stream_enqueue): one the stream's
+ * thread has run and kept, else weft__task_new's. Errors as weft__task_new's. Thread-safe. */
+weft_status_t weft__stream_task_new(weft_stream_t s, struct weft_comm *comm, weft__coll_t coll, weft__task **out);
 /* Queues t on s; the stream's thread runs and frees it. Counts it in t->comm->pending. On
  * a stream bound to a CUDA stream, in that stream's order (lib/stream_cuda.h), which can
  * fail: then t is freed and the error returned. */
