@@ -536,7 +536,9 @@ WEFT_API weft_status_t weft_comm_deregister(weft_comm_t comm, weft_reg_t handle)
  * operations enqueued on it one after another, in order, while the caller goes on.
  * At most 1024 operations wait in a stream's queue: a call that would be the 1025th
  * waits until the thread has worked the queue down to 512, as a CUDA launch waits for
- * room in its stream (the operations' own deadlines bound that wait).
+ * room in its stream (the operations' own deadlines bound that wait). The thread keeps
+ * the records of operations it has run for the stream's next calls, at most 1024 (~660
+ * KB); weft_stream_destroy frees them.
  * Errors: WEFT_ERR_INVALID_ARGUMENT (stream NULL), WEFT_ERR_NO_MEMORY, WEFT_ERR_SYSTEM.
  * Thread-safe.
  */

@@ -6,12 +6,13 @@
 # harness's timeout and the comm's deadline bound it), and leaves results exact whatever
 # it decides; it does not run when ranks outnumber cores. The copy probe that follows it
 # (transports/shm/shm_copy_probe.h) runs at the first probe on every rank, times both paths
-# and leaves the same exact results; with more ranks than cores it runs once, alone. TAP output.
+# and leaves the same exact results; with more ranks than cores it runs once, alone. A
+# program of small calls probes again every 65536th (test 5). TAP output.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1
-echo "1..6"
+echo "1..7"
 ncpu=$(nproc)
 if [ "$ncpu" -lt 2 ]; then
-  for i in 1 2 3 4 5 6; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
+  for i in 1 2 3 4 5 6 7; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
   exit 0
 fi
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -62,22 +63,35 @@ else
   echo "not ok 4 - 1 KiB calls: exit $rc1, $n1 probe lines (want 0); 2-4 KiB calls: exit $rc2, $wrong wrong," \
     "probes rank 0 $s0, rank 1 $s1 (want 1 each)"
 fi
+# 2 KiB calls, 40000 timed out of place and 40000 in place (and warm-up and checked
+# calls): the first probes, and the 65537th again (WEFT__SHM_PROBE_EVERY_SMALL), on
+# both ranks alike.
+WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 2K -e 2K -n 40000 -w 1 -c 1 >"$log" 2>&1
+rc=$?
+s0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
+s1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
+wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
+if [ "$rc" = 0 ] && [ "$wrong" = 0 ] && [ "$s0" = 2 ] && [ "$s1" = 2 ]; then
+  echo "ok 5 - over 80000 calls of 2 KiB: the first and the 65537th probe, on both ranks"
+else
+  echo "not ok 5 - over 80000 calls of 2 KiB: exit $rc, $wrong wrong, probes rank 0 $s0, rank 1 $s1 (want 2 each)"
+fi
 over=$((ncpu + 1))
 if [ "$over" -gt 9 ]; then
-  for i in 5 6; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
+  for i in 6 7; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
   exit 0
 fi
 WEFT_DEBUG=TRACE ./weftrun -n "$over" ./all_reduce_perf -b 256K -e 256K -n 20 -w 1 -c 1 >"$log" 2>&1
 rc=$?
 n=$(grep -c "placement probe" "$log")
-if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 5 - $over ranks on $ncpu cores: no round-trip probe"
-else echo "not ok 5 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
+if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 6 - $over ranks on $ncpu cores: no round-trip probe"
+else echo "not ok 6 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
 c=$(grep -c "copy probe" "$log")
 if [ "$(grep -c "CMA not permitted" "$log")" -gt 0 ]; then
-  echo "ok 6 # SKIP single copy not permitted here: the copy probe has nothing to measure"
+  echo "ok 7 # SKIP single copy not permitted here: the copy probe has nothing to measure"
 elif [ "$rc" = 0 ] && [ "$c" = "$over" ] && copy_probes_ok "$log" "$over"; then
-  echo "ok 6 - $over ranks on $ncpu cores: one copy probe per rank, over 21 large calls"
+  echo "ok 7 - $over ranks on $ncpu cores: one copy probe per rank, over 21 large calls"
 else
-  echo "not ok 6 - $over ranks on $ncpu cores: exit $rc, $c copy probe lines (want $over, times nonzero)"
+  echo "not ok 7 - $over ranks on $ncpu cores: exit $rc, $c copy probe lines (want $over, times nonzero)"
   grep "copy probe" "$log" | head -n 4 | sed 's/^/# /'
 fi

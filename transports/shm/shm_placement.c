@@ -235,9 +235,10 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
   weft__shm_state *state = weft__shm_state_of(comm);
   if (state == NULL) return WEFT_SUCCESS;
   /* The schedule (shm_placement.h): the first collective of WEFT__SHM_PROBE_FIRST_MIN bytes,
-   * the first of WEFT__SHM_PROBE_MIN, then by calls and bytes since the last. */
+   * the first of WEFT__SHM_PROBE_MIN, then by calls and bytes since the last, and every
+   * WEFT__SHM_PROBE_EVERY_SMALL smaller ones. */
   if (!weft__shm_probe_due(state->placement_probes, &state->placement_calls, &state->placement_since_calls,
-                           &state->placement_since_bytes, bytes))
+                           &state->placement_since_bytes, &state->placement_since_small, bytes))
     return WEFT_SUCCESS;
   /* With more ranks than cores the round trips say nothing (a partner not running makes
    * each one a context switch): the first probe only, a rendezvous for the copy probe. */

@@ -28,9 +28,11 @@
  * WEFT__SHM_NT_MIN's table. Before that, a program whose first calls were small kept the
  * guesses until its first large call, and on the AMD VM 16-64 KiB all-gather ran 1.5-2x
  * slower on them), at the first large one
- * (>= WEFT__SHM_PROBE_MIN bytes per rank), and again once at least WEFT__SHM_PROBE_EVERY large
- * ones and WEFT__SHM_PROBE_EVERY_BYTES of them (summed) have run since the last
- * (weft__shm_probe_due). Each rank initiates toward
+ * (>= WEFT__SHM_PROBE_MIN bytes per rank), again once at least WEFT__SHM_PROBE_EVERY large
+ * ones and WEFT__SHM_PROBE_EVERY_BYTES of them (summed) have run since the last, and after
+ * WEFT__SHM_PROBE_EVERY_SMALL smaller ones since the last probe (weft__shm_probe_due): a program of
+ * small calls otherwise kept its first verdict for good, while the host moved the VM's vCPUs
+ * between one L3 and two every few minutes. Each rank initiates toward
  * its ring successor (whose FIFO it writes most) and answers its ring predecessor, in two
  * or three phases so that no rank does both at once. After the round trips each pair runs
  * the copy probe (shm_copy_probe.h) on the same line. When ranks outnumber cores there are
@@ -83,20 +85,35 @@ static inline int weft__shm_payload_nt(int nt_out, size_t bytes) {
  * 11-13 in longer runs). 256 MiB keeps calls of 16 MiB and more on every 16th, as before;
  * smaller ones probe once per 256 MiB moved (a 256 KiB call: every 1024th, ~12 ms apart). */
 #define WEFT__SHM_PROBE_EVERY_BYTES ((uint64_t)256 << 20)
+/* Collectives of WEFT__SHM_PROBE_FIRST_MIN to WEFT__SHM_PROBE_MIN bytes per rank probe again
+ * after this many of them since the last probe of any size. Why: on two L3s the verdict
+ * decides 2-64 KiB calls' speed (WEFT__SHM_NT_MIN's table: a 4 KiB all-reduce 2.71 us
+ * through the cache against 1.35 past it), on one L3 writing past the cache is the slower
+ * way (the first table above), and a program of such calls never reaches the large calls'
+ * schedule. Cost: the round trips (41, 55-380 ns each) and the copy probe's rendezvous (it
+ * reruns only when the verdict changed). Built with a probe every 64th call, 2-rank 2-4 KiB
+ * all-reduces ran 0.16-0.6 us a call slower (6 alternating launches, one L3 and two): 10-38
+ * us a probe, so under 0.001 us a call at every 65536th (85 ms or more of 2 KiB calls). */
+#define WEFT__SHM_PROBE_EVERY_SMALL 65536u
 #define WEFT__SHM_PROBE_BATCHES 5            /* timed batches of round trips per probe ... */
 #define WEFT__SHM_PROBE_BATCH_TRIPS 8        /* ... of this many each */
 #define WEFT__SHM_SPLIT_NS 180               /* the fastest batch's mean above this: two L3s */
 
-/* The probe schedule above, for a collective of `bytes` per rank that every rank of the
- * communicator makes in the same order: 1 when it must probe. `probes`: the probes run so
- * far; *large: the large collectives (>= WEFT__SHM_PROBE_MIN) so far, *since_calls and
- * *since_bytes: their number and bytes since the last large one that probed, updated here
- * (zero them once). Pure (no clock, no I/O), so every rank decides alike. Not thread-safe
- * on the same counters. */
+/* The probe schedule above, for a collective of `bytes` per rank (at least
+ * WEFT__SHM_PROBE_FIRST_MIN) that every rank of the communicator makes in the same order: 1
+ * when it must probe. `probes`: the probes run so far; *large: the large collectives
+ * (>= WEFT__SHM_PROBE_MIN) so far, *since_calls and *since_bytes: their number and bytes
+ * since the last large one that probed, *since_small: the smaller ones since the last probe;
+ * updated here (zero them once). Pure (no clock, no I/O), so every rank decides alike. Not
+ * thread-safe on the same counters. */
 static inline int weft__shm_probe_due(uint64_t probes, uint64_t *large, uint64_t *since_calls,
-                                      uint64_t *since_bytes, size_t bytes) {
+                                      uint64_t *since_bytes, uint64_t *since_small, size_t bytes) {
   int due = probes == 0; /* the first collective of WEFT__SHM_PROBE_FIRST_MIN bytes */
-  if (bytes < WEFT__SHM_PROBE_MIN) return due;
+  if (bytes < WEFT__SHM_PROBE_MIN) {
+    if (++*since_small >= WEFT__SHM_PROBE_EVERY_SMALL) due = 1;
+    if (due) *since_small = 0;
+    return due;
+  }
   if ((*large)++ == 0) {
     due = 1;
   } else {
@@ -104,7 +121,7 @@ static inline int weft__shm_probe_due(uint64_t probes, uint64_t *large, uint64_t
     *since_bytes += bytes;
     if (*since_calls >= WEFT__SHM_PROBE_EVERY && *since_bytes >= WEFT__SHM_PROBE_EVERY_BYTES) due = 1;
   }
-  if (due) *since_calls = *since_bytes = 0;
+  if (due) *since_calls = *since_bytes = *since_small = 0;
   return due;
 }
 

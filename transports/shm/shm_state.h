@@ -40,8 +40,10 @@ typedef struct {
   int membarrier;             /* registered for membarrier(2), and WEFT_SHM_MEMBARRIER allows it:
                                  we sleep after it and ring such peers without a fence */
   /* Large uniform collectives so far, those and their bytes since the last probe among
-   * them, and the placement probes run (weft__shm_probe_due): the same on every rank. */
-  uint64_t placement_calls, placement_since_calls, placement_since_bytes, placement_probes;
+   * them, the smaller ones since the last probe, and the placement probes run
+   * (weft__shm_probe_due): the same on every rank. */
+  uint64_t placement_calls, placement_since_calls, placement_since_bytes, placement_since_small;
+  uint64_t placement_probes;
 } weft__shm_state;
 
 /* The card: what every rank learns of every other at listen. */
