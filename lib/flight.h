@@ -18,6 +18,17 @@
  * recorder off against on: 21-24 of 31 faster), where rdtsc in its place measured the same
  * as no clock read at all; the TSC recorder against the coarse one: 6-12% faster, 22-26 of
  * 31 (all-reduce 8-256 B within the spread).
+ * Calls of under WEFT__FLIGHT_TIMED_BYTES that never wait take no clock reading at all: on
+ * the Zen 4 VM rdtsc costs 9.5 ns, and the two reads cost a 2-rank 8-byte broadcast 13%
+ * (8 launches rotating builds: 0.104-0.109 us with both, 0.088-0.092 with neither, either
+ * one alone 0.098-0.111). Such a call's start is read once it has waited past the spin
+ * (lib/task.c's drive, SPIN_ITERS idle looks, a few us: weft__flight_waiting), and its end
+ * then when it ends; one that completes sooner runs for a few us at most and is recorded
+ * with start and end 0 ("not timed"). A call that hangs is timed from its first few us of
+ * waiting. Larger calls, whose bytes may take long without a wait (a 256 MiB copy on one
+ * rank), are timed at both ends as before. With this, 8-64 B broadcasts ran 0.099-0.105
+ * against 0.103-0.115 us, 8 B-1 KiB all-reduces 0.16-0.22 against 0.17-0.24 (2 ranks,
+ * 8-12 alternating launches, the host's fast launches).
  * Everything here runs under comm->lock: the ring is only written by the thread running
  * an operation, and another thread that wants a snapshot while one runs asks that thread
  * (weft__flight_poll, checked where the operation waits and when it ends). */
@@ -38,7 +49,8 @@ enum { WEFT__FLIGHT_DEFAULT_ENTRIES = 256, WEFT__FLIGHT_MAX_ENTRIES = 1 << 16 };
 typedef struct {
   uint64_t seq;            /* the task's number: per comm for collectives, per rank for p2p */
   uint64_t count;          /* elements (p2p groups: operations) */
-  uint64_t start, end;     /* in the recorder's clock (weft__flight_ticks); end 0 while running */
+  uint64_t start, end;     /* in the recorder's clock (weft__flight_ticks); end 0 while running,
+                              both 0 for a short call that never waited (not timed) */
   const char *algo;        /* static: the algorithm row's name */
   int32_t root, peer;
   uint8_t coll, dtype, op, state;
@@ -84,17 +96,23 @@ static inline uint64_t weft__flight_ticks(const weft__flight *f) {
   return weft__coarse_ns();
 }
 
+/* Calls of at least this many bytes per rank (and every all-to-all-v and send/recv group,
+ * whose sizes the entry does not hold) are timed from their start; smaller ones only once
+ * they wait (above). */
+#define WEFT__FLIGHT_TIMED_BYTES (64u * 1024u)
+
 /* Records an operation as running: its number, count (elements; operations for a p2p
  * group), algorithm row name (static), root, peer, and its collective, datatype and op as
- * lib/task.h numbers them. Caller holds comm->lock. Inline, fields passed one by one: it runs
- * on every call, and a call plus a read of the task cost a small all-reduce ~3% more. */
+ * lib/task.h numbers them; timed: read the clock now (else once it waits past the spin, if it does).
+ * Caller holds comm->lock. Inline, fields passed one by one: it runs on every call, and a
+ * call plus a read of the task cost a small all-reduce ~3% more. */
 static inline void weft__flight_begin(weft__flight *f, uint64_t seq, uint64_t count, const char *algo,
-                                      int root, int peer, int coll, int dtype, int op) {
+                                      int root, int peer, int coll, int dtype, int op, int timed) {
   if (f->ring == NULL) return;
   weft__flight_entry *e = &f->ring[f->written++ & (f->n - 1)];
   e->seq = seq;
   e->count = count;
-  e->start = weft__flight_ticks(f);
+  e->start = timed ? weft__flight_ticks(f) : 0;
   e->end = 0;
   e->algo = algo;
   e->root = root;
@@ -106,11 +124,16 @@ static inline void weft__flight_begin(weft__flight *f, uint64_t seq, uint64_t co
   e->status = 0;
   f->cur = e;
 }
-/* Marks the running entry done or failed (st), ended now. */
+/* The running operation has waited past the spin (drive): its start, if not taken. */
+static inline void weft__flight_waiting(weft__flight *f) {
+  weft__flight_entry *e = f->cur;
+  if (e != NULL && e->start == 0) e->start = weft__flight_ticks(f);
+}
+/* Marks the running entry done or failed (st), ended now (if timed). */
 static inline void weft__flight_end(weft__flight *f, weft_status_t st) {
   weft__flight_entry *e = f->cur;
   if (e == NULL) return;
-  e->end = weft__flight_ticks(f);
+  if (e->start != 0) e->end = weft__flight_ticks(f);
   e->state = st == WEFT_SUCCESS ? WEFT__FLIGHT_DONE : WEFT__FLIGHT_FAILED;
   e->status = (int32_t)st;
   f->cur = NULL;

@@ -319,6 +319,8 @@ static inline weft_status_t drive(weft__task *t) {
       now = weft__now_ns();
       weft__flight_poll(comm, &comm->flight); /* another thread asked for a snapshot */
       if (idle == CLOCK_EVERY) last_move = now;
+      /* A short call's start, taken once it has waited past the spin (lib/flight.h). */
+      if (idle == SPIN_ITERS) weft__flight_waiting(&comm->flight);
       if (last_health == 0) last_health = now;
       if (started == 0) started = now;
       if (now - last_move > (uint64_t)comm->timeout_ms * 1000000ull) return timed_out(t);
@@ -401,8 +403,10 @@ weft_status_t weft__task_run(weft__task *t) {
   int ran = 0; /* drive ran: on error, requests may be queued */
   if (st == WEFT_SUCCESS) {
     t->algo = weft__select_algo(t);
+    int timed = t->coll == WEFT__COLL_P2P_GROUP || t->coll == WEFT__COLL_ALL_TO_ALLV ||
+                t->count * weft__dtype_size(t->dtype) >= WEFT__FLIGHT_TIMED_BYTES;
     weft__flight_begin(&comm->flight, t->seq, t->coll == WEFT__COLL_P2P_GROUP ? (uint64_t)t->np2p : t->count,
-                       t->algo != NULL ? t->algo->name : "", t->root, t->peer, t->coll, t->dtype, t->op);
+                       t->algo != NULL ? t->algo->name : "", t->root, t->peer, t->coll, t->dtype, t->op, timed);
     st = t->algo != NULL ? before_collective(t)
                          : weft__error(comm, WEFT_ERR_INVALID_USAGE, "rank %d: no %s algorithm handles "
                                        "buffers in %s memory", comm->rank, weft__coll_name(t->coll),

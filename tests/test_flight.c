@@ -10,7 +10,10 @@
  *    continued, times out itself, and writes its record. The reader must name rank 3.
  * 3. weft_comm_flight_record: the public call returns the JSON (sizes, the too-small-
  *    buffer error) and it parses as the reader expects; its times are CLOCK_MONOTONIC ns
- *    in order around the calls, a 50 ms sleep between two of them 50 ms apart.
+ *    in order around the calls (64 KiB: timed from their start), a 50 ms sleep between two
+ *    of them 50 ms apart. On one rank a 64-byte call, which never waits, takes no clock
+ *    reading (start and end 0: two TSC reads cost an 8-byte broadcast 13%); a 64 KiB one is
+ *    timed.
  * 4. On the coarse clock (machines without an invariant TSC; forced here), a long call that
  *    never waits (a 256 MiB all-reduce on one rank: a copy) is recorded as long as it took:
  *    its end was once taken as its start when the call had not waited.
@@ -221,8 +224,8 @@ static int api_body(harness_rank *r) {
   uint64_t before = monotonic_ns();
   for (int i = 0; i < 3; i++) {
     if (i == 2) usleep(50 * 1000);
-    harness_expect_status(r, weft_all_reduce(sendb, recvb, 16, WEFT_FLOAT32, WEFT_MAX, r->comm, NULL), WEFT_SUCCESS,
-                          "all_reduce");
+    harness_expect_status(r, weft_all_reduce(sendb, recvb, 16384, WEFT_FLOAT32, WEFT_MAX, r->comm, NULL),
+                          WEFT_SUCCESS, "all_reduce");
   }
   uint64_t after = monotonic_ns();
   size_t need = 0;
@@ -235,7 +238,7 @@ static int api_body(harness_rank *r) {
   size_t need2 = 0;
   st = weft_comm_flight_record(r->comm, buf, need, &need2);
   harness_expect_status(r, st, WEFT_SUCCESS, "weft_comm_flight_record into the size it asked for");
-  if (st == WEFT_SUCCESS && (strlen(buf) + 1 != need2 || !strstr(buf, "\"coll\": \"all_reduce\", \"count\": 16") ||
+  if (st == WEFT_SUCCESS && (strlen(buf) + 1 != need2 || !strstr(buf, "\"coll\": \"all_reduce\", \"count\": 16384") ||
                              !strstr(buf, "\"op\": \"max\"") || !strstr(buf, "\"seq\": 3") ||
                              !strstr(buf, "\"state\": \"done\"") || !strstr(buf, "\"in_flight\": null")))
     harness_fail(r, "the record lacks the calls made: %s", buf);
@@ -250,6 +253,34 @@ static int api_body(harness_rank *r) {
 static void public_call_returns_the_record(void **state) {
   (void)state;
   harness_run_simple(2, "shm", api_body, NULL);
+}
+
+/* One rank: a 64-byte all-reduce never waits and is not timed; a 64 KiB one is. */
+static int untimed_body(harness_rank *r) {
+  uint64_t before = monotonic_ns();
+  harness_expect_status(r, weft_all_reduce(sendb, recvb, 16, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), WEFT_SUCCESS,
+                        "64-byte all_reduce");
+  harness_expect_status(r, weft_all_reduce(sendb, recvb, 16384, WEFT_FLOAT32, WEFT_SUM, r->comm, NULL), WEFT_SUCCESS,
+                        "64 KiB all_reduce");
+  uint64_t after = monotonic_ns();
+  size_t need = 1 << 20;
+  char *json = malloc(need);
+  uint64_t s1 = 1, e1 = 1, s2 = 0, e2 = 0;
+  if (json == NULL || weft_comm_flight_record(r->comm, json, need, NULL) != WEFT_SUCCESS ||
+      !entry_times(json, 1, &s1, &e1) || !entry_times(json, 2, &s2, &e2))
+    harness_fail(r, "no entries of the two calls in the record: %s", json != NULL ? json : "(no memory)");
+  else if (s1 != 0 || e1 != 0)
+    harness_fail(r, "the 64-byte call, which never waited, read the clock: %" PRIu64 "-%" PRIu64, s1, e1);
+  else if (s2 + 20000000ull < before || s2 > e2 || e2 > after + 20000000ull)
+    harness_fail(r, "the 64 KiB call is not timed around the calls: before %" PRIu64 ", %" PRIu64 "-%" PRIu64
+                 ", after %" PRIu64, before, s2, e2, after);
+  free(json);
+  return r->failures;
+}
+
+static void short_call_that_never_waits_is_not_timed(void **state) {
+  (void)state;
+  harness_run_simple(1, "shm", untimed_body, NULL);
 }
 
 static int coarse_body(harness_rank *r) {
@@ -338,6 +369,7 @@ static void fed_send_counts_before_it_is_posted(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(public_call_returns_the_record),
+      cmocka_unit_test(short_call_that_never_waits_is_not_timed),
       cmocka_unit_test(long_call_is_timed_on_the_coarse_clock),
       cmocka_unit_test(rank_not_calling_is_named_by_the_reader),
       cmocka_unit_test(rank_stopped_mid_call_is_named_by_the_reader),
