@@ -53,9 +53,8 @@ static void tsc_pair(uint64_t *tsc, uint64_t *ns) {
 }
 
 /* A time of the recorder's clock in CLOCK_MONOTONIC ns (0 stays 0: not yet ended, or not
- * timed: flight.h). With the
- * TSC, on the line through (tsc0, ns0) and (tsc1, ns1), a reading of both taken as the record
- * is written. */
+ * timed: flight.h). With the TSC, on the line through (tsc0, ns0) and (tsc1, ns1), a reading
+ * of both taken as the record is written. */
 static uint64_t ticks_ns(const weft__flight *f, uint64_t ticks, uint64_t tsc1, uint64_t ns1) {
   if (!f->tsc || ticks == 0) return ticks;
   if (tsc1 <= f->tsc0 || ticks <= f->tsc0) return f->ns0;

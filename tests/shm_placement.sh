@@ -1,10 +1,9 @@
 #!/bin/sh
 # The shm placement probe (transports/shm/shm_placement.h) runs at the first collective of
 # >= 2 KiB per rank (not below: test 4), the first large one and, after 16 more that moved
-# 256 MiB per rank in all,
-# again (weft__shm_probe_due), on every rank alike, completes (no hang: the test
-# harness's timeout and the comm's deadline bound it), and leaves results exact whatever
-# it decides; it does not run when ranks outnumber cores. The copy probe that follows it
+# 256 MiB per rank in all, again (weft__shm_probe_due), on every rank alike, completes (no
+# hang: the test harness's timeout and the comm's deadline bound it), and leaves results
+# exact whatever it decides; it does not run when ranks outnumber cores. The copy probe that follows it
 # (transports/shm/shm_copy_probe.h) runs at the first probe on every rank, times both paths
 # and leaves the same exact results; with more ranks than cores it runs once, alone. A
 # program of small calls probes again every 65536th (test 5). TAP output.
@@ -16,16 +15,21 @@ if [ "$ncpu" -lt 2 ]; then
   exit 0
 fi
 log=$(mktemp); trap 'rm -f "$log"' EXIT
+# s0, s1: the placement probes rank 0 and rank 1 ran by the log; wrong: wrong elements it reports.
+probes_in_log() {
+  s0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
+  s1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
+  wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
+}
 # 4 sizes, warm-up, 20 timed and checked calls, in and out of place: over a hundred calls
 # of >= 256 KiB, 42 of them 16 MiB, so the 16th 16 MiB call after the first probe has moved
 # 256 MiB and probes again (the smaller ones alone would not: 256 KiB re-probes every 1024th).
 WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 256K -e 16M -f 4 -n 20 -w 1 -c 1 >"$log" 2>&1
 rc=$?
-wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
+probes_in_log
+p0=$s0 p1=$s1
 if [ "$rc" = 0 ] && [ "$wrong" = 0 ]; then echo "ok 1 - 2-rank all-reduce with probes: exit 0, 0 wrong"
 else echo "not ok 1 - 2-rank all-reduce with probes: exit $rc, $wrong wrong"; tail -n 5 "$log" | sed 's/^/# /'; fi
-p0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
-p1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
 if [ "$p0" -ge 2 ] && [ "$p0" = "$p1" ]; then echo "ok 2 - both ranks ran the same probes ($p0 each)"
 else echo "not ok 2 - probes per rank: rank 0 ran $p0, rank 1 ran $p1 (want equal, >= 2)"; fi
 # The copy probe's times, "... bytes in I ns, out O ns, read R ns": each rank's first probe
@@ -54,9 +58,7 @@ WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 1K -e 1K -n 20 -w 1 -c 1 >"
 rc1=$? n1=$(grep -c "placement probe" "$log")
 WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 2K -e 4K -f 2 -n 20 -w 1 -c 1 >"$log" 2>&1
 rc2=$?
-s0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
-s1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
-wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
+probes_in_log
 if [ "$rc1" = 0 ] && [ "$n1" = 0 ] && [ "$rc2" = 0 ] && [ "$wrong" = 0 ] && [ "$s0" = 1 ] && [ "$s1" = 1 ]; then
   echo "ok 4 - calls of 1 KiB never probe, the first of 2 KiB does, once per rank"
 else
@@ -68,9 +70,7 @@ fi
 # both ranks alike.
 WEFT_DEBUG=TRACE ./weftrun -n 2 ./all_reduce_perf -b 2K -e 2K -n 40000 -w 1 -c 1 >"$log" 2>&1
 rc=$?
-s0=$(grep -c "placement probe [0-9]*: rank 0 -> peer 1" "$log")
-s1=$(grep -c "placement probe [0-9]*: rank 1 -> peer 0" "$log")
-wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 {w += $9 + $13} END {print w + 0}' "$log")
+probes_in_log
 if [ "$rc" = 0 ] && [ "$wrong" = 0 ] && [ "$s0" = 2 ] && [ "$s1" = 2 ]; then
   echo "ok 5 - over 80000 calls of 2 KiB: the first and the 65537th probe, on both ranks"
 else
