@@ -3,15 +3,17 @@
 # >= 2 KiB per rank (not below: test 4), the first large one and, after 16 more that moved
 # 256 MiB per rank in all, again (weft__shm_probe_due), on every rank alike, completes (no
 # hang: the test harness's timeout and the comm's deadline bound it), and leaves results
-# exact whatever it decides; it does not run when ranks outnumber cores. The copy probe that follows it
-# (transports/shm/shm_copy_probe.h) runs at the first probe on every rank, times both paths
-# and leaves the same exact results; with more ranks than cores it runs once, alone. A
-# program of small calls probes again every 65536th (test 5). TAP output.
+# exact whatever it decides. When ranks outnumber cores it times round trips only between
+# ring neighbours bound to two different CPUs (test 8), none when the ranks are not bound
+# (test 6). The copy probe that follows it (transports/shm/shm_copy_probe.h) runs at the
+# first probe on every rank, times both paths and leaves the same exact results; with more
+# ranks than cores it runs once. A program of small calls probes again every 65536th
+# (test 5). TAP output.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1
-echo "1..7"
+echo "1..8"
 ncpu=$(nproc)
 if [ "$ncpu" -lt 2 ]; then
-  for i in 1 2 3 4 5 6 7; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
+  for i in 1 2 3 4 5 6 7 8; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
   exit 0
 fi
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -78,14 +80,20 @@ else
 fi
 over=$((ncpu + 1))
 if [ "$over" -gt 9 ]; then
-  for i in 6 7; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
+  for i in 6 7 8; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
   exit 0
 fi
+# Unbound, a rank may run on any CPU: nothing to time, the first probe is a rendezvous.
+WEFT_DEBUG=TRACE ./weftrun -n "$over" --bind-to none ./all_reduce_perf -b 256K -e 256K -n 20 -w 1 -c 1 \
+  >"$log" 2>&1
+rc=$?
+n=$(grep -c "ns per round trip" "$log")
+if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 6 - $over unbound ranks on $ncpu cores: no round trips timed"
+else echo "not ok 6 - $over unbound ranks on $ncpu cores: exit $rc, $n timed round trips (want 0)"; fi
+# weftrun binds ranks that outnumber the CPUs round-robin (rank r on CPU r mod n).
 WEFT_DEBUG=TRACE ./weftrun -n "$over" ./all_reduce_perf -b 256K -e 256K -n 20 -w 1 -c 1 >"$log" 2>&1
 rc=$?
-n=$(grep -c "placement probe" "$log")
-if [ "$rc" = 0 ] && [ "$n" = 0 ]; then echo "ok 6 - $over ranks on $ncpu cores: no round-trip probe"
-else echo "not ok 6 - $over ranks on $ncpu cores: exit $rc, $n probe lines (want 0)"; fi
+probes_in_log
 c=$(grep -c "copy probe" "$log")
 if [ "$(grep -c "CMA not permitted" "$log")" -gt 0 ]; then
   echo "ok 7 # SKIP single copy not permitted here: the copy probe has nothing to measure"
@@ -94,4 +102,20 @@ elif [ "$rc" = 0 ] && [ "$c" = "$over" ] && copy_probes_ok "$log" "$over"; then
 else
   echo "not ok 7 - $over ranks on $ncpu cores: exit $rc, $c copy probe lines (want $over, times nonzero)"
   grep "copy probe" "$log" | head -n 4 | sed 's/^/# /'
+fi
+# Each timed line names the two CPUs: they differ in every line, and with one CPU carrying
+# two ranks and the others one, every rank has a ring neighbour on another CPU and times it.
+timed=$(grep "ns per round trip (CPU" "$log")
+same=$(printf '%s\n' "$timed" | sed -n 's/.*(CPU \([0-9]*\) to CPU \([0-9]*\))$/\1 \2/p' | awk '$1 == $2' | wc -l)
+untimed=0 r=0
+while [ "$r" -lt "$over" ]; do
+  printf '%s\n' "$timed" | grep -Eq "placement probe 1: rank $r (->|<-) peer" || untimed=$((untimed + 1))
+  r=$((r + 1))
+done
+if [ "$rc" = 0 ] && [ "$wrong" = 0 ] && [ -n "$timed" ] && [ "$same" = 0 ] && [ "$untimed" = 0 ]; then
+  echo "ok 8 - $over bound ranks on $ncpu cores: every rank timed a neighbour on another CPU, none on its own"
+else
+  echo "not ok 8 - $over bound ranks on $ncpu cores: exit $rc, $wrong wrong, $same lines with one CPU," \
+    "$untimed ranks timed nothing"
+  grep "placement probe" "$log" | head -n 6 | sed 's/^/# /'
 fi

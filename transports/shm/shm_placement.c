@@ -20,6 +20,7 @@
 #include "lib/log.h"
 #include "lib/status.h"
 #include "lib/task.h"
+#include "topo/topo.h"
 #include "transports/shm/shm_conn.h"
 #include "transports/shm/shm_copy_probe.h"
 #include "transports/shm/shm_placement.h"
@@ -40,11 +41,12 @@ int weft__shm_nt_mode(void) {
 typedef struct {
   _Atomic uint64_t *line;
   uint64_t gen;
-  int trips;          /* round trips in all: TRIPS_TOTAL, or 1 (a rendezvous) when oversubscribed */
+  int trips;          /* round trips in all: TRIPS_TOTAL, or 1 (a rendezvous: pair_trips) */
   int step;           /* initiator: round trips done; responder: answers given */
   int done;
-  uint64_t batch_at;  /* initiator: when the current batch of round trips began */
-  uint64_t best_ns;   /* initiator: the fastest batch's mean round trip so far */
+  int time_answers;   /* responder: time its answers too (ranks outnumbering cores) */
+  uint64_t batch_at;  /* when the current batch of round trips began (initiator, or such a responder) */
+  uint64_t best_ns;   /* the fastest batch's mean round trip so far (likewise) */
 } probe_side;
 
 /* The first round trip absorbs the partners' skew; then BATCHES batches of BATCH_TRIPS,
@@ -72,12 +74,22 @@ static int initiate(probe_side *p) {
   return 1;
 }
 
-/* Answers the initiator's pending step, if it came; returns 1 when it did. */
+/* Answers the initiator's pending step, if it came; returns 1 when it did. A timing
+ * responder reads the clock after every BATCH_TRIPS-th answer is out (the answer first, so
+ * the read delays no round trip): answers k and k + BATCH_TRIPS are that many round trips
+ * apart, as the initiator's batches are. */
 static int respond(probe_side *p) {
   if (p->done) return 0;
   if (atomic_load_explicit(p->line, memory_order_acquire) != weft__shm_probe_word(p->gen, 2 * (uint64_t)p->step + 1))
     return 0;
   atomic_store_explicit(p->line, weft__shm_probe_word(p->gen, 2 * (uint64_t)p->step + 2), memory_order_release);
+  int answered = p->step; /* answers before this one */
+  if (p->time_answers && answered % WEFT__SHM_PROBE_BATCH_TRIPS == 0) {
+    uint64_t now = weft__now_ns();
+    uint64_t mean = (now - p->batch_at) / WEFT__SHM_PROBE_BATCH_TRIPS;
+    if (answered > 0 && mean < p->best_ns) p->best_ns = mean;
+    p->batch_at = now;
+  }
   if (++p->step == p->trips) p->done = 1;
   return 1;
 }
@@ -206,26 +218,110 @@ static size_t uniform_call_bytes(const weft__task *t) {
   }
 }
 
-/* The initiator's conclusion from the round trips with its successor: the round trip and,
- * in auto mode, how large payloads are written (shm_placement.h). */
-static void take_placement(struct weft_comm *comm, weft__shm_conn *to, int next, const probe_side *out) {
-  /* The fastest batch: a disturbance (an interrupt, the partner descheduled) only ever
-   * makes a batch slower, and two L3s never make one fast. One probe in the 2-rank
-   * all-reduce runs measured a median batch of 2109 ns with one L3. */
-  unsigned best = out->best_ns > UINT32_MAX ? UINT32_MAX : (unsigned)out->best_ns;
+/* A measured round trip to peer on connection c: its peer_rt_ns and, in auto mode, how
+ * large payloads are written (shm_placement.h). */
+static void set_placement(struct weft_comm *comm, weft__shm_conn *c, int peer, uint64_t best_ns) {
+  unsigned best = best_ns > UINT32_MAX ? UINT32_MAX : (unsigned)best_ns;
   int split = best > WEFT__SHM_SPLIT_NS;
-  to->peer_rt_ns = best;
-  if (to->nt_mode == WEFT__SHM_NT_AUTO && to->nt_out != split) {
+  c->peer_rt_ns = best;
+  if (c->nt_mode == WEFT__SHM_NT_AUTO && c->nt_out != split) {
     if (split)
       WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, two L3s; payloads from %u bytes bypass "
-                "the cache", comm->rank, next, best, WEFT__SHM_NT_MIN);
+                "the cache", comm->rank, peer, best, WEFT__SHM_NT_MIN);
     else
       WEFT_INFO("shm: rank %d -> peer %d: %u ns per cache-line round trip, one L3; payloads go through the cache",
-                comm->rank, next, best);
-    to->nt_out = split;
+                comm->rank, peer, best);
+    c->nt_out = split;
   }
-  WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %u ns per round trip",
-             (unsigned long long)out->gen, comm->rank, next, best);
+}
+
+/* The initiator's conclusion from the round trips with its successor. The fastest batch
+ * counts: a disturbance (an interrupt, the partner descheduled) only ever makes a batch
+ * slower, and two L3s never make one fast. One probe in the 2-rank all-reduce runs
+ * measured a median batch of 2109 ns with one L3. */
+static void take_placement(struct weft_comm *comm, weft__shm_conn *to, int next, const probe_side *out) {
+  set_placement(comm, to, next, out->best_ns);
+  WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %llu ns per round trip",
+             (unsigned long long)out->gen, comm->rank, next, (unsigned long long)out->best_ns);
+}
+
+/* The one CPU rank may run on (its CPU set in the topology view, taken at init), or -1
+ * when it may run on several or the view has none. */
+static int sole_cpu(const struct weft_comm *comm, int rank) {
+  if (comm->topo == NULL) return -1;
+  const uint8_t *set = comm->topo->ranks[rank].cpuset;
+  if (weft__topo_cpuset_count(set) != 1) return -1;
+  for (int c = 0; c < WEFT__TOPO_MAX_CPUS; c++)
+    if ((set[c / 8] >> (c % 8)) & 1) return c;
+  return -1;
+}
+
+/* Round trips of the probe from rank a to its successor b: all of them, but with more ranks
+ * than cores only between two ranks bound to two different CPUs (a partner that is not
+ * running makes a round trip a context switch and says nothing about caches, and two ranks
+ * on one CPU share every cache); otherwise 1, a rendezvous for the copy probe. Pure: both
+ * sides compute it alike from the same view. */
+static int pair_trips(const struct weft_comm *comm, int a, int b) {
+  if (!comm->oversubscribed) return TRIPS_TOTAL;
+  int ca = sole_cpu(comm, a), cb = sole_cpu(comm, b);
+  return ca >= 0 && cb >= 0 && ca != cb ? TRIPS_TOTAL : 1;
+}
+
+/* With more ranks than cores, whether any two ring neighbours of one host take round trips
+ * (pair_trips): if none, the probe runs once, for the copy probe, and never again. The same
+ * on every rank. */
+static int oversub_measurable(const struct weft_comm *comm) {
+  if (comm->topo == NULL || comm->ring == NULL) return 0;
+  for (int p = 0; p < comm->nranks; p++) {
+    int a = comm->ring[p], b = comm->ring[(p + 1) % comm->nranks];
+    if (comm->topo->ranks[a].host == comm->topo->ranks[b].host && pair_trips(comm, a, b) > 1) return 1;
+  }
+  return 0;
+}
+
+/* With more ranks than cores a probe's round trips measure two CPUs, not two ranks: every
+ * shm connection to a rank bound to the CPU of the successor (or predecessor) whose round
+ * trips this rank timed takes that placement, and one to a rank on this rank's own CPU
+ * writes through the cache (they share it). Why: the ring's other connections (all-to-all,
+ * broadcast trees) cross between the same two cores. */
+static void take_cpu_placement(struct weft_comm *comm, weft__shm_state *state, int next, const probe_side *out,
+                               int prev, const probe_side *in) {
+  int own = sole_cpu(comm, comm->rank);
+  int cpu_next = out->done && out->trips > 1 ? sole_cpu(comm, next) : -1;
+  int cpu_prev = in->done && in->trips > 1 ? sole_cpu(comm, prev) : -1;
+  if (own < 0) return;
+  for (int i = 0; i < state->npeers; i++) {
+    weft__shm_conn *c = &state->conns[i];
+    int peer = state->peers[i], cpu = sole_cpu(comm, peer);
+    if (cpu < 0) continue;
+    if (cpu == own && c->nt_mode == WEFT__SHM_NT_AUTO) c->nt_out = 0;
+    else if (cpu == cpu_next) set_placement(comm, c, peer, out->best_ns);
+    else if (cpu == cpu_prev) set_placement(comm, c, peer, in->best_ns);
+  }
+  if (cpu_next >= 0)
+    WEFT_TRACE("shm: placement probe %llu: rank %d -> peer %d: %llu ns per round trip (CPU %d to CPU %d)",
+               (unsigned long long)out->gen, comm->rank, next, (unsigned long long)out->best_ns, own, cpu_next);
+  if (cpu_prev >= 0)
+    WEFT_TRACE("shm: placement probe %llu: rank %d <- peer %d: %llu ns per round trip (CPU %d to CPU %d)",
+               (unsigned long long)in->gen, comm->rank, prev, (unsigned long long)in->best_ns, own, cpu_prev);
+}
+
+/* One rank's part of a probe: the round trips toward its successor as initiator, then the
+ * copy probe's send; or those from its predecessor as responder, then the copy probe's
+ * answer. */
+static weft_status_t probe_out(struct weft_comm *comm, weft__shm_state *state, weft__shm_conn *to, int next,
+                               probe_side *out) {
+  out->line = &to->out.ctrl->probe;
+  WEFT_TRY(run_side(comm, out, 1, next));
+  if (out->trips > 1 && !comm->oversubscribed) take_placement(comm, to, next, out);
+  return weft__shm_copy_probe_send(comm, state, to, next, out->gen, 2u * (uint32_t)out->trips, to->nt_out);
+}
+
+static weft_status_t probe_in(struct weft_comm *comm, weft__shm_state *state, weft__shm_conn *from, int prev,
+                              probe_side *in) {
+  in->line = &from->in.ctrl->probe;
+  WEFT_TRY(run_side(comm, in, 0, prev));
+  return weft__shm_copy_probe_answer(comm, state, from, prev, in->gen, 2u * (uint32_t)in->trips);
 }
 
 weft_status_t weft__shm_placement_check(weft__task *t) {
@@ -240,29 +336,32 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
   if (!weft__shm_probe_due(state->placement_probes, &state->placement_calls, &state->placement_since_calls,
                            &state->placement_since_bytes, &state->placement_since_small, bytes))
     return WEFT_SUCCESS;
-  /* With more ranks than cores the round trips say nothing (a partner not running makes
-   * each one a context switch): the first probe only, a rendezvous for the copy probe. */
-  if (comm->oversubscribed && state->placement_probes > 0) return WEFT_SUCCESS;
+  /* With more ranks than cores and no pair to time (pair_trips), the first probe only: a
+   * rendezvous for the copy probe. */
+  if (comm->oversubscribed && state->placement_probes > 0 && !oversub_measurable(comm)) return WEFT_SUCCESS;
   int next, prev, n = comm->nranks;
   int pos = ring_neighbours(comm, &next, &prev);
   weft__shm_conn *to = shm_peer(comm, next), *from = shm_peer(comm, prev);
   /* Every rank takes part whatever its WEFT_SHM_NT_COPY: its partners cannot know it. */
   uint64_t gen = ++state->placement_probes;
-  int trips = comm->oversubscribed ? 1 : TRIPS_TOTAL;
-  uint32_t copy_step = 2u * (uint32_t)trips; /* the responder's last answer */
-  probe_side out = {.gen = gen, .trips = trips, .best_ns = UINT64_MAX}, in = {.gen = gen, .trips = trips};
+  probe_side out = {.gen = gen, .trips = pair_trips(comm, comm->rank, next), .best_ns = UINT64_MAX};
+  probe_side in = {.gen = gen, .trips = pair_trips(comm, prev, comm->rank), .best_ns = UINT64_MAX,
+                   .time_answers = comm->oversubscribed};
+  if (comm->oversubscribed) {
+    /* One pair at a time, along the ring: a rank answers its predecessor, then probes its
+     * successor, except the first of the host's stretch of the ring (position 0, or a
+     * predecessor on another host), which begins. The ranks not in the pair wait, yielding
+     * their cores to it, so the two that time are running. */
+    int first = pos == 0 || from == NULL;
+    if (!first) WEFT_TRY(probe_in(comm, state, from, prev, &in));
+    if (to != NULL) WEFT_TRY(probe_out(comm, state, to, next, &out));
+    if (first && from != NULL) WEFT_TRY(probe_in(comm, state, from, prev, &in));
+    take_cpu_placement(comm, state, next, &out, prev, &in);
+    return WEFT_SUCCESS;
+  }
   for (int phase = 0; phase < 3; phase++) {
-    if (to != NULL && phase_of(pos, n) == phase) {
-      out.line = &to->out.ctrl->probe;
-      WEFT_TRY(run_side(comm, &out, 1, next));
-      if (!comm->oversubscribed) take_placement(comm, to, next, &out);
-      WEFT_TRY(weft__shm_copy_probe_send(comm, state, to, next, gen, copy_step, to->nt_out));
-    }
-    if (from != NULL && phase_of((pos + n - 1) % n, n) == phase) {
-      in.line = &from->in.ctrl->probe;
-      WEFT_TRY(run_side(comm, &in, 0, prev));
-      WEFT_TRY(weft__shm_copy_probe_answer(comm, state, from, prev, gen, copy_step));
-    }
+    if (to != NULL && phase_of(pos, n) == phase) WEFT_TRY(probe_out(comm, state, to, next, &out));
+    if (from != NULL && phase_of((pos + n - 1) % n, n) == phase) WEFT_TRY(probe_in(comm, state, from, prev, &in));
   }
   return WEFT_SUCCESS;
 }

@@ -35,9 +35,20 @@
  * between one L3 and two every few minutes. Each rank initiates toward
  * its ring successor (whose FIFO it writes most) and answers its ring predecessor, in two
  * or three phases so that no rank does both at once. After the round trips each pair runs
- * the copy probe (shm_copy_probe.h) on the same line. When ranks outnumber cores there are
- * no round trips (a partner that is not running makes every one a context switch, and says
- * nothing about caches): the first large collective only meets for the copy probe.
+ * the copy probe (shm_copy_probe.h) on the same line. When ranks outnumber cores (4 ranks
+ * on the VM's 2) round trips between two ranks that share a CPU would each be a context
+ * switch and say nothing about caches, so only ring neighbours bound to two different CPUs
+ * take them, one pair at a time along the ring while the others wait (yielding their CPU to
+ * the pair: both of it must be running), the responder timing its answers too; the
+ * placement then holds for every connection between those two CPUs (the all-to-all's and
+ * the broadcast's too), and a connection to a rank on our own CPU writes through the cache.
+ * Before, such ranks never timed anything and wrote through the cache on two L3s as well:
+ * 4 ranks bound round-robin on the VM's 2 vCPUs, alternating launches whose l3_probe read
+ * two L3s at 600-1200 ns (the host's slow state), per call: all-reduce 16 MiB 15.6-19.5
+ * ms against 6.0-8.3 with the probe, all-gather 64 MiB 31-36 against 12-14, all-to-all 64
+ * MiB 43-55 against 13-19; where the probe finds one L3, unchanged. Cost: a re-probe (the
+ * schedule above) kept the slowest rank 0.2-0.3 ms. Unbound ranks (no CPU of their own)
+ * still only meet for the copy probe, and only at the first.
  *
  * WEFT_SHM_NT_COPY (formerly WEFT_SHM_STREAM, still read): auto (default, the probe
  * decides), 1 (always write payloads of at least WEFT__SHM_NT_MIN bytes with non-temporal
@@ -131,8 +142,9 @@ int weft__shm_nt_mode(void);
 /* The transport's before_collective (WEFT__TRANSPORT_CAP_PLACEMENT): every rank calls it
  * before each collective starts (lib/task.c). When the schedule above
  * says so, runs the probe with the ring successor and predecessor over shm and sets
- * nt_out and peer_rt_ns of the successor's connection, then the copy probe (its
- * copy_verdict); otherwise returns at once. Blocks until the
+ * nt_out and peer_rt_ns of the successor's connection (with more ranks than cores, of
+ * every connection to a rank on a CPU it timed), then the copy probe (its copy_verdict);
+ * otherwise returns at once. Blocks until the
  * partners join, at most the communicator's timeout: WEFT_ERR_TIMEOUT naming the rank and
  * peer; within a few ms of a partner's death (its process gone, or the root's notice)
  * WEFT_ERR_REMOTE naming it, and of weft_comm_abort from another thread WEFT_ERR_ABORTED.
