@@ -267,14 +267,16 @@ static int pair_trips(const struct weft_comm *comm, int a, int b) {
   return ca >= 0 && cb >= 0 && ca != cb ? TRIPS_TOTAL : 1;
 }
 
-/* With more ranks than cores, whether any two ring neighbours of one host take round trips
- * (pair_trips): if none, the probe runs once, for the copy probe, and never again. The same
- * on every rank. */
+/* With more ranks than cores, whether any two ring neighbours on this rank's host take
+ * round trips (pair_trips): if none, the probe runs once, for the copy probe, and never
+ * again. The same on every rank of the host, the only ones it meets in a probe. */
 static int oversub_measurable(const struct weft_comm *comm) {
   if (comm->topo == NULL || comm->ring == NULL) return 0;
+  int host = comm->topo->ranks[comm->rank].host;
   for (int p = 0; p < comm->nranks; p++) {
     int a = comm->ring[p], b = comm->ring[(p + 1) % comm->nranks];
-    if (comm->topo->ranks[a].host == comm->topo->ranks[b].host && pair_trips(comm, a, b) > 1) return 1;
+    if (comm->topo->ranks[a].host == host && comm->topo->ranks[b].host == host && pair_trips(comm, a, b) > 1)
+      return 1;
   }
   return 0;
 }
