@@ -315,7 +315,10 @@ static weft_status_t probe_out(struct weft_comm *comm, weft__shm_state *state, w
                                probe_side *out) {
   out->line = &to->out.ctrl->probe;
   WEFT_TRY(run_side(comm, out, 1, next));
+  /* Before the copy probe, which writes its test payload as nt_out says; with more ranks
+   * than cores take_cpu_placement then applies it to the CPU's other connections too. */
   if (out->trips > 1 && !comm->oversubscribed) take_placement(comm, to, next, out);
+  else if (out->trips > 1) set_placement(comm, to, next, out->best_ns);
   return weft__shm_copy_probe_send(comm, state, to, next, out->gen, 2u * (uint32_t)out->trips, to->nt_out);
 }
 
