@@ -28,7 +28,8 @@
  * only when the FIFO is empty (every earlier message received), and is not published:
  * the next message overwrites it.
  * When: at the first placement probe, and again only when the probe's placement verdict
- * changed (nt_out); with more ranks than cores once, at the first. Skipped, the sender says so and both go on at once. Cost on the AMD VM: a run
+ * changed (nt_out); with more ranks than cores once, at the first. Skipped, the sender
+ * says so and both go on at once. Cost on the AMD VM: a run
  * (three 256 KiB rounds each way, the caches it leaves cold) made the calls around it
  * ~600 us slower in all, which as a periodic re-run (every 8th probe, 128 large calls) cost
  * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run.
