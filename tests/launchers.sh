@@ -118,7 +118,11 @@ elif ! grep -q '^#define WEFT_HAVE_PMIX 1' config.h 2>/dev/null; then
   ok "mpirun -np 4 all_reduce_perf with no MASTER_ADDR # SKIP weft built without PMIx (Debian: libpmix-dev)"
   ok "mpirun inside a Slurm allocation: Open MPI's ranks win # SKIP weft built without PMIx"
 else
-  MPIRUN="mpirun --oversubscribe --bind-to none"
+  # Its own session directory, as tests/multihost_lib.sh's mh_mpirun says why: concurrent
+  # mpiruns sharing /tmp/ompi.HOST.UID race at start and end.
+  session=$(mktemp -d "${TMPDIR:-/tmp}/launchers-ompi.XXXXXX") || exit 1
+  trap 'rm -rf "$out" "$out".* "$session"' EXIT
+  MPIRUN="mpirun --oversubscribe --bind-to none --mca orte_tmpdir_base $session"
   [ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
   # shellcheck disable=SC2086
   timeout 120 $MPIRUN -np 4 $PERF >"$out" 2>&1
