@@ -35,10 +35,10 @@ typedef struct {
   int host, numa, cpu, rank;
 } ring_key;
 
+/* The lowest CPU of a rank's set; an empty set sorts last. */
 static int lowest_cpu(const uint8_t *set) {
-  for (int c = 0; c < WEFT__TOPO_MAX_CPUS; c++)
-    if ((set[c / 8] >> (c % 8)) & 1) return c;
-  return INT_MAX;
+  int c = weft__topo_cpuset_first(set);
+  return c >= 0 ? c : INT_MAX;
 }
 
 static int cmp_key(const void *pa, const void *pb) {

@@ -26,6 +26,12 @@ int weft__topo_cpuset_count(const uint8_t *set) {
   return n;
 }
 
+int weft__topo_cpuset_first(const uint8_t *set) {
+  for (int c = 0; c < WEFT__TOPO_MAX_CPUS; c++)
+    if (has_cpu(set, c)) return c;
+  return -1;
+}
+
 int weft__topo_cpusets_meet(const uint8_t *a, const uint8_t *b) {
   for (int i = 0; i < WEFT__TOPO_MAX_CPUS / 8; i++)
     if (a[i] & b[i]) return 1;

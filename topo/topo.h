@@ -201,6 +201,8 @@ void weft__topo_cpuset_str(const uint8_t *set, char *buf, size_t len);
 /* Parses that form; 0 on success, -1 when malformed or beyond WEFT__TOPO_MAX_CPUS. */
 int weft__topo_cpuset_parse(const char *s, uint8_t *set);
 int weft__topo_cpuset_count(const uint8_t *set);
+/* The lowest CPU in the set, or -1 for an empty set. Pure; thread-safe. */
+int weft__topo_cpuset_first(const uint8_t *set);
 /* 1 when the two sets share a CPU. */
 int weft__topo_cpusets_meet(const uint8_t *a, const uint8_t *b);
 

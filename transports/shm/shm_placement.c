@@ -250,10 +250,7 @@ static void take_placement(struct weft_comm *comm, weft__shm_conn *to, int next,
 static int sole_cpu(const struct weft_comm *comm, int rank) {
   if (comm->topo == NULL) return -1;
   const uint8_t *set = comm->topo->ranks[rank].cpuset;
-  if (weft__topo_cpuset_count(set) != 1) return -1;
-  for (int c = 0; c < WEFT__TOPO_MAX_CPUS; c++)
-    if ((set[c / 8] >> (c % 8)) & 1) return c;
-  return -1;
+  return weft__topo_cpuset_count(set) == 1 ? weft__topo_cpuset_first(set) : -1;
 }
 
 /* Round trips of the probe from rank a to its successor b: all of them, but with more ranks
