@@ -78,7 +78,7 @@ static int registered_here(const weft__task *t, const weft__direct_ops *ops) {
 int weft__direct_wanted(const weft__task *t) {
   const struct weft_comm *comm = t->comm;
   const weft__direct_ops *ops = ops_of(t->coll);
-  if ((comm->direct_windows == 0 && comm->regs == NULL) || ops == NULL) return 0;
+  if (!weft__comm_has_registrations(comm) || ops == NULL) return 0;
   size_t bytes = weft__direct_call_bytes(t);
   /* the same on every rank (registration was collective) */
   if (comm->direct_windows > 0 && weft__window_direct_size(comm, bytes)) return 1;

@@ -121,6 +121,13 @@ static inline weft__conn *weft__comm_conn(struct weft_comm *comm, int peer) {
   return &comm->conns[peer];
 }
 
+/* Whether comm has memory registered for direct collectives: windows usable for them, or
+ * this rank's own registrations. Without either no call runs direct (algos/direct.c), which
+ * the tuner tests before asking. Read under comm->lock, as both lists change under it. */
+static inline int weft__comm_has_registrations(const struct weft_comm *comm) {
+  return comm->direct_windows > 0 || comm->regs != NULL;
+}
+
 /* How many of comm's ranks run on this rank's host (this one included), from the system
  * view built at init; 1 before it exists. Thread-safe (reads only). */
 int weft__comm_host_nranks(const struct weft_comm *comm);
