@@ -53,6 +53,7 @@ struct weft_comm {
    * registry order (lib/task.c runs them before every operation). */
   weft_status_t (*before[WEFT__COMM_TRANSPORTS])(struct weft__task *t);
   int nbefore;
+  size_t before_min_bytes; /* the smallest of their before_min_bytes (SIZE_MAX: none) */
   /* The yielding hooks of the transports with WEFT__TRANSPORT_CAP_WAIT that have one, in
    * registry order (lib/task.c calls them around each sched_yield). */
   void (*yielding[WEFT__COMM_TRANSPORTS])(struct weft_comm *comm, int on);

@@ -79,10 +79,14 @@ static weft_status_t choose_all(struct weft_comm *c, int *list, int *count) {
 static void discover_caps(struct weft_comm *c) {
   unsigned mask = (unsigned)weft__env_long("WEFT_TRANSPORT_CAPS", WEFT__TRANSPORT_CAP_ALL);
   c->nbefore = c->nyielding = 0;
+  c->before_min_bytes = SIZE_MAX;
   for (int t = 0; weft__transports[t] != NULL; t++) {
     const weft__transport *tr = weft__transports[t];
     c->transport_caps[t] = tr->caps & mask;
-    if (c->transport_caps[t] & WEFT__TRANSPORT_CAP_PLACEMENT) c->before[c->nbefore++] = tr->before_collective;
+    if (c->transport_caps[t] & WEFT__TRANSPORT_CAP_PLACEMENT) {
+      c->before[c->nbefore++] = tr->before_collective;
+      if (tr->before_min_bytes < c->before_min_bytes) c->before_min_bytes = tr->before_min_bytes;
+    }
     if ((c->transport_caps[t] & WEFT__TRANSPORT_CAP_WAIT) && tr->yielding != NULL)
       c->yielding[c->nyielding++] = tr->yielding;
   }

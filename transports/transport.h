@@ -175,6 +175,9 @@ typedef struct weft__transport {
   int (*peer_failed)(struct weft_comm *comm, int peer, const char **why);
   /* PLACEMENT: errors name the rank and the peer (a probe partner that never came). */
   weft_status_t (*before_collective)(struct weft__task *t);
+  /* PLACEMENT: collectives of fewer bytes per rank (count * element size) have nothing for
+   * before_collective, which the core then does not call (a small call's latency path). */
+  size_t before_min_bytes;
 } weft__transport;
 
 enum { WEFT__TRANSPORT_CARD_MAX = 256, WEFT__MAX_TRANSPORTS = 8 };

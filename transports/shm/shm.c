@@ -427,4 +427,5 @@ const weft__transport weft__transport_shm = {
     .peer_on_cpu = shm_peer_on_cpu,
     .peer_failed = shm_peer_failed,
     .before_collective = weft__shm_placement_check,
+    .before_min_bytes = WEFT__SHM_PROBE_FIRST_MIN,
 };
