@@ -30,10 +30,13 @@ static int is_reduction(weft__coll_t c) {
   return c == WEFT__COLL_ALL_REDUCE || c == WEFT__COLL_REDUCE || c == WEFT__COLL_REDUCE_SCATTER;
 }
 
-/* elems * size overflowing size_t or the address space is an error, not a wrap-around. */
+/* elems * size overflowing size_t or the address space is an error, not a wrap-around.
+ * A checked multiply, not a division: two 64-bit divisions per call were on every call's
+ * latency path. */
 static int extent_overflows(const void *buf, size_t elems, size_t esize) {
-  if (esize == 0 || elems > (size_t)PTRDIFF_MAX / esize) return 1;
-  return buf != NULL && (uintptr_t)buf + elems * esize < (uintptr_t)buf;
+  size_t bytes;
+  if (esize == 0 || __builtin_mul_overflow(elems, esize, &bytes) || bytes > (size_t)PTRDIFF_MAX) return 1;
+  return buf != NULL && (uintptr_t)buf + bytes < (uintptr_t)buf;
 }
 
 /* The name is looked up here, for the message only: the call that passes pays nothing. */
