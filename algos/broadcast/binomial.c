@@ -24,18 +24,18 @@ typedef struct {
 
 static void bc_post(weft__task *t, int i) {
   bc_state *st = t->state;
-  int parent = weft__binomial_parent(st->v);
   if (i == 0) {
-    if (parent >= 0)
-      weft__round_recv(&st->rounds, t, weft__binomial_ring_real(t->comm, parent, t->root), t->recvbuf,
-                       NULL, st->bytes);
+    if (st->v != 0)
+      weft__round_recv(&st->rounds, t, weft__binomial_ring_real(t->comm, weft__binomial_parent(st->v), t->root),
+                       t->recvbuf, NULL, st->bytes);
     return;
   }
-  const void *src = parent < 0 ? t->sendbuf : t->recvbuf;
-  for (int c = weft__binomial_nchildren(st->v, st->n) - 1; c >= 0; c--) {
-    int child = weft__binomial_child(st->v, st->n, c);
-    weft__round_send(&st->rounds, t, weft__binomial_ring_real(t->comm, child, t->root), src, st->bytes);
-  }
+  const void *src = st->v == 0 ? t->sendbuf : t->recvbuf;
+  /* The children v + m (patterns.h), farthest first: m from the largest down, one pass
+   * (asking weft__binomial_child for each would scan the masks again per child). */
+  for (int m = weft__binomial_top_mask(st->v, st->n); m >= 1; m /= 2)
+    if ((long long)st->v + m < st->n)
+      weft__round_send(&st->rounds, t, weft__binomial_ring_real(t->comm, st->v + m, t->root), src, st->bytes);
 }
 
 static weft_status_t bc_start(weft__task *t) {
