@@ -65,7 +65,7 @@ static weft_status_t fold_p2p_run(weft__task **cursor, weft__task **out) {
   weft__task *first = *cursor;
   int n = 0;
   for (weft__task *t = first; t != NULL && is_p2p(t) && t->comm == first->comm; t = t->next) n++;
-  weft__task *g;
+  weft__task *g = NULL; /* set by weft__task_new; the LTO build could not see that */
   WEFT_TRY(weft__task_new(first->comm, WEFT__COLL_P2P_GROUP, &g));
   g->p2p = calloc((size_t)n, sizeof(weft__p2p_op));
   if (g->p2p == NULL) {
