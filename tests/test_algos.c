@@ -44,6 +44,21 @@
 
 /* ---- pure pattern maths ----------------------------------------------------------------- */
 
+/* lib/algo.h's bit scans against their definitions (smallest k with 2^k >= n; largest
+ * power of two <= n), from below 1 to past 2^20 and at the edges of int. */
+static void ceil_log2_and_pow2_floor_match_their_definitions(void **state) {
+  (void)state;
+  int edges[] = {0x3fffffff, 0x40000000, 0x40000001, 0x7ffffffe, 0x7fffffff};
+  for (long long i = -3; i < (1 << 20) + 5 + 5; i++) {
+    int n = i < (1 << 20) + 5 ? (int)i : edges[i - ((1 << 20) + 5)];
+    int k = 0, p = 1;
+    while ((1LL << k) < n) k++;
+    while ((long long)p * 2 <= n) p *= 2;
+    assert_int_equal(weft__ceil_log2(n), k);
+    if (n >= 1) assert_int_equal(weft__pow2_floor(n), p);
+  }
+}
+
 static void binomial_tree_spans_every_rank_once(void **state) {
   (void)state;
   for (int n = 1; n <= 70; n++) {
@@ -923,6 +938,7 @@ static void all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it(void **s
 int main(void) {
   harness_filter_from_env();
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(ceil_log2_and_pow2_floor_match_their_definitions),
       cmocka_unit_test(binomial_tree_spans_every_rank_once),
       cmocka_unit_test(fold_pairs_ranks_and_numbers_the_rest_in_order),
       cmocka_unit_test(double_binary_trees_span_every_rank),
