@@ -42,7 +42,7 @@ printf '%s\n' "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": 8000, \"bus
 python3 "$src/perf/bench/report.py" "$dir" >"$dir/report" 2>"$dir/log"
 rc=$?
 cat "$dir/report" >>"$dir/log"
-echo "1..10"
+echo "1..11"
 if [ $rc = 0 ]; then ok "report.py reads the fabricated bench (exit 0)"; else not_ok "report.py exits $rc"; fi
 # all-gather at 16M, per round: weft/floor 0.5, 1.0, 0.5; MPI/floor 0.17, 0.67, 0.17; floor/MPI
 # 6, 1.5, 6. (From the medians alone, 100 and 150 us against the 50 us floor: 0.50, 0.33, 3.00x.)
@@ -50,6 +50,13 @@ ag=$(sed -n '/^## all_gather: busbw vs Open MPI/,/^## /p' "$dir/report" | grep '
 case $ag in
   *"| 0.50 | 0.17 | 6.00x |"*) ok "all-gather 16M: weft/floor 0.50, MPI/floor 0.17, ceiling 6.00x (medians of per-round ratios)" ;;
   *) echo "# row: $ag" >>"$dir/log"; not_ok "all-gather 16M: expected weft/floor 0.50, MPI/floor 0.17, ceiling 6.00x" ;;
+esac
+# Its per-round column: the busbw ratio of each round is Open MPI's time over weft's, 300/100,
+# 150/100, 300/100 (a median-only report has no such column; one that divided busbw the other
+# way round would read 0.33-0.67x).
+case $ag in
+  *"| 6.00x | 1.50-3.00x |"*) ok "all-gather 16M: busbw ratio per round 1.50-3.00x beside the median" ;;
+  *) not_ok "all-gather 16M: expected a per-round busbw ratio of 1.50-3.00x after the ceiling" ;;
 esac
 if sed -n '/^## all_gather: busbw vs Open MPI/,/^## /p' "$dir/report" |
    grep -q '^- floor columns: medians of per-round ratios'; then

@@ -74,7 +74,8 @@ def fmt_size(s):
 def ratio_rows(rows, coll, peer, lo, hi, key, higher_better=True):
     """[(size, weft, peer, ratio, spread)] for sizes in [lo, hi] where both were measured;
     spread is (lowest, highest) of the ratio taken within each round (the libraries ran
-    back to back in a round), from the rows' round_us, for time_us only; else None."""
+    back to back in a round), from the rows' round_us (busbw is the size over the time, so a
+    round's busbw ratio is the peer's time over weft's); None below two rounds."""
     out = []
     for (c, lib, size), r in sorted(rows.items(), key=lambda kv: kv[0][2]):
         if c != coll or lib != "weft" or not (lo <= size <= hi):
@@ -84,9 +85,10 @@ def ratio_rows(rows, coll, peer, lo, hi, key, higher_better=True):
             continue
         w, q = r[key], p[key]
         spread = None
-        if key == "time_us":
+        if key in ("time_us", "busbw"):
             wr, pr = r.get("round_us") or {}, p.get("round_us") or {}
-            per = [(pr[k] / wr[k]) if not higher_better else (wr[k] / pr[k])
+            weft_faster = key == "busbw" or not higher_better  # the ratio is the peer's time over weft's
+            per = [(pr[k] / wr[k]) if weft_faster else (wr[k] / pr[k])
                    for k in wr if k in pr and wr[k] and pr[k]]
             spread = (min(per), max(per)) if len(per) >= 2 else None
         out.append((size, w, q, (w / q) if higher_better else (q / w), spread))
