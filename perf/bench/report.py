@@ -87,8 +87,10 @@ def ratio_rows(rows, coll, peer, lo, hi, key, higher_better=True):
         spread = None
         if key in ("time_us", "busbw"):
             wr, pr = r.get("round_us") or {}, p.get("round_us") or {}
-            weft_faster = key == "busbw" or not higher_better  # the ratio is the peer's time over weft's
-            per = [(pr[k] / wr[k]) if weft_faster else (wr[k] / pr[k])
+            # Each round's ratio as the table's: weft/peer busbw and peer/weft time are both
+            # the peer's time over weft's.
+            peer_over_weft = (key == "busbw") == higher_better
+            per = [(pr[k] / wr[k]) if peer_over_weft else (wr[k] / pr[k])
                    for k in wr if k in pr and wr[k] and pr[k]]
             spread = (min(per), max(per)) if len(per) >= 2 else None
         out.append((size, w, q, (w / q) if higher_better else (q / w), spread))
