@@ -68,21 +68,21 @@ static inline int weft__binomial_top_mask(int v, int n) {
   int limit = v == 0 ? (1 << weft__ceil_log2(n)) : (v & -v);
   return limit / 2;
 }
-/* Number of children of v (n ranks). */
-static inline int weft__binomial_nchildren(int v, int n) {
+/* The most children a vertex has: one per bit of an int. */
+#define WEFT__BINOMIAL_MAX_CHILDREN 31
+/* The children of v (n ranks), farthest first (v + top mask down to v + 1), into kids;
+ * returns how many. One pass over the masks: the broadcasts post their sends in this
+ * order, the farthest subtree first; the reduce takes them nearest first. */
+static inline int weft__binomial_children(int v, int n, int kids[WEFT__BINOMIAL_MAX_CHILDREN]) {
   int c = 0;
   for (int m = weft__binomial_top_mask(v, n); m >= 1; m /= 2)
-    if ((long long)v + m < n) c++;
+    if ((long long)v + m < n) kids[c++] = v + m;
   return c;
 }
-/* The i-th child of v in increasing distance (i = 0: v + 1 if it exists ...); -1 past the end. */
-static inline int weft__binomial_child(int v, int n, int i) {
-  int top = weft__binomial_top_mask(v, n);
-  for (int m = 1; m <= top && m > 0; m *= 2) {
-    if ((long long)v + m >= n) break;
-    if (i-- == 0) return v + m;
-  }
-  return -1;
+/* Number of children of v (n ranks). */
+static inline int weft__binomial_nchildren(int v, int n) {
+  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
+  return weft__binomial_children(v, n, kids);
 }
 
 /* ---- recursive doubling / halving with the fold ---- */

@@ -31,11 +31,9 @@ static void bc_post(weft__task *t, int i) {
     return;
   }
   const void *src = st->v == 0 ? t->sendbuf : t->recvbuf;
-  /* The children v + m (patterns.h), farthest first: m from the largest down, one pass
-   * (asking weft__binomial_child for each would scan the masks again per child). */
-  for (int m = weft__binomial_top_mask(st->v, st->n); m >= 1; m /= 2)
-    if ((long long)st->v + m < st->n)
-      weft__round_send(&st->rounds, t, weft__binomial_ring_real(t->comm, st->v + m, t->root), src, st->bytes);
+  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
+  for (int c = 0, nc = weft__binomial_children(st->v, st->n, kids); c < nc; c++)
+    weft__round_send(&st->rounds, t, weft__binomial_ring_real(t->comm, kids[c], t->root), src, st->bytes);
 }
 
 static weft_status_t bc_start(weft__task *t) {

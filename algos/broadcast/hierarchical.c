@@ -50,8 +50,9 @@ static void post_leaders(weft__task *t, hbc_state *st, int i) {
                        t->recvbuf, NULL, st->bytes);
     return;
   }
-  for (int c = weft__binomial_nchildren(v, H) - 1; c >= 0; c--) {
-    int child = weft__binomial_real(weft__binomial_child(v, H, c), st->root_host, H);
+  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
+  for (int c = 0, nc = weft__binomial_children(v, H, kids); c < nc; c++) {
+    int child = weft__binomial_real(kids[c], st->root_host, H);
     weft__round_send(&st->rounds, t, leader_of(st, child, t->root), t->recvbuf, st->bytes);
   }
 }
@@ -67,8 +68,9 @@ static void post_host(weft__task *t, hbc_state *st, int i) {
                        t->recvbuf, NULL, st->bytes);
     return;
   }
-  for (int c = weft__binomial_nchildren(v, L) - 1; c >= 0; c--) {
-    int child = weft__binomial_real(weft__binomial_child(v, L, c), st->leader_local, L);
+  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
+  for (int c = 0, nc = weft__binomial_children(v, L, kids); c < nc; c++) {
+    int child = weft__binomial_real(kids[c], st->leader_local, L);
     weft__round_send(&st->rounds, t, h->host_ranks[child], t->recvbuf, st->bytes);
   }
 }

@@ -27,7 +27,8 @@ typedef struct {
 static void rd_post(weft__task *t, int i) {
   rd_state *st = t->state;
   if (i < st->nchildren) {
-    int child = weft__binomial_child(st->v, st->n, i);
+    int kids[WEFT__BINOMIAL_MAX_CHILDREN];
+    int child = kids[weft__binomial_children(st->v, st->n, kids) - 1 - i]; /* round i: the i-th nearest */
     weft__round_recv(&st->rounds, t, weft__binomial_real(child, t->root, st->n), st->acc,
                      i == 0 ? t->sendbuf : st->acc, st->bytes);
     return;
