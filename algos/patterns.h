@@ -62,27 +62,19 @@ static inline int weft__binomial_ring_real(const struct weft_comm *c, int vrank,
 }
 /* The parent's virtual rank, or -1 for the root. */
 static inline int weft__binomial_parent(int v) { return v == 0 ? -1 : v & (v - 1); }
-/* The largest m (a power of two) such that v + m may be a child: half of v's lowest set
- * bit, or for the root half of the first power of two >= n. 0 when v has no children. */
-static inline int weft__binomial_top_mask(int v, int n) {
-  int limit = v == 0 ? (1 << weft__ceil_log2(n)) : (v & -v);
-  return limit / 2;
+/* v's farthest child is v + this (a power of two m; its children are v + m, v + m/2, ...,
+ * v + 1), or 0 when v has none (n ranks). The offsets are bounded by half of v's lowest set
+ * bit (the root: none) and by the ranks after v, both powers of two once floored. */
+static inline int weft__binomial_farthest(int v, int n) {
+  if (v >= n - 1) return 0;
+  int room = weft__pow2_floor(n - 1 - v);
+  int low = (v & -v) / 2;
+  return v == 0 || room < low ? room : low;
 }
-/* The most children a vertex has: one per bit of an int. */
-#define WEFT__BINOMIAL_MAX_CHILDREN 31
-/* The children of v (n ranks), farthest first (v + top mask down to v + 1), into kids;
- * returns how many. One pass over the masks: the broadcasts post their sends in this
- * order, the farthest subtree first; the reduce takes them nearest first. */
-static inline int weft__binomial_children(int v, int n, int kids[WEFT__BINOMIAL_MAX_CHILDREN]) {
-  int c = 0;
-  for (int m = weft__binomial_top_mask(v, n); m >= 1; m /= 2)
-    if ((long long)v + m < n) kids[c++] = v + m;
-  return c;
-}
-/* Number of children of v (n ranks). */
+/* Number of children of v (n ranks): one per power of two up to the farthest offset. */
 static inline int weft__binomial_nchildren(int v, int n) {
-  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
-  return weft__binomial_children(v, n, kids);
+  int m = weft__binomial_farthest(v, n);
+  return m == 0 ? 0 : __builtin_ctz((unsigned)m) + 1;
 }
 
 /* ---- recursive doubling / halving with the fold ---- */

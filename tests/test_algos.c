@@ -66,21 +66,24 @@ static void binomial_tree_spans_every_rank_once(void **state) {
       int seen[70] = {0};
       seen[0] = 1; /* the root (virtual 0) */
       for (int v = 0; v < n; v++) {
-        int kids[WEFT__BINOMIAL_MAX_CHILDREN];
-        int nc = weft__binomial_children(v, n, kids);
-        assert_int_equal(weft__binomial_nchildren(v, n), nc);
-        for (int i = 0; i < nc; i++) {
-          int c = kids[i];
+        int nc = 0;
+        for (int m = weft__binomial_farthest(v, n); m >= 1; m /= 2, nc++) {
+          int c = v + m;
           assert_true(c > v && c < n);
           assert_int_equal(weft__binomial_parent(c), v);
-          if (i > 0) assert_true(c < kids[i - 1]); /* farthest first */
           seen[c]++;
         }
+        assert_int_equal(weft__binomial_nchildren(v, n), nc);
         assert_int_equal(weft__binomial_real(weft__binomial_vrank(v, root, n), root, n), v);
       }
       for (int v = 0; v < n; v++) assert_int_equal(seen[v], 1);
     }
   }
+  /* The largest communicators: no offset past int (the root of 2^31 - 1 ranks has 31). */
+  assert_int_equal(weft__binomial_farthest(0, 0x7fffffff), 0x40000000);
+  assert_int_equal(weft__binomial_nchildren(0, 0x7fffffff), 31);
+  assert_int_equal(weft__binomial_nchildren(0x40000000, 0x7fffffff), 30);
+  assert_int_equal(weft__binomial_nchildren(0x7ffffffe, 0x7fffffff), 0);
   /* Laid over a ring order (a permutation; XOR for powers of two, else rotation): a
    * bijection of the ranks onto 0 .. n-1 with the root at 0, on every root. */
   for (int n = 1; n <= 70; n++) {

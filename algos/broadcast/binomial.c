@@ -31,9 +31,8 @@ static void bc_post(weft__task *t, int i) {
     return;
   }
   const void *src = st->v == 0 ? t->sendbuf : t->recvbuf;
-  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
-  for (int c = 0, nc = weft__binomial_children(st->v, st->n, kids); c < nc; c++)
-    weft__round_send(&st->rounds, t, weft__binomial_ring_real(t->comm, kids[c], t->root), src, st->bytes);
+  for (int m = weft__binomial_farthest(st->v, st->n); m >= 1; m /= 2) /* farthest subtree first */
+    weft__round_send(&st->rounds, t, weft__binomial_ring_real(t->comm, st->v + m, t->root), src, st->bytes);
 }
 
 static weft_status_t bc_start(weft__task *t) {

@@ -50,9 +50,8 @@ static void post_leaders(weft__task *t, hbc_state *st, int i) {
                        t->recvbuf, NULL, st->bytes);
     return;
   }
-  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
-  for (int c = 0, nc = weft__binomial_children(v, H, kids); c < nc; c++) {
-    int child = weft__binomial_real(kids[c], st->root_host, H);
+  for (int m = weft__binomial_farthest(v, H); m >= 1; m /= 2) {
+    int child = weft__binomial_real(v + m, st->root_host, H);
     weft__round_send(&st->rounds, t, leader_of(st, child, t->root), t->recvbuf, st->bytes);
   }
 }
@@ -68,9 +67,8 @@ static void post_host(weft__task *t, hbc_state *st, int i) {
                        t->recvbuf, NULL, st->bytes);
     return;
   }
-  int kids[WEFT__BINOMIAL_MAX_CHILDREN];
-  for (int c = 0, nc = weft__binomial_children(v, L, kids); c < nc; c++) {
-    int child = weft__binomial_real(kids[c], st->leader_local, L);
+  for (int m = weft__binomial_farthest(v, L); m >= 1; m /= 2) {
+    int child = weft__binomial_real(v + m, st->leader_local, L);
     weft__round_send(&st->rounds, t, h->host_ranks[child], t->recvbuf, st->bytes);
   }
 }

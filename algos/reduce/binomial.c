@@ -27,8 +27,7 @@ typedef struct {
 static void rd_post(weft__task *t, int i) {
   rd_state *st = t->state;
   if (i < st->nchildren) {
-    int kids[WEFT__BINOMIAL_MAX_CHILDREN];
-    int child = kids[weft__binomial_children(st->v, st->n, kids) - 1 - i]; /* round i: the i-th nearest */
+    int child = st->v + (1 << i); /* round i: the i-th nearest child (i < nchildren) */
     weft__round_recv(&st->rounds, t, weft__binomial_real(child, t->root, st->n), st->acc,
                      i == 0 ? t->sendbuf : st->acc, st->bytes);
     return;
