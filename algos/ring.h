@@ -192,7 +192,8 @@ double weft__chain_cost(const weft__cost_in *c, double per_byte);
 int weft__ring_nt_output(size_t out_bytes);
 /* The same for a call whose output is out_bytes long on every rank, counting the outputs
  * of all comm's ranks on this host together: they share its last-level cache. Used by the
- * all-to-alls, whose blocks each rank writes once and never reads again in the call. */
+ * all-to-alls, whose blocks each rank writes once and never reads again in the call, and by
+ * the ring all-gather for the blocks it does not forward (its last step's and its own). */
 int weft__host_nt_output(const struct weft_comm *comm, size_t out_bytes);
 
 #endif

@@ -940,6 +940,57 @@ static void all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it(void **s
   }
 }
 
+/* The ring all-gather writes the blocks it does not forward (its last step's and its own)
+ * past the cache once the outputs of all the host's ranks together reach
+ * WEFT_NT_COPY_BYTES, as the all-to-alls do, not only when one rank's output does. With the
+ * threshold at 1 MiB: 2 ranks of 256 KiB blocks and 4 of 64 KiB put 1 MiB of output on the
+ * host (the last step's block must bypass the cache); half those blocks, 512 KiB (none may). */
+static int ag_nt_body(harness_rank *r) {
+  setenv("WEFT_NT_COPY_BYTES", "1M", 1);
+  setenv("WEFT_SHM_CMA_BYTES", "0", 1);
+  setenv("WEFT_ALGO", "allgather:ring", 1);
+  if (!init_comm(r)) return r->failures;
+  size_t full = r->nranks == 2 ? 65536 : 16384; /* floats per block: 1 MiB of output on the host */
+  size_t bytes = (size_t)r->nranks * full * sizeof(float);
+  void *in = NULL, *out = NULL;
+  if (weft__mem_guarded.alloc(&weft__mem_guarded, bytes, &in) != WEFT_SUCCESS ||
+      weft__mem_guarded.alloc(&weft__mem_guarded, bytes, &out) != WEFT_SUCCESS)
+    return harness_fail(r, "guarded alloc of %zu bytes", bytes);
+  for (int half = 0; half < 2 && r->failures == 0; half++) {
+    size_t block = half ? full / 2 : full;
+    float *src = weft__mem_guarded.host_view(&weft__mem_guarded, in, block * sizeof(float));
+    for (size_t j = 0; j < block; j++) src[j] = (float)(r->rank * 4096 + (int)(j % 251));
+    size_t before = weft__mem_guarded_nt_bytes();
+    if (!ok(r, weft_all_gather(in, out, block, WEFT_FLOAT32, r->comm, NULL), "all_gather")) break;
+    size_t nt = weft__mem_guarded_nt_bytes() - before, host = (size_t)r->nranks * r->nranks * block * sizeof(float);
+    const float *dst = weft__mem_guarded.host_view(&weft__mem_guarded, out, (size_t)r->nranks * block * sizeof(float));
+    for (int p = 0; p < r->nranks && r->failures == 0; p++)
+      for (size_t j = 0; j < block; j++)
+        if (dst[(size_t)p * block + j] != (float)(p * 4096 + (int)(j % 251))) {
+          harness_fail(r, "all_gather of %zu floats: block %d element %zu is %g", block, p, j,
+                       dst[(size_t)p * block + j]);
+          break;
+        }
+    if (!half && nt < block * sizeof(float))
+      harness_fail(r, "all_gather on %d ranks, %zu bytes of output on the host: %zu bytes bypassed the cache; expected "
+                   "at least the last step's %zu", r->nranks, host, nt, block * sizeof(float));
+    if (half && nt != 0)
+      harness_fail(r, "all_gather on %d ranks, %zu bytes of output on the host: %zu bytes bypassed the cache; expected "
+                   "none", r->nranks, host, nt);
+  }
+  weft__mem_guarded.free(&weft__mem_guarded, in);
+  weft__mem_guarded.free(&weft__mem_guarded, out);
+  return r->failures;
+}
+
+static void ring_all_gather_bypasses_the_cache_when_the_hosts_outputs_fill_it(void **state) {
+  (void)state;
+  for (int n = 2; n <= 4; n += 2) {
+    harness_opts o = {.nranks = n, .transport = "shm", .no_init = 1, .deadline_s = 60};
+    harness_run(&o, ag_nt_body, NULL);
+  }
+}
+
 int main(void) {
   harness_filter_from_env();
   const struct CMUnitTest tests[] = {
@@ -976,6 +1027,7 @@ int main(void) {
       cmocka_unit_test(ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_nt),
       cmocka_unit_test(ring_all_reduce_forwards_pieces_as_they_land),
       cmocka_unit_test(all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it),
+      cmocka_unit_test(ring_all_gather_bypasses_the_cache_when_the_hosts_outputs_fill_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
