@@ -34,12 +34,13 @@ if [ "$rc" = 0 ] && [ "$wrong" = 0 ]; then echo "ok 1 - 2-rank all-reduce with p
 else echo "not ok 1 - 2-rank all-reduce with probes: exit $rc, $wrong wrong"; tail -n 5 "$log" | sed 's/^/# /'; fi
 if [ "$p0" -ge 2 ] && [ "$p0" = "$p1" ]; then echo "ok 2 - both ranks ran the same probes ($p0 each)"
 else echo "not ok 2 - probes per rank: rank 0 ran $p0, rank 1 ran $p1 (want equal, >= 2)"; fi
-# The copy probe's times, "... bytes in I ns, out O ns, read R ns": each rank's first probe
-# measured all three (R may be the unusable path's maximum, never 0).
+# The copy probe's times, "... bytes in I ns, out O ns, read R ns fresh, A sent again": each
+# rank's first probe measured all four (R and A may be the unusable path's maximum, never 0).
 copy_probes_ok() { # log ranks: every rank's first copy probe line has nonzero times
   r=0
   while [ "$r" -lt "$2" ]; do
-    grep -m1 "copy probe 1: rank $r -> peer" "$1" | grep -Eq "in [1-9][0-9]* ns, out [1-9][0-9]* ns, read [1-9][0-9]* ns" || return 1
+    grep -m1 "copy probe 1: rank $r -> peer" "$1" | grep -Eq "in [1-9][0-9]* ns, out [1-9][0-9]* ns, read [1-9][0-9]* ns fresh, [1-9][0-9]* sent again" ||
+      return 1
     r=$((r + 1))
   done
 }

@@ -26,9 +26,17 @@ static size_t probe_bytes(const weft__shm_fifo *f) {
   return n / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
 }
 
-/* Round k's test message: the small class's for the first REPEATS rounds, then `large`. */
+/* The classes of rounds, REPEATS rounds each in this order (shm_copy_probe.h). */
+enum { SMALL_FRESH, SMALL_AGAIN, LARGE_FRESH, LARGE_AGAIN, NCLASSES };
+
+static int round_class(uint32_t k) { return (int)(k / WEFT__SHM_COPY_PROBE_REPEATS); }
+
+/* Whether round k sends the message its predecessor sent, unchanged. */
+static int sent_again(uint32_t k) { return round_class(k) == SMALL_AGAIN || round_class(k) == LARGE_AGAIN; }
+
+/* Round k's test message: the small class's for the small rounds, then `large`. */
 static size_t round_bytes(size_t large, uint32_t k) {
-  return k < WEFT__SHM_COPY_PROBE_REPEATS ? WEFT__SHM_COPY_PROBE_SMALL_BYTES : large;
+  return round_class(k) < LARGE_FRESH ? WEFT__SHM_COPY_PROBE_SMALL_BYTES : large;
 }
 
 static char *probe_buf(weft__shm_state *st) {
@@ -55,6 +63,16 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
   return v;
 }
 
+unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t fresh_read_ns, uint32_t again_read_ns) {
+  unsigned v = weft__shm_copy_verdict(in_ns, out_ns, again_read_ns);
+  /* fresh 100 <= other (100 + loss), in integers */
+  uint64_t fresh = (uint64_t)fresh_read_ns * 100, allowed = 100 + WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT;
+  uint64_t both = ((uint64_t)in_ns + out_ns) * allowed, slower = (uint64_t)(in_ns > out_ns ? in_ns : out_ns) * allowed;
+  if (fresh > both) v &= ~(unsigned)WEFT__SINGLE_COPY_TWO_WAY;
+  if (fresh > slower) v &= ~(unsigned)WEFT__SINGLE_COPY_ONE_WAY;
+  return v;
+}
+
 /* The times of one class (fastest of its rounds, ns). */
 typedef struct probe_times {
   uint32_t in, out, read;
@@ -62,12 +80,23 @@ typedef struct probe_times {
 
 static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
-/* The verdict from both classes' times: the large one's, with the small one's as
- * WEFT__SINGLE_COPY_SMALL_*. */
-static unsigned both_classes_verdict(const probe_times *small, const probe_times *large) {
-  unsigned v = weft__shm_copy_verdict(large->in, large->out, large->read) | WEFT__SINGLE_COPY_SMALL_MEASURED;
-  if (weft__shm_copy_verdict(small->in, small->out, small->read) & WEFT__SINGLE_COPY_TWO_WAY)
-    v |= WEFT__SINGLE_COPY_SMALL_TWO_WAY;
+/* The copies of two classes of one size (the same work in both): the fastest of either; a's read. */
+static probe_times fastest(const probe_times *a, const probe_times *b) {
+  return (probe_times){min_u32(a->in, b->in), min_u32(a->out, b->out), a->read};
+}
+
+/* One size's verdict from its fresh and sent-again classes. Its copies are the same work in
+ * both, so the fastest of either counts. */
+static unsigned size_verdict(const probe_times *fresh, const probe_times *again) {
+  probe_times c = fastest(fresh, again);
+  return weft__shm_two_state_verdict(c.in, c.out, fresh->read, again->read);
+}
+
+/* The verdict from the classes' times (t[NCLASSES]): the large size's, with the small one's
+ * as WEFT__SINGLE_COPY_SMALL_*. */
+static unsigned classes_verdict(const probe_times *t) {
+  unsigned v = size_verdict(&t[LARGE_FRESH], &t[LARGE_AGAIN]) | WEFT__SINGLE_COPY_SMALL_MEASURED;
+  if (size_verdict(&t[SMALL_FRESH], &t[SMALL_AGAIN]) & WEFT__SINGLE_COPY_TWO_WAY) v |= WEFT__SINGLE_COPY_SMALL_TWO_WAY;
   return v;
 }
 
@@ -88,14 +117,15 @@ static void tell_disagreement(const struct weft_comm *comm, const weft__shm_conn
 }
 
 static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, size_t n,
-                          const probe_times *small, const probe_times *large) {
-  unsigned v = both_classes_verdict(small, large);
+                          const probe_times *t) {
+  unsigned v = classes_verdict(t);
+  probe_times sm = fastest(&t[SMALL_FRESH], &t[SMALL_AGAIN]), lg = fastest(&t[LARGE_FRESH], &t[LARGE_AGAIN]);
   if (v != to->copy_verdict || !to->copy_verdict_own)
-    WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u ns; "
-              "%u KiB in %u, out %u, read %u ns: all-gather and all-to-all on %s below 64 KiB and %s from it, "
-              "broadcast on %s", comm->rank, peer, WEFT__SHM_COPY_PROBE_SMALL_BYTES / 1024u, small->in, small->out,
-              small->read, (unsigned)(n / 1024), large->in, large->out, large->read,
-              v & WEFT__SINGLE_COPY_SMALL_TWO_WAY ? "one copy" : "two copies",
+    WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u ns fresh "
+              "and %u sent again; %u KiB in %u, out %u, read %u and %u: all-gather and all-to-all on %s below "
+              "64 KiB and %s from it, broadcast on %s", comm->rank, peer, WEFT__SHM_COPY_PROBE_SMALL_BYTES / 1024u,
+              sm.in, sm.out, sm.read, t[SMALL_AGAIN].read, (unsigned)(n / 1024), lg.in, lg.out, lg.read,
+              t[LARGE_AGAIN].read, v & WEFT__SINGLE_COPY_SMALL_TWO_WAY ? "one copy" : "two copies",
               v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy" : "two copies",
               v & WEFT__SINGLE_COPY_ONE_WAY ? "one copy (up to 1 MiB)" : "two copies");
   to->copy_verdict = v;
@@ -121,11 +151,13 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     return weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2), peer);
   }
   weft__shm_payload_ready(to, n); /* the FIFO is empty: as before a message of n bytes */
-  probe_times t[2] = {{UINT32_MAX, UINT32_MAX, UINT32_MAX}, {UINT32_MAX, UINT32_MAX, UINT32_MAX}};
+  probe_times t[NCLASSES];
+  for (int i = 0; i < NCLASSES; i++) t[i] = (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     size_t m = round_bytes(n, k);
-    probe_times *c = &t[k >= WEFT__SHM_COPY_PROBE_REPEATS];
-    memset(buf, (int)(gen + k) | 1, m); /* a message just produced: its lines dirty in our cache */
+    probe_times *c = &t[round_class(k)];
+    /* a message just produced: its lines dirty in our cache; one sent again stays as sent */
+    if (!sent_again(k)) memset(buf, (int)(gen + k) | 1, m);
     uint64_t t0 = weft__now_ns();
     if (weft__shm_payload_nt(to->nt_out, m)) weft__nt_copy(to->out.payload, buf, m); /* as shm.c's sends */
     else memcpy(to->out.payload, buf, m);
@@ -140,11 +172,14 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
   }
   to->copy_probe_gen = gen;
   to->copy_probe_split = split;
-  if (t[0].out == 0 || t[1].out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
-  WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %u bytes in %u ns, out %u ns, read %u ns; %zu bytes in "
-             "%u ns, out %u ns, read %u ns", (unsigned long long)gen, comm->rank, peer,
-             WEFT__SHM_COPY_PROBE_SMALL_BYTES, t[0].in, t[0].out, t[0].read, n, t[1].in, t[1].out, t[1].read);
-  apply_verdict(comm, st, to, peer, n, &t[0], &t[1]);
+  for (int i = 0; i < NCLASSES; i++)
+    if (t[i].out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
+  probe_times sm = fastest(&t[SMALL_FRESH], &t[SMALL_AGAIN]), lg = fastest(&t[LARGE_FRESH], &t[LARGE_AGAIN]);
+  WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %u bytes in %u ns, out %u ns, read %u ns fresh, %u sent "
+             "again; %zu bytes in %u ns, out %u ns, read %u ns fresh, %u sent again", (unsigned long long)gen,
+             comm->rank, peer, WEFT__SHM_COPY_PROBE_SMALL_BYTES, sm.in, sm.out, sm.read, t[SMALL_AGAIN].read, n, lg.in,
+             lg.out, lg.read, t[LARGE_AGAIN].read);
+  apply_verdict(comm, st, to, peer, n, t);
   tell_disagreement(comm, to, peer);
   return WEFT_SUCCESS;
 }
@@ -162,7 +197,8 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
                                           int peer, uint64_t gen, uint32_t first_step) {
   weft__shm_fifo_ctrl *ctrl = from->in.ctrl;
   size_t n = probe_bytes(&from->in);
-  probe_times t[2] = {{UINT32_MAX, UINT32_MAX, UINT32_MAX}, {UINT32_MAX, UINT32_MAX, UINT32_MAX}};
+  probe_times t[NCLASSES];
+  for (int i = 0; i < NCLASSES; i++) t[i] = (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
   int measured = 1;
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), peer));
@@ -170,7 +206,7 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
     char *buf = src != 0 ? probe_buf(st) : NULL;
     if (buf != NULL) {
       size_t m = round_bytes(n, k);
-      probe_times *c = &t[k >= WEFT__SHM_COPY_PROBE_REPEATS];
+      probe_times *c = &t[round_class(k)];
       uint64_t t0 = weft__now_ns();
       memcpy(buf, from->in.payload, m);
       uint32_t out = clamp_ns(weft__now_ns() - t0), read = timed_read(from, buf, src, m);
@@ -189,7 +225,7 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
   }
   /* The sender's verdict, from the times it has too (its own copy-in, our copy-out and read). */
   if (measured) {
-    from->copy_verdict_back = both_classes_verdict(&t[0], &t[1]);
+    from->copy_verdict_back = classes_verdict(t);
     tell_disagreement(comm, from, peer);
   }
   return WEFT_SUCCESS;

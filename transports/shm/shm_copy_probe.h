@@ -13,24 +13,27 @@
  * The measurement, after the placement probe's round trips (shm_placement.h), between a
  * rank and its ring successor, for two message sizes (WEFT__SHM_COPY_PROBE_SMALL_BYTES for
  * messages below 64 KiB, WEFT__SHM_COPY_PROBE_BYTES for the rest: lib/req.c says why),
- * WEFT__SHM_COPY_PROBE_REPEATS times each, fastest of each kept:
- *   sender    writes the round's message into its private buffer (a message freshly
- *             produced), times copying it into the successor's FIFO payload as a message
- *             of that size would be (non-temporal stores when nt_out and it is at least
- *             WEFT__SHM_NT_MIN), publishes the buffer's address;
+ * WEFT__SHM_COPY_PROBE_REPEATS times each, fastest of each kept, each size twice (a
+ * message freshly produced, then the same message sent again):
+ *   sender    writes the round's message into its private buffer (a fresh message; a
+ *             message sent again is left as the previous round sent it), times copying
+ *             it into the successor's FIFO payload as a message of that size would be
+ *             (non-temporal stores when nt_out and it is at least WEFT__SHM_NT_MIN),
+ *             publishes the buffer's address;
  *   receiver  times copying the payload out of the FIFO, then reading the sender's buffer
  *             by process_vm_readv, into one private buffer, and answers with both times.
  * The sender keeps for its messages to that peer: one copy for calls where both sides
  * send (all-gather, all-to-all: each core does its copy in and its copy out) when the read
  * took less than copy-in plus copy-out; for one-way calls (broadcast: the two copies
  * overlap on two cores) when less than the slower of the two; both by a margin
- * (weft__shm_copy_verdict), each size for its own messages. The payload area is used
+ * (weft__shm_copy_verdict), each size for its own messages, from both states by
+ * weft__shm_two_state_verdict (why both: there). The payload area is used
  * only when the FIFO is empty (every earlier message received), and is not published:
  * the next message overwrites it.
  * When: at the first placement probe, and again only when the probe's placement verdict
  * changed (nt_out); with more ranks than cores once, at the first. Skipped, the sender
  * says so and both go on at once. Cost on the AMD VM: a run
- * (three 256 KiB rounds each way, the caches it leaves cold) made the calls around it
+ * (then three 256 KiB rounds each way, the caches it leaves cold) made the calls around it
  * ~600 us slower in all, which as a periodic re-run (every 8th probe, 128 large calls) cost
  * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run.
  * The verdict of the measured connection also serves this rank's other shm connections
@@ -49,8 +52,9 @@
 #define WEFT__SHM_COPY_PROBE_MIN_BYTES (64u * 1024u) /* ... at least this much FIFO payload */
 #define WEFT__SHM_COPY_PROBE_SMALL_BYTES (16u * 1024u) /* the small class's test message */
 #define WEFT__SHM_COPY_PROBE_REPEATS 3
-/* Rounds: the small message REPEATS times, then the large one; two probe-line steps each. */
-#define WEFT__SHM_COPY_PROBE_ROUNDS (2 * WEFT__SHM_COPY_PROBE_REPEATS)
+/* Rounds: REPEATS each of the small message fresh, then sent again, then the large one fresh,
+ * then sent again; two probe-line steps each. */
+#define WEFT__SHM_COPY_PROBE_ROUNDS (4 * WEFT__SHM_COPY_PROBE_REPEATS)
 #define WEFT__SHM_COPY_PROBE_STEPS (2 * WEFT__SHM_COPY_PROBE_ROUNDS) /* probe-line steps it takes */
 
 /* The verdict from one measurement (ns, fastest of the rounds): WEFT__SINGLE_COPY_MEASURED,
@@ -63,6 +67,24 @@
  * much on two copies. Pure; thread-safe. */
 #define WEFT__SHM_COPY_PROBE_MARGIN_PCT 20 /* one copy must be this much faster (percent) */
 unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_ns);
+
+/* One size's verdict, from its copy-in and copy-out (ns, fastest of all its rounds)
+ * and two reads: of a message just written (fresh_read_ns: its lines dirty in the sender's
+ * private cache) and of the same message sent again (again_read_ns: the perf tools'
+ * buffers, a buffer gathered or sent once more). weft__shm_copy_verdict's bits from the
+ * read of a message sent again, each kept only if the fresh read did not lose to the same
+ * copies by more than WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT.
+ * Why both: the two reads differ by 2x on some machines, and which state users' messages
+ * are in varies. On the Intel VM (family 6 model 207) a 256 KiB read took 25-27 us fresh,
+ * about copy-in plus copy-out (11-15 + 14-16), and 13-16 us sent again, where the copies
+ * took the same: measured fresh alone, the probe chose two copies, and all-gather and
+ * all-to-all (perf tools, 2 ranks, 64 KiB-16 MiB) then ran 1.3-2.2x slower than on one copy
+ * and 0.5-0.9x Open MPI. On the AMD EPYC VMs a fresh read ran at 12-18 GB/s against 33-49
+ * for a copy out of the FIFO (above; Zen 4: 21.7 us against 11.1 + 5.7), more than the loss
+ * allowed, so two copies stay there whatever the second read says (untested there since:
+ * no AMD VM in the session that made this change). Pure; thread-safe. */
+#define WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT 25
+unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t fresh_read_ns, uint32_t again_read_ns);
 
 /* The verdict for our sends to a peer: ours for that direction, except that where the peer's
  * verdict for its sends to us was measured too (back), a one-copy bit stays only if both
