@@ -64,13 +64,11 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
 }
 
 unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t fresh_read_ns, uint32_t again_read_ns) {
-  unsigned v = weft__shm_copy_verdict(in_ns, out_ns, again_read_ns);
-  /* fresh 100 <= other (100 + loss), in integers */
-  uint64_t fresh = (uint64_t)fresh_read_ns * 100, allowed = 100 + WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT;
-  uint64_t both = ((uint64_t)in_ns + out_ns) * allowed, slower = (uint64_t)(in_ns > out_ns ? in_ns : out_ns) * allowed;
-  if (fresh > both) v &= ~(unsigned)WEFT__SINGLE_COPY_TWO_WAY;
-  if (fresh > slower) v &= ~(unsigned)WEFT__SINGLE_COPY_ONE_WAY;
-  return v;
+  unsigned v = weft__shm_copy_verdict(in_ns, out_ns, again_read_ns) & ~(unsigned)WEFT__SINGLE_COPY_ONE_WAY;
+  /* fresh 100 <= (in + out) (100 + loss), in integers */
+  uint64_t both = ((uint64_t)in_ns + out_ns) * (100 + WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT);
+  if ((uint64_t)fresh_read_ns * 100 > both) v &= ~(unsigned)WEFT__SINGLE_COPY_TWO_WAY;
+  return v | (weft__shm_copy_verdict(in_ns, out_ns, fresh_read_ns) & WEFT__SINGLE_COPY_ONE_WAY);
 }
 
 /* The times of one class (fastest of its rounds, ns). */

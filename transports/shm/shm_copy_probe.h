@@ -71,9 +71,12 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
 /* One size's verdict, from its copy-in and copy-out (ns, fastest of all its rounds)
  * and two reads: of a message just written (fresh_read_ns: its lines dirty in the sender's
  * private cache) and of the same message sent again (again_read_ns: the perf tools'
- * buffers, a buffer gathered or sent once more). weft__shm_copy_verdict's bits from the
- * read of a message sent again, each kept only if the fresh read did not lose to the same
- * copies by more than WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT.
+ * buffers, a buffer gathered or sent once more). WEFT__SINGLE_COPY_TWO_WAY from the read
+ * of a message sent again (weft__shm_copy_verdict), kept only if the fresh read did not lose
+ * to copy-in plus copy-out by more than WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT;
+ * WEFT__SINGLE_COPY_ONE_WAY from the fresh read alone, as before: with one-way also from the
+ * second read, a 2-rank broadcast of 128 KiB-1 MiB ran 1.0-1.8x slower on that VM (3
+ * interleaved rounds, in place).
  * Why both: the two reads differ by 2x on some machines, and which state users' messages
  * are in varies. On the Intel VM (family 6 model 207) a 256 KiB read took 25-27 us fresh,
  * about copy-in plus copy-out (11-15 + 14-16), and 13-16 us sent again, where the copies

@@ -64,9 +64,9 @@ static void one_copy_needs_both_directions(void **unused) {
   assert_int_equal(weft__shm_pair_verdict(0, normal), 0); /* ours not measured: the rules */
 }
 
-/* One size's verdict from both states (weft__shm_two_state_verdict): the read of a message
- * sent again decides, unless a fresh message's read loses to the two copies by more than
- * WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT. */
+/* One size's verdict from both states (weft__shm_two_state_verdict): for calls where both
+ * sides send, the read of a message sent again decides, unless a fresh message's read loses
+ * to the two copies by more than WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT. */
 static void a_message_sent_again_decides_where_a_fresh_one_loses_little(void **unused) {
   (void)unused;
   const unsigned two_way = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
@@ -79,10 +79,12 @@ static void a_message_sent_again_decides_where_a_fresh_one_loses_little(void **u
   /* the loss's edge: fresh exactly 1.25x the two copies is allowed, a nanosecond more is not */
   assert_int_equal(weft__shm_two_state_verdict(10000, 10000, 25000, 10000), two_way);
   assert_int_equal(weft__shm_two_state_verdict(10000, 10000, 25001, 10000), WEFT__SINGLE_COPY_MEASURED);
-  /* one-way against the slower copy, by the same rules */
+  /* one-way (broadcast) from the fresh read alone, as weft__shm_copy_verdict has it */
   unsigned all = two_way | WEFT__SINGLE_COPY_ONE_WAY;
-  assert_int_equal(weft__shm_two_state_verdict(10000, 16000, 20000, 9000), all);
-  assert_int_equal(weft__shm_two_state_verdict(10000, 16000, 20001, 9000), two_way);
+  assert_int_equal(weft__shm_two_state_verdict(10000, 16000, 13000, 9000), all);
+  assert_int_equal(weft__shm_two_state_verdict(10000, 16000, 13400, 9000), two_way);
+  assert_int_equal(weft__shm_two_state_verdict(10000, 16000, 13000, 30000),
+                   WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_ONE_WAY);
   /* a slow second read keeps two copies, a fast fresh one or not */
   assert_int_equal(weft__shm_two_state_verdict(10000, 10000, 9000, 19000), WEFT__SINGLE_COPY_MEASURED);
 }
