@@ -39,8 +39,8 @@ else echo "not ok 2 - probes per rank: rank 0 ran $p0, rank 1 ran $p1 (want equa
 copy_probes_ok() { # log ranks: every rank's first copy probe line has nonzero times
   r=0
   while [ "$r" -lt "$2" ]; do
-    grep -m1 "copy probe 1: rank $r -> peer" "$1" | grep -Eq "in [1-9][0-9]* ns, out [1-9][0-9]* ns, read [1-9][0-9]* ns fresh, [1-9][0-9]* sent again" ||
-      return 1
+    times="in [1-9][0-9]* ns, out [1-9][0-9]* ns, read [1-9][0-9]* ns fresh, [1-9][0-9]* sent again"
+    grep -m1 "copy probe 1: rank $r -> peer" "$1" | grep -Eq "$times" || return 1
     r=$((r + 1))
   done
 }

@@ -78,6 +78,11 @@ typedef struct probe_times {
 
 static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
+/* Every class unmeasured: each time the largest, so that the first round's is the fastest. */
+static void none_yet(probe_times *t) {
+  for (int i = 0; i < NCLASSES; i++) t[i] = (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
+}
+
 /* The copies of two classes of one size (the same work in both): the fastest of either; a's read. */
 static probe_times fastest(const probe_times *a, const probe_times *b) {
   return (probe_times){min_u32(a->in, b->in), min_u32(a->out, b->out), a->read};
@@ -150,7 +155,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
   }
   weft__shm_payload_ready(to, n); /* the FIFO is empty: as before a message of n bytes */
   probe_times t[NCLASSES];
-  for (int i = 0; i < NCLASSES; i++) t[i] = (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
+  none_yet(t);
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     size_t m = round_bytes(n, k);
     probe_times *c = &t[round_class(k)];
@@ -196,7 +201,7 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
   weft__shm_fifo_ctrl *ctrl = from->in.ctrl;
   size_t n = probe_bytes(&from->in);
   probe_times t[NCLASSES];
-  for (int i = 0; i < NCLASSES; i++) t[i] = (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
+  none_yet(t);
   int measured = 1;
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), peer));

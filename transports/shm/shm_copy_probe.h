@@ -32,10 +32,12 @@
  * the next message overwrites it.
  * When: at the first placement probe, and again only when the probe's placement verdict
  * changed (nt_out); with more ranks than cores once, at the first. Skipped, the sender
- * says so and both go on at once. Cost on the AMD VM: a run
- * (then three 256 KiB rounds each way, the caches it leaves cold) made the calls around it
+ * says so and both go on at once. Cost on the AMD VM: a run (three 256 KiB rounds each way
+ * then, six since the second read; the caches it leaves cold) made the calls around it
  * ~600 us slower in all, which as a periodic re-run (every 8th probe, 128 large calls) cost
- * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run.
+ * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run. Where the
+ * host moves the vCPUs often, the placement verdict changes often too: on the Intel VM of
+ * 2026-12-02 up to ten verdicts in one perf-tool launch.
  * The verdict of the measured connection also serves this rank's other shm connections
  * until they are measured themselves (the ring's neighbours are the only ones probed).
  * The receiver gets the sender's copy-in times too, so it holds the sender's verdict as
