@@ -83,7 +83,7 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
  * are in varies. On the Intel VM (family 6 model 207) a 256 KiB read took 25-27 us fresh,
  * about copy-in plus copy-out (11-15 + 14-16), and 13-16 us sent again, where the copies
  * took the same: measured fresh alone, the probe chose two copies, and all-gather and
- * all-to-all (perf tools, 2 ranks, 64 KiB-16 MiB) then ran 1.3-2.2x slower than on one copy
+ * all-to-all (perf tools, 2 ranks, 64 KiB-16 MiB) then ran 1.3-2.5x slower than on one copy
  * and 0.5-0.9x Open MPI. On the AMD EPYC VMs a fresh read ran at 12-18 GB/s against 33-49
  * for a copy out of the FIFO (above; Zen 4: 21.7 us against 11.1 + 5.7), more than the loss
  * allowed, so two copies stay there whatever the second read says (untested there since:
