@@ -78,7 +78,7 @@ typedef struct probe_times {
 
 static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
-/* Every class unmeasured: each time the largest, so that the first round's is the fastest. */
+/* Every class unmeasured: UINT32_MAX each, so that a class's first round sets its times. */
 static void none_yet(probe_times *t) {
   for (int i = 0; i < NCLASSES; i++) t[i] = (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
 }
@@ -88,8 +88,7 @@ static probe_times fastest(const probe_times *a, const probe_times *b) {
   return (probe_times){min_u32(a->in, b->in), min_u32(a->out, b->out), a->read};
 }
 
-/* One size's verdict from its fresh and sent-again classes. Its copies are the same work in
- * both, so the fastest of either counts. */
+/* One size's verdict from its fresh and sent-again classes. */
 static unsigned size_verdict(const probe_times *fresh, const probe_times *again) {
   probe_times c = fastest(fresh, again);
   return weft__shm_two_state_verdict(c.in, c.out, fresh->read, again->read);
@@ -119,10 +118,16 @@ static void tell_disagreement(const struct weft_comm *comm, const weft__shm_conn
             ours);
 }
 
-static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, size_t n,
-                          const probe_times *t) {
+/* Logs probe gen's times (TRACE) and, when it changed, the verdict (INFO); keeps the verdict
+ * for our sends to `peer`, and for the connections not measured themselves. */
+static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, uint64_t gen,
+                          size_t n, const probe_times *t) {
   unsigned v = classes_verdict(t);
   probe_times sm = fastest(&t[SMALL_FRESH], &t[SMALL_AGAIN]), lg = fastest(&t[LARGE_FRESH], &t[LARGE_AGAIN]);
+  WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %u bytes in %u ns, out %u ns, read %u ns fresh, %u sent "
+             "again; %zu bytes in %u ns, out %u ns, read %u ns fresh, %u sent again", (unsigned long long)gen,
+             comm->rank, peer, WEFT__SHM_COPY_PROBE_SMALL_BYTES, sm.in, sm.out, sm.read, t[SMALL_AGAIN].read, n, lg.in,
+             lg.out, lg.read, t[LARGE_AGAIN].read);
   if (v != to->copy_verdict || !to->copy_verdict_own)
     WEFT_INFO("shm: rank %d -> peer %d: %u KiB copied in %u ns and out %u ns, read by single copy in %u ns fresh "
               "and %u sent again; %u KiB in %u, out %u, read %u and %u: all-gather and all-to-all on %s below "
@@ -177,12 +182,7 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
   to->copy_probe_split = split;
   for (int i = 0; i < NCLASSES; i++)
     if (t[i].out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
-  probe_times sm = fastest(&t[SMALL_FRESH], &t[SMALL_AGAIN]), lg = fastest(&t[LARGE_FRESH], &t[LARGE_AGAIN]);
-  WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %u bytes in %u ns, out %u ns, read %u ns fresh, %u sent "
-             "again; %zu bytes in %u ns, out %u ns, read %u ns fresh, %u sent again", (unsigned long long)gen,
-             comm->rank, peer, WEFT__SHM_COPY_PROBE_SMALL_BYTES, sm.in, sm.out, sm.read, t[SMALL_AGAIN].read, n, lg.in,
-             lg.out, lg.read, t[LARGE_AGAIN].read);
-  apply_verdict(comm, st, to, peer, n, t);
+  apply_verdict(comm, st, to, peer, gen, n, t);
   tell_disagreement(comm, to, peer);
   return WEFT_SUCCESS;
 }
