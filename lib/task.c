@@ -190,7 +190,7 @@ static weft_status_t sleep_on(struct weft_comm *comm, const weft__transport *sle
 /* 4 ranks on 2 cores (bound), 8 B-1 KiB, alternating launches against yielding at once:
  * all-reduce 1.17-1.62x, reduce-scatter 1.09-1.43x, all-gather 1.11-1.33x and all-to-all
  * 1.10-1.40x faster; context switches per 8-byte all-reduce 8.5-9.0 -> 5.9-7.3 (both cores
- * together; the README has the runs).
+ * together; perf/bench/RESULTS.md has the runs).
  * Spinning on every wait, sends and large messages too, ran reduce at 1-4 KiB and
  * all-reduce at 8-256 KiB 0.5-0.9x as fast; spinning in broadcasts 0.87-1.07x at 8-128 B
  * over two runs of 6 and 10 pairs, mostly slower, so they keep yielding. */

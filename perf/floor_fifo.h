@@ -2,7 +2,7 @@
  * 2-rank all-reduce whose buffers are private to each rank, moved through shared memory.
  *
  * A process cannot read another's private pages (Linux maps them to no one else; the one
- * copy the kernel offers, process_vm_readv, is slower than two here, README), so every byte
+ * copy the kernel offers, process_vm_readv, is slower than two here: perf/bench/RESULTS.md), so every byte
  * a rank needs from its peer crosses a buffer both can map: the peer writes it there, the
  * rank reads it back. With the reduce-scatter + all-gather plan (the ring at n = 2) that is
  * the least such traffic: per rank, B = S/2 bytes of its input out (the half the peer

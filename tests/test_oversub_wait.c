@@ -8,7 +8,7 @@
  *   - what feeds it, on 2 real ranks over shm: a connection's other_cpus follows the ranks'
  *     CPU binding (the topology's cpusets, lib/connect.c), and a rank's announced yield
  *     reaches its peer through the shm doorbell (peer_on_cpu, transports/shm/shm.c).
- * Timing is left to the benchmarks (the README's figures): nothing here measures speed. */
+ * Timing is left to the benchmarks (perf/bench/RESULTS.md): nothing here measures speed. */
 #include <sched.h>
 #include <stdatomic.h>
 #include <setjmp.h>
