@@ -21,6 +21,9 @@ typedef struct gpt_peak {
 /* Measures both (about 0.3 s on an AVX-512 core). Call it on every rank at once, so it sees the same sharing
  * of the cores that training will. */
 void gpt_measure_peak(gpt_peak *p);
+/* A peak the user gave (--peak-gflops, GFLOP/s per core), marked "given" in isa, with the
+ * SGEMM rate still measured: what the kernels reach is worth its line (about 30 ms). */
+void gpt_peak_given(double gflops, gpt_peak *p);
 /* The best of 10 one-thread cblas_sgemm on 512^3, in GFLOP/s (about 30 ms on an AVX-512
  * core): what the matrix products reach on the kernels OpenBLAS runs (blas_core.h). */
 double gpt_measure_sgemm(void);

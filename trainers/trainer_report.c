@@ -44,10 +44,11 @@ void gpt_report_peak(const gpt_report *r, int with_share, const char *fpt_note, 
   else
     printf("# peak per rank: %.1f GFLOP/s (given)", p->fma_gflops);
   if (p->sgemm_gflops > 0) printf(", sgemm 512^3 %.1f GFLOP/s", p->sgemm_gflops);
-  if (p->sgemm_gflops > 0 && with_share && strcmp(p->isa, "given")) printf(" = %.0f%% of it", 100.0 * p->sgemm_gflops / p->fma_gflops);
+  if (p->sgemm_gflops > 0 && with_share && strcmp(p->isa, "given"))
+    printf(" = %.0f%% of it", 100.0 * p->sgemm_gflops / p->fma_gflops);
   printf(" on %s\n", blas);
-  printf("# %.3f MFLOP/token%s; MFU = that x tokens/s / (%d ranks x peak)%s\n", r->flops_per_token / 1e6,
-         fpt_note, r->nranks, mfu_note);
+  printf("# %.3f MFLOP/token%s; MFU = that x tokens/s / (%d rank%s x peak)%s\n", r->flops_per_token / 1e6,
+         fpt_note, r->nranks, r->nranks == 1 ? "" : "s", mfu_note);
 }
 
 void gpt_report_columns(const char *mid, const char *end) {

@@ -46,7 +46,7 @@ int gpt_report_open_log(gpt_report *r, const char *path, const char *extra_colum
 void gpt_report_title(const gpt_report *r, const char *prog, const char *data, int vocab);
 /* "# peak per rank: FMA loop F GFLOP/s (ISA), sgemm 512^3 S GFLOP/s = P% of it on OpenBLAS
  * V core C (why)" (with_share: the "= P%"; the core and why from gpt_blas_describe), then
- * "# X MFLOP/token<fpt_note>; MFU = ... (N ranks x peak)<mfu_note>". */
+ * "# X MFLOP/token<fpt_note>; MFU = ... (N ranks x peak)<mfu_note>" ("1 rank" for one). */
 void gpt_report_peak(const gpt_report *r, int with_share, const char *fpt_note, const char *mfu_note);
 /* The column names; mid goes after loss, end after peakMiB (both preformatted, "" for none). */
 void gpt_report_columns(const char *mid, const char *end);
