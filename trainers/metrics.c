@@ -56,8 +56,9 @@ FMA_KERNEL(fma_scalar, "sse2", 1)
 
 /* Best of 80 short runs (about 1 ms each on AVX-512) of one kernel, in GFLOP/s: the best is
  * the one least disturbed by whatever else shares the core. Why so short: with the core
- * shared by a second busy process, the scheduler's slices are a few ms, and 10 runs of 8 ms
- * each read 89.8 GFLOP/s where the core reaches 173 (SGEMM alone ran 123 in the same start-up). */
+ * shared by a second busy process the scheduler's slices are a few ms, and 10 runs of 8 ms
+ * each read 72-91 GFLOP/s on the Intel VM's core, which reaches 173-179 alone (SGEMM ran
+ * 107-141 in the same start-ups); 80 of 1 ms read 176-179 (trainers/test_blas_core.c). */
 static double time_fma(float (*fn)(long), int lanes) {
   const long iters = 500000;
   double best = 0.0;
