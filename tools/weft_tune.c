@@ -78,11 +78,20 @@ static void resolve_coll(weft__select_input in, const weft__algo_filter *f, size
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MIN] [-e MAX] [-c COLL] [-v]\n"
+  fprintf(f, "usage: weft-tune [-n NRANKS] [-t shm|socket|ib] [-o] [-b MIN] [-e MAX] [-c COLL] [-v]\n"
              "       weft-tune --list\n"
              "       weft-tune --measure   (fits WEFT_TUNER_MODEL to this machine, ~40 s on 2 cores)\n"
              "Prints the algorithm weft's tuner picks per collective and size range\n"
-             "(honours WEFT_ALGO, WEFT_TUNER_MODEL and WEFT_CHUNK_BYTES).\n");
+             "(honours WEFT_ALGO, WEFT_TUNER_MODEL and WEFT_CHUNK_BYTES).\n"
+             "  -n NRANKS   ranks (2)\n"
+             "  -t NAME     transport: shm, socket or ib (shm)\n"
+             "  -o          more ranks than cores (the oversubscription terms of the model)\n"
+             "  -b, -e SIZE the size range, K/M/G suffixes (8 to 1G)\n"
+             "  -c COLL     one collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
+             "              all_to_all (default: all)\n"
+             "  -v          every candidate's modelled cost\n"
+             "  --list      the algorithms of each collective\n"
+             "  --measure   run the collectives here and print the fitted WEFT_TUNER_MODEL (man weft-tune)\n");
 }
 
 int main(int argc, char **argv) {
