@@ -144,7 +144,9 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * transports/shm/shm_copy_probe.h), the measurement overrides the guesses: all-gather and
  * all-to-all(v) stay on two copies unless WEFT__SINGLE_COPY_TWO_WAY (with more ranks than
  * cores too), and a broadcast goes
- * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, whatever peer_rt_ns.
+ * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, or from 256 KiB when
+ * WEFT__SINGLE_COPY_TWO_WAY (one FIFO slot's message: its copies do not overlap), whatever
+ * peer_rt_ns.
  * Messages below 64 KiB follow the small class's measurement instead when there is one
  * (WEFT__SINGLE_COPY_SMALL_MEASURED: two copies unless WEFT__SINGLE_COPY_SMALL_TWO_WAY).
  * WEFT_SHM_CMA_CALLS=all overrides it in the shm transport. Thread safety: reads comm's

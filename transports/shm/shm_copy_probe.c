@@ -135,7 +135,9 @@ static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm
               sm.in, sm.out, sm.read, t[SMALL_AGAIN].read, (unsigned)(n / 1024), lg.in, lg.out, lg.read,
               t[LARGE_AGAIN].read, v & WEFT__SINGLE_COPY_SMALL_TWO_WAY ? "one copy" : "two copies",
               v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy" : "two copies",
-              v & WEFT__SINGLE_COPY_ONE_WAY ? "one copy (up to 1 MiB)" : "two copies");
+              v & WEFT__SINGLE_COPY_ONE_WAY   ? "one copy (up to 1 MiB)"
+              : v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy from 256 KiB to 1 MiB"
+                                              : "two copies");
   to->copy_verdict = v;
   to->copy_verdict_own = 1;
   for (int i = 0; i < st->npeers; i++)

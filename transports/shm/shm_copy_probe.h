@@ -78,7 +78,8 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
  * to copy-in plus copy-out by more than WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT;
  * WEFT__SINGLE_COPY_ONE_WAY from the fresh read alone, as before: with one-way also from the
  * second read, a 2-rank broadcast of 128 KiB-1 MiB ran 1.0-1.8x slower on that VM (3
- * interleaved rounds, in place).
+ * interleaved rounds, in place). (Broadcasts of 256 KiB to 1 MiB take the two-way bit too:
+ * lib/req.c says why.)
  * Why both: the two reads differ by 2x on some machines, and which state users' messages
  * are in varies. On the Intel VM (family 6 model 207) a 256 KiB read took 25-27 us fresh,
  * about copy-in plus copy-out (11-15 + 14-16), and 13-16 us sent again, where the copies
