@@ -63,17 +63,17 @@ enum { OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES = 16 << 20 };
  * 2.71, 64K 5.94 / 5.61). Hence below 64 KiB only the first two. */
 enum { SINGLE_COPY_SMALL_BYTES = 64 << 10 };
 enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 1 << 20 };
-/* A broadcast message of at least the copy probe's large size (256 KiB, one FIFO slot) also
- * goes single copy where the two-way verdict holds: its two copies then run one after the
- * other, as an exchange's do, not overlapped as the one-way verdict (the slower copy alone)
- * assumes. On the Intel VM (family 6 model 207; the probe read 256 KiB in 28 us fresh and 14
- * sent again, copied it in and out in 14 + 14: two-way yes, one-way no), 2 ranks, in place,
- * us per call, medians of 8 launches alternating with the build before (ABBA): 256K 15.8
- * against 20.7 (6 of 8 pairs faster), 512K 33.1 against 37.1 (8 of 8), 1M 106.5 against
- * 108.5 (4 of 8), 2M (no change) 197 against 195; Open MPI's, in 6 rounds interleaved with
- * both just before, 14.3, 26.0 and 75.9. Below 256 KiB, with the same rule from 64 KiB, one copy lost: 64K
- * 4.95 against 4.1 (5 of 6 launches), 128K 9.4 against 8.3, so the fresh read's rule keeps
- * those. */
+/* A broadcast message of at least the copy probe's large size (256 KiB, one FIFO slot)
+ * also goes single copy where the two-way verdict holds: its two copies then run one after
+ * the other, as an exchange's do, not overlapped as the one-way verdict (the slower copy
+ * alone) assumes. On the Intel VM (family 6 model 207; the probe read 256 KiB in 28 us
+ * fresh and 14 sent again, copied it in and out in 14 + 14: two-way yes, one-way no), 2
+ * ranks, in place, us per call, medians of 8 launches alternating with the build before
+ * (ABBA): 256K 15.8 against 20.7 (6 of 8 pairs faster), 512K 33.1 against 37.1 (8 of 8),
+ * 1M 106.5 against 108.5 (4 of 8), 2M (no change) 197 against 195; Open MPI's, in 6 rounds
+ * interleaved with both just before, 14.3, 26.0 and 75.9. Below 256 KiB, with the same
+ * rule from 64 KiB, one copy lost: 64K 4.95 against 4.1 (5 of 6 launches), 128K 9.4
+ * against 8.3, so the fresh read's rule keeps those. */
 enum { BROADCAST_TWO_WAY_MIN_BYTES = 256 << 10 };
 /* All of the above was measured on the Intel VM. On the AMD EPYC VM (Zen 5, two CCDs,
  * 440-850 ns round trips) process_vm_readv read a peer's freshly written buffer at 12-18
