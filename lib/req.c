@@ -89,7 +89,8 @@ enum { BROADCAST_TWO_WAY_MIN_BYTES = 256 << 10 };
  * all-to-all, us per call, medians of 5 launches interleaved with Open MPI's, one copy / two
  * copies / Open MPI: 512K 143 / 80 / 143, 2M 413 / 270 / 454, 4M 1033 / 709 / 855, 8M 2762 /
  * 1510 / 2373, 16M 5984 / 3603 / 5109; unbound, medians of 4: 4M 1117 / 778, 16M 5254 /
- * 3610), so the measurement decides there as well.
+ * 3610), so the measurement decides there as well: the one between two CPUs, which serves
+ * every connection of a rank, to ranks on its own CPU too (weft__shm_cpu_verdict says why).
  * Below 64 KiB the 256 KiB measurement misled: on the Zen 4 VM (one L3) it said two copies
  * in most launches, but in 2 of 8 a slow copy-in at the probe (8-24 us against 5) tipped one
  * direction to one copy (see weft__shm_pair_verdict), and those launches ran all-gather 16-64 KiB 2-3x

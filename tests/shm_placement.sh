@@ -7,13 +7,14 @@
 # ring neighbours bound to two different CPUs (test 8), none when the ranks are not bound
 # (test 6). The copy probe that follows it (transports/shm/shm_copy_probe.h) runs at the
 # first probe on every rank, times both paths and leaves the same exact results; with more
-# ranks than cores it runs once. A program of small calls probes again every 65536th
+# ranks than cores it runs once, and the verdict measured between two CPUs serves all of a
+# rank's connections (test 9). A program of small calls probes again every 65536th
 # (test 5). TAP output.
 cd "${WEFT_TOP_BUILDDIR:-.}" || exit 1
-echo "1..8"
+echo "1..9"
 ncpu=$(nproc)
 if [ "$ncpu" -lt 2 ]; then
-  for i in 1 2 3 4 5 6 7 8; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
+  for i in 1 2 3 4 5 6 7 8 9; do echo "ok $i # SKIP one CPU: the probe needs two ranks on two cores"; done
   exit 0
 fi
 log=$(mktemp); trap 'rm -f "$log"' EXIT
@@ -81,7 +82,7 @@ else
 fi
 over=$((ncpu + 1))
 if [ "$over" -gt 9 ]; then
-  for i in 6 7 8; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
+  for i in 6 7 8 9; do echo "ok $i # SKIP $ncpu cores: $over ranks would take too long here"; done
   exit 0
 fi
 # Unbound, a rank may run on any CPU: nothing to time, the first probe is a rendezvous.
@@ -119,4 +120,45 @@ else
   echo "not ok 8 - $over bound ranks on $ncpu cores: exit $rc, $wrong wrong, $same lines with one CPU," \
     "$untimed ranks timed nothing"
   grep "placement probe" "$log" | head -n 6 | sed 's/^/# /'
+fi
+# With more ranks than cores the verdict measured between two CPUs serves each rank's
+# connections, to ranks on its own CPU too (weft__shm_cpu_verdict): every rank says so once,
+# naming two CPUs, with the verdict of its pair across CPUs: the one it measured toward its
+# successor when that one sits on another CPU (rank r on CPU r mod ncpu), else the one its
+# predecessor measured toward it ("... and W from it" in their INFO line).
+verdict_of() { # "from" rank, "to" rank: the large messages' verdict it logged, or nothing
+  grep "rank $1 -> peer $2: .* KiB copied in" "$log" | head -n 1 | sed -n 's/.* below 64 KiB and \(.*\) from it,.*/\1/p'
+}
+bad=""
+if [ "$(grep -c "CMA not permitted" "$log")" -gt 0 ]; then
+  echo "ok 9 # SKIP single copy not permitted here: no verdict to share"
+  exit 0
+fi
+r=0
+while [ "$r" -lt "$over" ]; do
+  said=$(grep "shm: rank $r: more ranks than cores: the copy verdict measured between CPU" "$log")
+  n=$(printf '%s' "$said" | grep -c "serves all its connections")
+  cpus=$(printf '%s\n' "$said" | sed -n 's/.*between CPU \([0-9]*\) and CPU \([0-9]*\) .*/\1 \2/p' | head -n 1)
+  got=$(printf '%s\n' "$said" | sed -n 's/.*all-to-all on \(.*\) from 64 KiB).*/\1/p' | head -n 1)
+  want="" p=0
+  while [ "$p" -lt "$over" ]; do # the successor across CPUs, as this rank logged it
+    [ $((p % ncpu)) != $((r % ncpu)) ] && [ -z "$want" ] && want=$(verdict_of "$r" "$p")
+    p=$((p + 1))
+  done
+  p=0
+  while [ "$p" -lt "$over" ]; do # else the predecessor across CPUs
+    [ $((p % ncpu)) != $((r % ncpu)) ] && [ -z "$want" ] && want=$(verdict_of "$p" "$r")
+    p=$((p + 1))
+  done
+  set -- $cpus
+  if [ "$n" != 1 ] || [ "$#" != 2 ] || [ "$1" = "$2" ] || [ -z "$got" ] || [ "$got" != "$want" ]; then
+    bad="$bad rank $r: $n lines, CPUs '$cpus', verdict '$got' (want '$want');"
+  fi
+  r=$((r + 1))
+done
+if [ "$rc" = 0 ] && [ -z "$bad" ]; then
+  echo "ok 9 - $over bound ranks on $ncpu cores: each rank's connections take the verdict measured between CPUs"
+else
+  echo "not ok 9 - $over bound ranks on $ncpu cores: exit $rc;$bad"
+  grep -E "more ranks than cores|KiB copied in" "$log" | head -n 8 | sed 's/^/# /'
 fi

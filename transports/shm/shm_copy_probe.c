@@ -108,6 +108,13 @@ unsigned weft__shm_pair_verdict(unsigned ours, unsigned back) {
   return (ours & ~wins) | (ours & back & wins);
 }
 
+unsigned weft__shm_cpu_verdict(int own_cpu, int next_cpu, unsigned to_next, int prev_cpu, unsigned from_prev) {
+  if (own_cpu < 0) return 0;
+  if (next_cpu >= 0 && next_cpu != own_cpu && (to_next & WEFT__SINGLE_COPY_MEASURED)) return to_next;
+  if (prev_cpu >= 0 && prev_cpu != own_cpu && (from_prev & WEFT__SINGLE_COPY_MEASURED)) return from_prev;
+  return 0;
+}
+
 /* Says at INFO when the two directions of a pair disagree, which weft__shm_pair_verdict
  * settles for two copies; once both are measured, from either side's last step. */
 static void tell_disagreement(const struct weft_comm *comm, const weft__shm_conn *c, int peer) {

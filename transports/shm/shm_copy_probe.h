@@ -104,6 +104,24 @@ unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t f
  * disagreement is noise, and the cheaper mistake is two copies (the margin's reasoning
  * above). Pure; thread-safe. */
 unsigned weft__shm_pair_verdict(unsigned ours, unsigned back);
+/* With more ranks than cores, the verdict that serves all of a rank's shm connections: the
+ * one measured between two CPUs. The rank on own_cpu measured its sends to its ring
+ * successor on next_cpu (to_next) and holds its predecessor's verdict for the sends from
+ * prev_cpu (from_prev); a CPU of -1 is a rank not bound to one CPU, a verdict without
+ * WEFT__SINGLE_COPY_MEASURED was not measured. Returns to_next where its successor sits on
+ * another CPU, else from_prev where the predecessor does, else 0 (none: each connection
+ * keeps its own). Why: two ranks on one CPU share its caches, and the probe between them
+ * timed a 256 KiB message in L2 where two copies and a read cost the same (Intel VM of
+ * 2026-12-03: copy-in 4.6 us, copy-out 4.6, read 8.1-8.6), so it chose two copies; but in
+ * a collective those ranks take turns on the core, two copies do each byte's work twice on
+ * it and the FIFO's lines crowd its L2. 4 ranks on 2 cores there, the probe between CPUs
+ * saying one copy, out of place, us per call, 2 launches each, the pairs' own verdicts
+ * against one copy on every pair: all-to-all 512K 102-116 / 69, 2M 474-501 / 384-396, 8M
+ * 1963-2013 / 1534-1566; all-gather 1M 202 / 156-168, 4M 1040-1054 / 831-850, 16M
+ * 4482-4592 / 3937-3976. On the AMD EPYC VMs the probe between CPUs said two copies and two
+ * copies won with more ranks than cores as well (lib/req.c), which this keeps. Pure;
+ * thread-safe. */
+unsigned weft__shm_cpu_verdict(int own_cpu, int next_cpu, unsigned to_next, int prev_cpu, unsigned from_prev);
 
 /* The sender's side toward its ring successor `peer` over `to`, on the placement probe's
  * line after step first_step of probe generation gen: runs the measurement when due (see

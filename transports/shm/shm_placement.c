@@ -18,6 +18,7 @@
 #include "lib/env.h"
 #include "lib/ft.h"
 #include "lib/log.h"
+#include "lib/req.h"
 #include "lib/status.h"
 #include "lib/task.h"
 #include "topo/topo.h"
@@ -305,6 +306,33 @@ static void take_cpu_placement(struct weft_comm *comm, weft__shm_state *state, i
                (unsigned long long)in->gen, comm->rank, prev, (unsigned long long)in->best_ns, own, cpu_prev);
 }
 
+/* With more ranks than cores, after the copy probe: the verdict measured between two CPUs
+ * (weft__shm_cpu_verdict says why) serves every shm connection of this rank to a rank bound
+ * to one CPU, in both directions of the pairs on its own CPU (copy_verdict_back too, which
+ * held the other rank's same-CPU measurement, so weft__shm_pair_verdict sees it twice). */
+static void take_cpu_copy_verdict(struct weft_comm *comm, weft__shm_state *state, int next,
+                                  const weft__shm_conn *to, int prev, const weft__shm_conn *from) {
+  int own = sole_cpu(comm, comm->rank);
+  int cpu_next = to != NULL && to->copy_verdict_own ? sole_cpu(comm, next) : -1;
+  int cpu_prev = from != NULL ? sole_cpu(comm, prev) : -1;
+  unsigned v = weft__shm_cpu_verdict(own, cpu_next, to != NULL ? to->copy_verdict : 0, cpu_prev,
+                                     from != NULL ? from->copy_verdict_back : 0);
+  if (v == 0) return;
+  for (int i = 0; i < state->npeers; i++) {
+    weft__shm_conn *c = &state->conns[i];
+    int cpu = sole_cpu(comm, state->peers[i]);
+    if (cpu < 0) continue;
+    c->copy_verdict = v;
+    if (cpu == own) c->copy_verdict_back = v;
+  }
+  if (v != state->cpu_verdict)
+    WEFT_INFO("shm: rank %d: more ranks than cores: the copy verdict measured between CPU %d and CPU %d (%#x: "
+              "all-gather and all-to-all on %s from 64 KiB) serves all its connections, to ranks on CPU %d too",
+              comm->rank, own, cpu_next >= 0 && cpu_next != own ? cpu_next : cpu_prev, v,
+              v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy" : "two copies", own);
+  state->cpu_verdict = v;
+}
+
 /* One rank's part of a probe: the round trips toward its successor as initiator, then the
  * copy probe's send; or those from its predecessor as responder, then the copy probe's
  * answer. */
@@ -359,6 +387,7 @@ weft_status_t weft__shm_placement_check(weft__task *t) {
     if (to != NULL) WEFT_TRY(probe_out(comm, state, to, next, &out));
     if (first && from != NULL) WEFT_TRY(probe_in(comm, state, from, prev, &in));
     take_cpu_placement(comm, state, next, &out, prev, &in);
+    take_cpu_copy_verdict(comm, state, next, to, prev, from);
     return WEFT_SUCCESS;
   }
   for (int phase = 0; phase < 3; phase++) {

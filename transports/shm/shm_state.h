@@ -44,6 +44,8 @@ typedef struct {
    * (weft__shm_probe_due): the same on every rank. */
   uint64_t placement_calls, placement_since_calls, placement_since_bytes, placement_since_small;
   uint64_t placement_probes;
+  unsigned cpu_verdict;        /* with more ranks than cores, the copy verdict measured between two
+                                 CPUs that serves every connection (0: none yet; shm_placement.c) */
 } weft__shm_state;
 
 /* The card: what every rank learns of every other at listen. */

@@ -89,6 +89,34 @@ static void a_message_sent_again_decides_where_a_fresh_one_loses_little(void **u
   assert_int_equal(weft__shm_two_state_verdict(10000, 10000, 9000, 19000), WEFT__SINGLE_COPY_MEASURED);
 }
 
+/* With more ranks than cores (weft__shm_cpu_verdict): the verdict measured between two CPUs
+ * serves the rank's connections, the successor's where it sits on another CPU, else the
+ * predecessor's; a pair on one CPU, an unbound rank or an unmeasured verdict gives none.
+ * The Intel VM's case: 4 ranks on 2 CPUs, rank 0 (CPU 0) measured two copies toward rank 2
+ * on its own CPU (256 KiB in 4.6 + 4.6 us against a read of 8.1) and holds rank 3's (CPU 1)
+ * one-copy verdict for the sends to it (12.6 + 13.3 against 8.8). */
+static void more_ranks_than_cores_take_the_verdict_between_cpus(void **unused) {
+  (void)unused;
+  const unsigned sm = WEFT__SINGLE_COPY_SMALL_MEASURED;
+  unsigned same_cpu = weft__shm_two_state_verdict(4588, 4569, 8610, 8137) | sm;
+  unsigned across = weft__shm_two_state_verdict(12647, 13286, 20237, 8819) | sm;
+  assert_int_equal(same_cpu & WEFT__SINGLE_COPY_TWO_WAY, 0);
+  assert_int_not_equal(across & WEFT__SINGLE_COPY_TWO_WAY, 0);
+  /* rank 0: successor on its own CPU, predecessor on the other: the predecessor's */
+  assert_int_equal(weft__shm_cpu_verdict(0, 0, same_cpu, 1, across), across);
+  /* rank 2 (CPU 0): successor rank 1 on CPU 1, measured by rank 2 itself */
+  assert_int_equal(weft__shm_cpu_verdict(0, 1, across, 0, same_cpu), across);
+  /* both neighbours on other CPUs: the successor's, measured here */
+  assert_int_equal(weft__shm_cpu_verdict(0, 1, across, 1, same_cpu), across);
+  /* a successor on another CPU not measured: the predecessor's */
+  assert_int_equal(weft__shm_cpu_verdict(0, 1, 0, 1, across), across);
+  /* none between two CPUs: both neighbours on this CPU, or this rank or they unbound, or nothing measured */
+  assert_int_equal(weft__shm_cpu_verdict(0, 0, same_cpu, 0, same_cpu), 0);
+  assert_int_equal(weft__shm_cpu_verdict(-1, 1, across, 1, across), 0);
+  assert_int_equal(weft__shm_cpu_verdict(0, -1, across, -1, across), 0);
+  assert_int_equal(weft__shm_cpu_verdict(0, 1, 0, 1, 0), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_read_just_under_the_two_copies_keeps_two_copies),
@@ -96,6 +124,7 @@ int main(void) {
       cmocka_unit_test(a_slow_read_keeps_two_copies),
       cmocka_unit_test(one_copy_needs_both_directions),
       cmocka_unit_test(a_message_sent_again_decides_where_a_fresh_one_loses_little),
+      cmocka_unit_test(more_ranks_than_cores_take_the_verdict_between_cpus),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
