@@ -129,6 +129,18 @@ fi
 verdict_of() { # "from" rank, "to" rank: the large messages' verdict it logged, or nothing
   grep "rank $1 -> peer $2: .* KiB copied in" "$log" | head -n 1 | sed -n 's/.* below 64 KiB and \(.*\) from it,.*/\1/p'
 }
+across_verdict() { # rank: the verdict toward its successor on another CPU, else from its predecessor there
+  for dir in out in; do
+    p=0
+    while [ "$p" -lt "$over" ]; do
+      if [ $((p % ncpu)) != $(($1 % ncpu)) ]; then
+        if [ "$dir" = out ]; then v=$(verdict_of "$1" "$p"); else v=$(verdict_of "$p" "$1"); fi
+        [ -n "$v" ] && { echo "$v"; return; }
+      fi
+      p=$((p + 1))
+    done
+  done
+}
 bad=""
 if [ "$(grep -c "CMA not permitted" "$log")" -gt 0 ]; then
   echo "ok 9 # SKIP single copy not permitted here: no verdict to share"
@@ -140,16 +152,8 @@ while [ "$r" -lt "$over" ]; do
   n=$(printf '%s' "$said" | grep -c "serves all its connections")
   cpus=$(printf '%s\n' "$said" | sed -n 's/.*between CPU \([0-9]*\) and CPU \([0-9]*\) .*/\1 \2/p' | head -n 1)
   got=$(printf '%s\n' "$said" | sed -n 's/.*all-to-all on \(.*\) from 64 KiB).*/\1/p' | head -n 1)
-  want="" p=0
-  while [ "$p" -lt "$over" ]; do # the successor across CPUs, as this rank logged it
-    [ $((p % ncpu)) != $((r % ncpu)) ] && [ -z "$want" ] && want=$(verdict_of "$r" "$p")
-    p=$((p + 1))
-  done
-  p=0
-  while [ "$p" -lt "$over" ]; do # else the predecessor across CPUs
-    [ $((p % ncpu)) != $((r % ncpu)) ] && [ -z "$want" ] && want=$(verdict_of "$p" "$r")
-    p=$((p + 1))
-  done
+  want=$(across_verdict "$r")
+  # shellcheck disable=SC2086 # the two CPU numbers, as words
   set -- $cpus
   if [ "$n" != 1 ] || [ "$#" != 2 ] || [ "$1" = "$2" ] || [ -z "$got" ] || [ "$got" != "$want" ]; then
     bad="$bad rank $r: $n lines, CPUs '$cpus', verdict '$got' (want '$want');"

@@ -116,9 +116,9 @@ unsigned weft__shm_pair_verdict(unsigned ours, unsigned back);
  * a collective those ranks take turns on the core, two copies do each byte's work twice on
  * it and the FIFO's lines crowd its L2. 4 ranks on 2 cores there, the probe between CPUs
  * saying one copy, out of place, us per call, 2 launches each, the pairs' own verdicts
- * against one copy on every pair (WEFT_SHM_CMA_CALLS=all): all-to-all 512K 102-116 / 69, 2M 474-501 / 384-396, 8M
- * 1963-2013 / 1534-1566; all-gather 1M 202 / 156-168, 4M 1040-1054 / 831-850, 16M
- * 4482-4592 / 3937-3976. On the AMD EPYC VMs the probe between CPUs said two copies and two
+ * against one copy on every pair (WEFT_SHM_CMA_CALLS=all): all-to-all 512K 102-116 / 69,
+ * 2M 474-501 / 384-396, 8M 1963-2013 / 1534-1566; all-gather 1M 202 / 156-168, 4M
+ * 1040-1054 / 831-850, 16M 4482-4592 / 3937-3976. On the AMD EPYC VMs the probe between CPUs said two copies and two
  * copies won with more ranks than cores as well (lib/req.c), which this keeps. Pure;
  * thread-safe. */
 unsigned weft__shm_cpu_verdict(int own_cpu, int next_cpu, unsigned to_next, int prev_cpu, unsigned from_prev);
