@@ -63,7 +63,7 @@ enum { OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES = 16 << 20 };
  * 2.71, 64K 5.94 / 5.61). Hence below 64 KiB only the first two. */
 enum { SINGLE_COPY_SMALL_BYTES = 64 << 10 };
 enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 1 << 20 };
-/* A broadcast message of at least the copy probe's large size (256 KiB, one FIFO slot)
+/* A broadcast message of at least the copy probe's large size (256 KiB, one whole FIFO piece)
  * also goes single copy where the two-way verdict holds: its two copies then run one after
  * the other, as an exchange's do, not overlapped as the one-way verdict (the slower copy
  * alone) assumes. On the Intel VM (family 6 model 207; the probe read 256 KiB in 28 us

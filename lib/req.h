@@ -145,7 +145,7 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * all-to-all(v) stay on two copies unless WEFT__SINGLE_COPY_TWO_WAY (with more ranks than
  * cores too), and a broadcast goes
  * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, or from 256 KiB when
- * WEFT__SINGLE_COPY_TWO_WAY (one FIFO slot's message: its copies do not overlap), whatever
+ * WEFT__SINGLE_COPY_TWO_WAY (a whole FIFO piece's message: its copies do not overlap), whatever
  * peer_rt_ns.
  * Messages below 64 KiB follow the small class's measurement instead when there is one
  * (WEFT__SINGLE_COPY_SMALL_MEASURED: two copies unless WEFT__SINGLE_COPY_SMALL_TWO_WAY).

@@ -52,8 +52,8 @@
  *                    [-s SLOT_BYTES] [-k NSLOTS]
  *   COLL: all_reduce (default), all_reduce_fused, all_reduce_plain, all_gather,
  *   reduce_scatter, all_to_all, broadcast. -s, -k: all_reduce_plain's FIFOs, each way (default
- *   4 slots of 256 KiB: weft's shm FIFO holds 8 of 256 KiB, here split into a reduce-scatter
- *   and an all-gather FIFO).
+ *   4 slots of 256 KiB: weft's shm FIFO holds 2 MiB, large messages moving in pieces of 256
+ *   KiB, here split into a reduce-scatter and an all-gather FIFO).
  * Prints one JSON object per size: {"coll": C, "size": S, "time_us": t, "busbw": GB/s}. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* sched_getaffinity, pthread_setaffinity_np */

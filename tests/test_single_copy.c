@@ -144,7 +144,7 @@ static void measured_two_copies_faster_keeps_every_call_on_two_copies(void **sta
 
 /* One copy faster where both sides send, not against the slower copy alone (the Intel VM's
  * probe: 256 KiB read in 14 us sent again, copied in and out in 14 + 14): a broadcast message
- * of 256 KiB to 1 MiB goes single copy, since one FIFO slot's two copies do not overlap;
+ * of 256 KiB to 1 MiB goes single copy, since one FIFO piece's two copies do not overlap;
  * smaller ones stay on two copies, as do calls over 1 MiB and more ranks than cores. */
 static void a_broadcast_of_a_slot_or_more_follows_the_two_way_verdict(void **state) {
   (void)state;

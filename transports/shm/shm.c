@@ -2,7 +2,8 @@
  * path and its hooks (transports/transport.h); setup is in shm_setup.c.
  *
  * Moving a message of B bytes: the sender copies it into max(1, ceil(B / slot)) slots of
- * the receiver's FIFO (shm_fifo.h), the receiver copies (or reduces) it out, both through
+ * the receiver's FIFO (shm_fifo.h), in pieces of up to the FIFO's piece_slots slots, one
+ * copy and one publish each, and the receiver copies (or reduces) it out, both through
  * the message's memory space (mem/space.h): 2B bytes of memory traffic per side, no system
  * call, no lock; the counters are only re-read when the locally cached copy says the FIFO
  * is full (sender) or empty (receiver). Messages of up to 32 bytes ride in the slot
@@ -126,18 +127,23 @@ static void prefetch_next_slot(const shm_conn *sc, const weft__shm_fifo *f, size
   for (size_t at = 0; at < msg_bytes; at += WEFT__SHM_LINE) weft__shm_prefetch_write(payload + at);
 }
 
-/* The next free slot of out, its header written for the n bytes of r from r->done, or NULL
- * when the FIFO is full; *flags: the copy flags of its payload (past the cache across L3s,
- * shm_placement.h). The caller fills the payload, then publish_slot. */
-static char *claim_slot(shm_conn *sc, const weft__req *r, size_t n, unsigned *flags) {
+/* The next free slots of out for a piece of at most *n bytes of r from r->done (at most
+ * weft__shm_piece_max), their header written, or NULL when the FIFO is full. The piece is
+ * cut to the slots free now (*n set), or, when exact, NULL unless all of *n fits. *flags:
+ * the copy flags of its payload (past the cache across L3s, shm_placement.h). The caller
+ * fills the payload, then publish_slot. */
+static char *claim_slot(shm_conn *sc, const weft__req *r, size_t *n, int exact, unsigned *flags) {
   weft__shm_fifo *f = &sc->out;
-  if (sc->tail - sc->head_seen >= f->nslots) {
+  uint64_t want = weft__shm_piece_slots(f, *n);
+  if (f->nslots - (sc->tail - sc->head_seen) < want) {
     sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
-    if (sc->tail - sc->head_seen >= f->nslots) return NULL;
+    uint64_t free_slots = f->nslots - (sc->tail - sc->head_seen);
+    if (free_slots == 0 || (exact && free_slots < want)) return NULL;
+    if (free_slots < want) *n = free_slots * f->slot_bytes;
   }
   weft__shm_slot_hdr *h = weft__shm_fifo_hdr(f, sc->tail);
   h->msg_bytes = r->bytes;
-  h->bytes = (uint32_t)n;
+  h->bytes = (uint32_t)*n;
   h->ll_seq = (uint32_t)sc->ll_send_seq;
   h->fp = r->call->fp;
   if (r->done == 0) sc->bulk_sent++;
@@ -145,10 +151,11 @@ static char *claim_slot(shm_conn *sc, const weft__req *r, size_t n, unsigned *fl
   return weft__shm_fifo_data(f, h, sc->tail, r->bytes);
 }
 
-/* Publishes the slot claim_slot gave for the next n bytes of r (in place: the space waited
- * for them), and completes r at its last byte. */
+/* Publishes the slots claim_slot gave for the next n bytes of r (in place: the space
+ * waited for them), and completes r at its last byte. */
 static void publish_slot(shm_conn *sc, weft__req *r, size_t n) {
-  atomic_store_explicit(&sc->out.ctrl->tail, ++sc->tail, memory_order_release);
+  sc->tail += weft__shm_piece_slots(&sc->out, n);
+  atomic_store_explicit(&sc->out.ctrl->tail, sc->tail, memory_order_release);
   weft__shm_ring_peer(sc);
   r->done += n;
   if (r->done == r->bytes) {
@@ -167,10 +174,10 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
   if (sc->cma_posted > 0 || cma_eligible(comm, sc, r)) return cma_send_progress(comm, sc, r, progressed);
   if (r->done == 0 && r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_ready(sc, r->bytes);
   while (!r->complete) {
-    size_t left = r->bytes - r->done;
-    size_t n = left < sc->out.slot_bytes ? left : sc->out.slot_bytes;
+    size_t left = r->bytes - r->done, most = weft__shm_piece_max(&sc->out, sc->tail);
+    size_t n = left < most ? left : most;
     unsigned flags;
-    char *slot = claim_slot(sc, r, n, &flags);
+    char *slot = claim_slot(sc, r, &n, 0, &flags);
     if (slot == NULL) return WEFT_SUCCESS;
     /* The space skips an empty message, which may come with a NULL buffer, and its bytes
      * are in the slot before tail says so. */
@@ -182,16 +189,16 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
   return WEFT_SUCCESS;
 }
 
-/* SEND_SLOT (transport.h): the slot the next n bytes of r would have been copied into, for
- * a message that goes through the FIFO (not LL, not single copy) in pieces of at most a
- * slot. */
+/* SEND_SLOT (transport.h): the slots the next n bytes of r would have been copied into, for
+ * a message that goes through the FIFO (not LL, not single copy), when a piece of n bytes
+ * fits there now. */
 static void *shm_send_slot(struct weft_comm *comm, weft__conn *c, weft__req *r, size_t n, unsigned *flags) {
   shm_conn *sc = c->priv;
-  if (sc->cma_posted > 0 || n == 0 || n > sc->out.slot_bytes || n > r->bytes - r->done ||
+  if (sc->cma_posted > 0 || n == 0 || n > weft__shm_piece_max(&sc->out, sc->tail) || n > r->bytes - r->done ||
       r->bytes <= WEFT__SHM_INLINE_BYTES || weft__shm_ll_send_eligible(sc, r) || cma_eligible(comm, sc, r))
     return NULL;
   if (r->done == 0) weft__shm_payload_ready(sc, r->bytes);
-  return claim_slot(sc, r, n, flags);
+  return claim_slot(sc, r, &n, 1, flags);
 }
 
 static void shm_send_commit(struct weft_comm *comm, weft__conn *c, weft__req *r, size_t n) {
@@ -307,13 +314,14 @@ static weft_status_t shm_recv_test(struct weft_comm *comm, weft__conn *c, weft__
                          "rank %d: recv from peer %d: message size mismatch: peer sent %zu bytes, "
                          "expected %zu", comm->rank, c->peer, (size_t)h->msg_bytes, r->bytes);
     if (h->bytes == WEFT__SHM_CMA_SLOT) return cma_recv_progress(comm, c, sc, r, h, progressed);
-    if (n > f->slot_bytes || n > r->bytes - r->done)
+    if (n > weft__shm_piece_max(f, sc->head) || n > r->bytes - r->done)
       return weft__error(comm, WEFT_ERR_INTERNAL,
                          "rank %d: recv from peer %d: corrupt shm slot (%zu bytes)", comm->rank,
                          c->peer, n);
     if (r->done == 0 && r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_map(sc, r->bytes);
     weft__req_deliver(comm, r, weft__shm_fifo_data(f, h, sc->head, r->bytes), n);
-    atomic_store_explicit(&f->ctrl->head, ++sc->head, memory_order_release);
+    sc->head += weft__shm_piece_slots(f, n);
+    atomic_store_explicit(&f->ctrl->head, sc->head, memory_order_release);
     weft__shm_ring_peer(sc);
     *progressed = 1;
     if (r->done == r->bytes) {

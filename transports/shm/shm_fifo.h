@@ -10,7 +10,12 @@
  *
  * A message of B bytes takes max(1, ceil(B / slot_bytes)) slots and starts at a fresh slot;
  * every slot but a message's last is full (slot_bytes is a multiple of 64), so a receiver
- * that reduces on arrival always gets whole elements.
+ * that reduces on arrival always gets whole elements. It moves in pieces: a piece fills up
+ * to piece_slots consecutive slots (an eighth of the FIFO, as NCCL splits its buffer into
+ * NCCL_STEPS = 8; never wrapping past the last slot) under one header, the first slot's,
+ * copied in with one copy and published with one store of tail, and the receiver takes
+ * it whole and moves head past all its slots. So small messages get many slots (how many
+ * a sender may run ahead of its receiver) and large ones keep large pieces.
  *
  * Every slot header names the sender's call (lib/fingerprint.h), checked by the receiver
  * before it takes the slot. Messages of up to 32 bytes ride inside the slot header's line. A message sent by
@@ -130,7 +135,22 @@ typedef struct {
   weft__shm_ll_note *ll_notes; /* [WEFT__SHM_LL_BUFS], right after them */
   uint64_t nslots;
   uint64_t slot_bytes;
+  uint64_t piece_slots; /* the most slots one piece fills (weft__shm_fifo_attach) */
 } weft__shm_fifo;
+
+/* Pieces of the largest size that fill a FIFO: NCCL_STEPS' 8 (see the top). */
+#define WEFT__SHM_FIFO_PIECES 8
+/* The largest piece in bytes, whatever the geometry: a slot header's bytes field is 32 bits. */
+#define WEFT__SHM_PIECE_MAX_BYTES (1ull << 30)
+
+/* The most slots one piece fills in a FIFO of nslots slots of slot_bytes: an eighth of them
+ * (at least one), at most WEFT__SHM_PIECE_MAX_BYTES. Pure. */
+static inline uint64_t weft__shm_fifo_piece_slots(uint64_t nslots, uint64_t slot_bytes) {
+  uint64_t k = nslots / WEFT__SHM_FIFO_PIECES > 1 ? nslots / WEFT__SHM_FIFO_PIECES : 1;
+  if (k * slot_bytes > WEFT__SHM_PIECE_MAX_BYTES)
+    k = slot_bytes < WEFT__SHM_PIECE_MAX_BYTES ? WEFT__SHM_PIECE_MAX_BYTES / slot_bytes : 1;
+  return k;
+}
 
 /* Points f at the FIFO starting at base (which must be zero-filled before first use). */
 static inline void weft__shm_fifo_attach(weft__shm_fifo *f, void *base, size_t nslots,
@@ -142,6 +162,19 @@ static inline void weft__shm_fifo_attach(weft__shm_fifo *f, void *base, size_t n
   f->ll_notes = (weft__shm_ll_note *)((char *)f->ll + WEFT__SHM_LL_BUFS * WEFT__SHM_LL_LINES * WEFT__SHM_LINE);
   f->nslots = nslots;
   f->slot_bytes = slot_bytes;
+  f->piece_slots = weft__shm_fifo_piece_slots(nslots, slot_bytes);
+}
+
+/* Slots a piece of n bytes fills (an empty or inline message still takes one). */
+static inline uint64_t weft__shm_piece_slots(const weft__shm_fifo *f, uint64_t n) {
+  return n <= f->slot_bytes ? 1 : (n + f->slot_bytes - 1) / f->slot_bytes;
+}
+
+/* The most bytes a piece starting at step may carry: piece_slots slots, fewer where the
+ * slots end (a piece is contiguous: it never wraps around to the first slot). */
+static inline uint64_t weft__shm_piece_max(const weft__shm_fifo *f, uint64_t step) {
+  uint64_t k = f->nslots - step % f->nslots;
+  return (k < f->piece_slots ? k : f->piece_slots) * f->slot_bytes;
 }
 
 static inline char *weft__shm_fifo_slot(const weft__shm_fifo *f, uint64_t step) {

@@ -62,9 +62,10 @@
 #include "transports/shm/shm_placement.h"
 #include "transports/shm/shm_state.h"
 
-#define SHM_DEFAULT_NSLOTS 8
-#define SHM_DEFAULT_SLOT_BYTES (256u * 1024u)
-#define SHM_OVERSUB_SLOT_BYTES (128u * 1024u) /* more ranks than cores: weft__shm_default_geometry */
+#define SHM_DEFAULT_NSLOTS 64
+#define SHM_DEFAULT_SLOT_BYTES (32u * 1024u)
+#define SHM_OVERSUB_NSLOTS 8 /* more ranks than cores: weft__shm_default_geometry */
+#define SHM_OVERSUB_SLOT_BYTES (128u * 1024u)
 /* Lines a sender prefetches for its next message (WEFT_SHM_PREFETCH), default and most: an
  * LL chunk's 32 lines, or 2 KiB of FIFO payload (4 KiB and more measured no faster). */
 #define SHM_DEFAULT_PREFETCH_LINES WEFT__SHM_LL_LINES
@@ -124,7 +125,7 @@ int weft__shm_can_connect(const weft__topo_system *topo, int a, int b) {
 }
 
 void weft__shm_default_geometry(int oversubscribed, size_t *nslots, size_t *slot_bytes) {
-  *nslots = SHM_DEFAULT_NSLOTS;
+  *nslots = oversubscribed ? SHM_OVERSUB_NSLOTS : SHM_DEFAULT_NSLOTS;
   *slot_bytes = oversubscribed ? SHM_OVERSUB_SLOT_BYTES : SHM_DEFAULT_SLOT_BYTES;
 }
 
