@@ -82,27 +82,28 @@ static inline weft__shm_state *weft__shm_state_of(struct weft_comm *comm) {
  * broadcast 4K 0.74/0.60 -> 0.60/0.42, 8K 0.99/0.93 -> 0.67/0.61, 16K 1.79/1.61 ->
  * 1.07/1.05, 64-128K 1.13-1.15x faster out of place; all-gather and all-to-all 4-8K
  * 1.05-1.31x, all-reduce 4-8K 1.05-1.14x, 32-256K 1.05-1.08x, reduce-scatter 4K 1.14x,
- * 128-256K 1.05-1.10x; 512 KiB-64 MiB 0.90-1.15x, and in 4 more such rounds at 8-64 MiB
- * 0.99-1.18x (all-to-all 32 MiB 4325 -> 3651 us out of place, all-gather 64 MiB 8801 ->
- * 7744) but broadcast 32 MiB in place 0.93x (0.84-1.07x per round). Broadcast 32K in place
- * read 1.84 -> 2.17 there (out of place 2.63 -> 2.31), 1.88-2.07 against 1.99-2.06 in 3
- * launches later. With more ranks than cores more slots lost (4 ranks on 2 cores, 3 rounds,
- * against 8 x 128K: 32 x 32K in pieces of 4 ran broadcast 4-16K 1.24-1.47x faster but
- * all-reduce 8-64K 0.83-0.93x, reduce-scatter 8-32K 0.88-0.96x and all-gather 64K
- * 0.86-0.89x; 16 x 64K all-reduce 32-64K 0.93-0.96x), so the oversubscribed geometry stays.
- * Why its smaller slots: ranks that share a core take turns on it, so a sender runs ahead
- * by up to the whole FIFO before its receiver runs, and every byte of the lead is read back
- * after the other ranks' calls went through the caches (an all-to-all of 4 ranks touches 12
- * FIFOs: 24 MiB at 2 MiB each, most of the VM's 32 MiB L3 before the buffers); halving the
- * lead halves that. Measured on the Zen 3 VM (2 cores, one L3), 4 ranks, 12 launches per
- * geometry rotated in one run, medians of per-launch ratios (64 KiB-64 MiB), 8 x 128K
- * against 8 x 256K: all-reduce 1.11-1.38x faster (9-11 of 12), all-to-all 1.02-1.32x
- * (1.21-1.32x at 1-8 MiB), reduce-scatter 1.06-1.21x, broadcast 1.01-1.23x, all-gather
- * 1.07-1.50x from 1 MiB and 0.85-1.03x below (16-256 KiB again, 12 launches: 0.97-1.03x); 3
- * ranks all-reduce 0.98-1.14x, all-to-all 1.02-1.53x; 8 ranks all-reduce 0.95-1.08x to 1
- * MiB, 1.07-1.48x from 2 MiB. 4 x 128K ran all-to-all faster still (1.10-1.80x) but lost
- * all-reduce to 1 MiB (0.86-0.97x) and all-gather at 64-128 KiB (0.81-0.84x); 8 x 64K and 2
- * x 256K lost all-reduce or all-gather to it.
+ * 128-256K 1.05-1.10x; 512 KiB-64 MiB 0.90-1.15x, and in 4 more such rounds at 8-64 MiB,
+ * with single copy's descriptors capped at 8 in flight (shm.c's cma_send_progress),
+ * all-gather 1.11-1.16x out of place and 1.19-1.26x in place at 8-32 MiB, all-to-all
+ * 1.11-1.22x out of place, all-reduce and broadcast 0.94-1.03x (broadcast 64 MiB in place
+ * 1.18x). Broadcast 32K in place read 1.84 -> 2.17 there (out of place 2.63 -> 2.31),
+ * 1.88-2.07 against 1.99-2.06 in 3 launches later. With more ranks than cores more slots
+ * lost (4 ranks on 2 cores, 3 rounds, against 8 x 128K: 32 x 32K in pieces of 4 ran
+ * broadcast 4-16K 1.24-1.47x faster but all-reduce 8-64K 0.83-0.93x, reduce-scatter 8-32K
+ * 0.88-0.96x and all-gather 64K 0.86-0.89x; 16 x 64K all-reduce 32-64K 0.93-0.96x), so the
+ * oversubscribed geometry stays. Why its smaller slots: ranks that share a core take turns
+ * on it, so a sender runs ahead by up to the whole FIFO before its receiver runs, and every
+ * byte of the lead is read back after the other ranks' calls went through the caches (an
+ * all-to-all of 4 ranks touches 12 FIFOs: 24 MiB at 2 MiB each, most of the VM's 32 MiB L3
+ * before the buffers); halving the lead halves that. Measured on the Zen 3 VM (2 cores, one
+ * L3), 4 ranks, 12 launches per geometry rotated in one run, medians of per-launch ratios
+ * (64 KiB-64 MiB), 8 x 128K against 8 x 256K: all-reduce 1.11-1.38x faster (9-11 of 12),
+ * all-to-all 1.02-1.32x (1.21-1.32x at 1-8 MiB), reduce-scatter 1.06-1.21x, broadcast
+ * 1.01-1.23x, all-gather 1.07-1.50x from 1 MiB and 0.85-1.03x below (16-256 KiB again, 12
+ * launches: 0.97-1.03x); 3 ranks all-reduce 0.98-1.14x, all-to-all 1.02-1.53x; 8 ranks
+ * all-reduce 0.95-1.08x to 1 MiB, 1.07-1.48x from 2 MiB. 4 x 128K ran all-to-all faster
+ * still (1.10-1.80x) but lost all-reduce to 1 MiB (0.86-0.97x) and all-gather at 64-128 KiB
+ * (0.81-0.84x); 8 x 64K and 2 x 256K lost all-reduce or all-gather to it.
  * Thread safety: pure. */
 void weft__shm_default_geometry(int oversubscribed, size_t *nslots, size_t *slot_bytes);
 
