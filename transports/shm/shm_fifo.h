@@ -17,9 +17,10 @@
  * it whole and moves head past all its slots. So small messages get many slots (how many
  * a sender may run ahead of its receiver) and large ones keep large pieces.
  *
- * Every slot header names the sender's call (lib/fingerprint.h), checked by the receiver
- * before it takes the slot. Messages of up to 32 bytes ride inside the slot header's line. A message sent by
- * single copy (shm.c) takes one slot whose header holds its address instead of data.
+ * Every piece's header names the sender's call (lib/fingerprint.h), checked by the
+ * receiver before it takes the piece. Messages of up to 32 bytes ride inside the slot
+ * header's line. A message sent by single copy (shm.c) takes one slot whose header holds
+ * its address instead of data.
  *
  * Small messages take the low-latency (LL) buffers at the FIFO's end instead (shm_ll.h);
  * the receiver returns their credit in the ll_done line.
