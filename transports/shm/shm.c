@@ -49,6 +49,7 @@
 #define SHM_CMA_CALL_BYTES (1u << 20)      /* read per progress call, so other peers move too */
 #define SHM_CMA_PIECE (256u * 1024u)       /* per system call: larger ones ran 2x slower here */
 #define SHM_CMA_REDUCE_PIECE (64u * 1024u) /* scratch of a reducing receive: stays in L2 */
+#define SHM_CMA_MAX_POSTED 8 /* single-copy descriptors in flight per connection: cma_send_progress */
 
 typedef weft__shm_conn shm_conn;
 
@@ -68,7 +69,7 @@ static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const 
 
 /* Single-copy send. Each message is one descriptor slot; its request completes when the
  * receiver's head passes that slot. Descriptors go out for r and for the eligible requests
- * queued behind it, as far as slots allow and at most WEFT__SHM_FIFO_PIECES (8, as many as
+ * queued behind it, as far as slots allow and at most SHM_CMA_MAX_POSTED (8, as many as
  * the FIFO had slots before it had 64), so the receiver reads message after message
  * without waiting for us to be scheduled (the chain and ring algorithms queue up to 8).
  * Uncapped, 64 slots took up to 16 descriptors of a 16 MiB all-gather at once, and
@@ -92,7 +93,7 @@ static weft_status_t cma_send_progress(const struct weft_comm *comm, shm_conn *s
   }
   weft__req *q = r->complete ? r->next : r;
   for (uint64_t skip = sc->cma_posted; q != NULL && skip > 0; skip--) q = q->next;
-  for (; q != NULL && sc->cma_posted < WEFT__SHM_FIFO_PIECES && cma_eligible(comm, sc, q); q = q->next) {
+  for (; q != NULL && sc->cma_posted < SHM_CMA_MAX_POSTED && cma_eligible(comm, sc, q); q = q->next) {
     if (sc->tail - sc->head_seen >= f->nslots) {
       sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
       if (sc->tail - sc->head_seen >= f->nslots) break;
