@@ -26,10 +26,19 @@ static size_t probe_bytes(const weft__shm_fifo *f) {
   return n / WEFT__SHM_PAGE * WEFT__SHM_PAGE;
 }
 
-/* The classes of rounds, REPEATS rounds each in this order (shm_copy_probe.h). */
-enum { SMALL_FRESH, SMALL_AGAIN, LARGE_FRESH, LARGE_AGAIN, NCLASSES };
+/* The classes of rounds, in this order (shm_copy_probe.h): the small message's uncounted
+ * round (the receiver's buffer and the single-copy path touched for the first time: 16 KiB
+ * copied out in 9-12 us, against 1.6 later), SMALL_REPEATS rounds of each of its states,
+ * then REPEATS of each of the large message's. */
+enum { SMALL_FIRST, SMALL_FRESH, SMALL_AGAIN, LARGE_FRESH, LARGE_AGAIN, NCLASSES };
 
-static int round_class(uint32_t k) { return (int)(k / WEFT__SHM_COPY_PROBE_REPEATS); }
+static int round_class(uint32_t k) {
+  static const uint32_t rounds[NCLASSES] = {1, WEFT__SHM_COPY_PROBE_SMALL_REPEATS, WEFT__SHM_COPY_PROBE_SMALL_REPEATS,
+                                            WEFT__SHM_COPY_PROBE_REPEATS, WEFT__SHM_COPY_PROBE_REPEATS};
+  int c = 0;
+  while (c < NCLASSES - 1 && k >= rounds[c]) k -= rounds[c++];
+  return c;
+}
 
 /* Whether round k sends the message its predecessor sent, unchanged. */
 static int sent_again(uint32_t k) { return round_class(k) == SMALL_AGAIN || round_class(k) == LARGE_AGAIN; }
@@ -71,16 +80,43 @@ unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t f
   return v | (weft__shm_copy_verdict(in_ns, out_ns, fresh_read_ns) & WEFT__SINGLE_COPY_ONE_WAY);
 }
 
-/* The times of one class (fastest of its rounds, ns). */
+/* The times of one class (ns): the median of its rounds for the small message, the fastest
+ * for the large one (shm_copy_probe.h says why). */
 typedef struct probe_times {
   uint32_t in, out, read;
 } probe_times;
 
 static uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
-/* Every class unmeasured: UINT32_MAX each, so that a class's first round sets its times. */
-static void none_yet(probe_times *t) {
-  for (int i = 0; i < NCLASSES; i++) t[i] = (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
+/* Keeps round k's times in its class, unless k is not counted. */
+static void record(weft__shm_probe_rounds *r, uint32_t k, uint32_t in, uint32_t out, uint32_t read) {
+  int c = round_class(k);
+  if (c == SMALL_FIRST) return;
+  r[c].in[r[c].n] = in;
+  r[c].out[r[c].n] = out;
+  r[c].read[r[c].n] = read;
+  r[c].n++;
+}
+
+/* The median of n > 0 values (the upper of the two middle ones for even n), or the fastest. */
+static uint32_t middle_or_fastest(const uint32_t *v, int n, int median) {
+  uint32_t s[WEFT__SHM_COPY_PROBE_SMALL_REPEATS];
+  memcpy(s, v, (size_t)n * sizeof *s);
+  for (int i = 1; i < n; i++) /* insertion sort: a handful of values */
+    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+      uint32_t x = s[j];
+      s[j] = s[j - 1];
+      s[j - 1] = x;
+    }
+  return median ? s[n / 2] : s[0];
+}
+
+/* One state's times from its rounds: each the median of the rounds, or the fastest (median 0);
+ * UINT32_MAX each without rounds. */
+static probe_times state_times(const weft__shm_probe_rounds *r, int median) {
+  if (r->n <= 0) return (probe_times){UINT32_MAX, UINT32_MAX, UINT32_MAX};
+  return (probe_times){middle_or_fastest(r->in, r->n, median), middle_or_fastest(r->out, r->n, median),
+                       middle_or_fastest(r->read, r->n, median)};
 }
 
 /* The copies of two classes of one size (the same work in both): the fastest of either; a's read. */
@@ -88,17 +124,24 @@ static probe_times fastest(const probe_times *a, const probe_times *b) {
   return (probe_times){min_u32(a->in, b->in), min_u32(a->out, b->out), a->read};
 }
 
-/* One size's verdict from its fresh and sent-again classes. */
-static unsigned size_verdict(const probe_times *fresh, const probe_times *again) {
-  probe_times c = fastest(fresh, again);
-  return weft__shm_two_state_verdict(c.in, c.out, fresh->read, again->read);
+unsigned weft__shm_rounds_verdict(const weft__shm_probe_rounds *fresh, const weft__shm_probe_rounds *again,
+                                  int median) {
+  probe_times f = state_times(fresh, median), a = state_times(again, median), c = fastest(&f, &a);
+  return weft__shm_two_state_verdict(c.in, c.out, f.read, a.read);
 }
 
-/* The verdict from the classes' times (t[NCLASSES]): the large size's, with the small one's
+/* Each class's times (t[NCLASSES]) from its rounds (r[NCLASSES]): medians for the small
+ * message's; SMALL_FIRST, not counted, gets UINT32_MAX. */
+static void class_times(const weft__shm_probe_rounds *r, probe_times *t) {
+  for (int i = 0; i < NCLASSES; i++) t[i] = state_times(&r[i], i < LARGE_FRESH);
+}
+
+/* The verdict from the classes' rounds (r[NCLASSES]): the large size's, with the small one's
  * as WEFT__SINGLE_COPY_SMALL_*. */
-static unsigned classes_verdict(const probe_times *t) {
-  unsigned v = size_verdict(&t[LARGE_FRESH], &t[LARGE_AGAIN]) | WEFT__SINGLE_COPY_SMALL_MEASURED;
-  if (size_verdict(&t[SMALL_FRESH], &t[SMALL_AGAIN]) & WEFT__SINGLE_COPY_TWO_WAY) v |= WEFT__SINGLE_COPY_SMALL_TWO_WAY;
+static unsigned classes_verdict(const weft__shm_probe_rounds *r) {
+  unsigned v = weft__shm_rounds_verdict(&r[LARGE_FRESH], &r[LARGE_AGAIN], 0) | WEFT__SINGLE_COPY_SMALL_MEASURED;
+  if (weft__shm_rounds_verdict(&r[SMALL_FRESH], &r[SMALL_AGAIN], 1) & WEFT__SINGLE_COPY_TWO_WAY)
+    v |= WEFT__SINGLE_COPY_SMALL_TWO_WAY;
   return v;
 }
 
@@ -128,8 +171,10 @@ static void tell_disagreement(const struct weft_comm *comm, const weft__shm_conn
 /* Logs probe gen's times (TRACE) and, when it changed, the verdict (INFO); keeps the verdict
  * for our sends to `peer`, and for the connections not measured themselves. */
 static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm_conn *to, int peer, uint64_t gen,
-                          size_t n, const probe_times *t) {
-  unsigned v = classes_verdict(t);
+                          size_t n, const weft__shm_probe_rounds *r) {
+  unsigned v = classes_verdict(r);
+  probe_times t[NCLASSES];
+  class_times(r, t);
   probe_times sm = fastest(&t[SMALL_FRESH], &t[SMALL_AGAIN]), lg = fastest(&t[LARGE_FRESH], &t[LARGE_AGAIN]);
   WEFT_TRACE("shm: copy probe %llu: rank %d -> peer %d: %u bytes in %u ns, out %u ns, read %u ns fresh, %u sent "
              "again; %zu bytes in %u ns, out %u ns, read %u ns fresh, %u sent again", (unsigned long long)gen,
@@ -168,30 +213,27 @@ weft_status_t weft__shm_copy_probe_send(struct weft_comm *comm, weft__shm_state 
     return weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2), peer);
   }
   weft__shm_payload_ready(to, n); /* the FIFO is empty: as before a message of n bytes */
-  probe_times t[NCLASSES];
-  none_yet(t);
+  weft__shm_probe_rounds r[NCLASSES] = {0};
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     size_t m = round_bytes(n, k);
-    probe_times *c = &t[round_class(k)];
     /* a message just produced: its lines dirty in our cache; one sent again stays as sent */
     if (!sent_again(k)) memset(buf, (int)(gen + k) | 1, m);
     uint64_t t0 = weft__now_ns();
     if (weft__shm_payload_nt(to->nt_out, m)) weft__nt_copy(to->out.payload, buf, m); /* as shm.c's sends */
     else memcpy(to->out.payload, buf, m);
     uint32_t in = clamp_ns(weft__now_ns() - t0);
-    c->in = min_u32(c->in, in);
     ctrl->copy_probe_in_ns = in;
     ctrl->copy_probe_src = (uint64_t)(uintptr_t)buf;
     atomic_store_explicit(&ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), memory_order_release);
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 2), peer));
-    c->out = min_u32(c->out, ctrl->copy_probe_out_ns);
-    c->read = min_u32(c->read, ctrl->copy_probe_read_ns);
+    record(r, k, in, ctrl->copy_probe_out_ns, ctrl->copy_probe_read_ns);
   }
   to->copy_probe_gen = gen;
   to->copy_probe_split = split;
-  for (int i = 0; i < NCLASSES; i++)
-    if (t[i].out == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
-  apply_verdict(comm, st, to, peer, gen, n, t);
+  for (int i = SMALL_FRESH; i < NCLASSES; i++)
+    for (int j = 0; j < r[i].n; j++)
+      if (r[i].out[j] == 0) return WEFT_SUCCESS; /* the peer could not measure: keep what we had */
+  apply_verdict(comm, st, to, peer, gen, n, r);
   tell_disagreement(comm, to, peer);
   return WEFT_SUCCESS;
 }
@@ -209,8 +251,7 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
                                           int peer, uint64_t gen, uint32_t first_step) {
   weft__shm_fifo_ctrl *ctrl = from->in.ctrl;
   size_t n = probe_bytes(&from->in);
-  probe_times t[NCLASSES];
-  none_yet(t);
+  weft__shm_probe_rounds r[NCLASSES] = {0};
   int measured = 1;
   for (uint32_t k = 0; k < WEFT__SHM_COPY_PROBE_ROUNDS; k++) {
     WEFT_TRY(weft__shm_probe_await(comm, &ctrl->probe, weft__shm_probe_word(gen, first_step + 2 * k + 1), peer));
@@ -218,15 +259,12 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
     char *buf = src != 0 ? probe_buf(st) : NULL;
     if (buf != NULL) {
       size_t m = round_bytes(n, k);
-      probe_times *c = &t[round_class(k)];
       uint64_t t0 = weft__now_ns();
       memcpy(buf, from->in.payload, m);
       uint32_t out = clamp_ns(weft__now_ns() - t0), read = timed_read(from, buf, src, m);
       ctrl->copy_probe_out_ns = out;
       ctrl->copy_probe_read_ns = read;
-      c->in = min_u32(c->in, ctrl->copy_probe_in_ns);
-      c->out = min_u32(c->out, out);
-      c->read = min_u32(c->read, read);
+      record(r, k, ctrl->copy_probe_in_ns, out, read);
     } else { /* skipped, or no memory here: 0, which no real copy takes, says not measured */
       ctrl->copy_probe_out_ns = 0;
       ctrl->copy_probe_read_ns = 0;
@@ -237,7 +275,7 @@ weft_status_t weft__shm_copy_probe_answer(struct weft_comm *comm, weft__shm_stat
   }
   /* The sender's verdict, from the times it has too (its own copy-in, our copy-out and read). */
   if (measured) {
-    from->copy_verdict_back = classes_verdict(t);
+    from->copy_verdict_back = classes_verdict(r);
     tell_disagreement(comm, from, peer);
   }
   return WEFT_SUCCESS;

@@ -13,8 +13,10 @@
  * The measurement, after the placement probe's round trips (shm_placement.h), between a
  * rank and its ring successor, for two message sizes (WEFT__SHM_COPY_PROBE_SMALL_BYTES for
  * messages below 64 KiB, WEFT__SHM_COPY_PROBE_BYTES for the rest: lib/req.c says why),
- * WEFT__SHM_COPY_PROBE_REPEATS times each, fastest of each kept, each size twice (a
- * message freshly produced, then the same message sent again):
+ * each in two states (a message freshly produced, then the same message sent again): the
+ * small one after a round not counted, WEFT__SHM_COPY_PROBE_SMALL_REPEATS times in each
+ * state, each time's median kept; the large one WEFT__SHM_COPY_PROBE_REPEATS times in
+ * each, the fastest kept (weft__shm_rounds_verdict says why):
  *   sender    writes the round's message into its private buffer (a fresh message; a
  *             message sent again is left as the previous round sent it), times copying
  *             it into the successor's FIFO payload as a message of that size would be
@@ -37,7 +39,9 @@
  * ~600 us slower in all, which as a periodic re-run (every 8th probe, 128 large calls) cost
  * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run. Where the
  * host moves the vCPUs often, the placement verdict changes often too: on the Intel VM of
- * 2026-12-02 up to ten verdicts in one perf-tool launch.
+ * 2026-12-02 up to ten verdicts in one perf-tool launch. On the Intel VM of 2026-12-03 a
+ * run took 0.4-0.65 ms: the eleven 16 KiB rounds 81-155 us, the six
+ * 256 KiB rounds 317-498.
  * The verdict of the measured connection also serves this rank's other shm connections
  * until they are measured themselves (the ring's neighbours are the only ones probed).
  * The receiver gets the sender's copy-in times too, so it holds the sender's verdict as
@@ -53,10 +57,11 @@
 #define WEFT__SHM_COPY_PROBE_BYTES (256u * 1024u) /* the test message (bytes) ... */
 #define WEFT__SHM_COPY_PROBE_MIN_BYTES (64u * 1024u) /* ... at least this much FIFO payload */
 #define WEFT__SHM_COPY_PROBE_SMALL_BYTES (16u * 1024u) /* the small class's test message */
-#define WEFT__SHM_COPY_PROBE_REPEATS 3
-/* Rounds: REPEATS each of the small message fresh, then sent again, then the large one fresh,
- * then sent again; two probe-line steps each. */
-#define WEFT__SHM_COPY_PROBE_ROUNDS (4 * WEFT__SHM_COPY_PROBE_REPEATS)
+#define WEFT__SHM_COPY_PROBE_REPEATS 3 /* rounds of each state of the large message ... */
+#define WEFT__SHM_COPY_PROBE_SMALL_REPEATS 5 /* ... and of the small one, after one round not counted */
+/* Rounds: the small message once uncounted, SMALL_REPEATS fresh, SMALL_REPEATS sent again,
+ * then the large one REPEATS fresh, REPEATS sent again; two probe-line steps each. */
+#define WEFT__SHM_COPY_PROBE_ROUNDS (1 + 2 * WEFT__SHM_COPY_PROBE_SMALL_REPEATS + 2 * WEFT__SHM_COPY_PROBE_REPEATS)
 #define WEFT__SHM_COPY_PROBE_STEPS (2 * WEFT__SHM_COPY_PROBE_ROUNDS) /* probe-line steps it takes */
 
 /* The verdict from one measurement (ns, fastest of the rounds): WEFT__SINGLE_COPY_MEASURED,
@@ -91,6 +96,33 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
  * no AMD VM in the session that made this change). Pure; thread-safe. */
 #define WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT 25
 unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t fresh_read_ns, uint32_t again_read_ns);
+
+/* One state of one size's rounds as the probe measured them (ns): copy-in, copy-out, read. */
+typedef struct weft__shm_probe_rounds {
+  uint32_t in[WEFT__SHM_COPY_PROBE_SMALL_REPEATS], out[WEFT__SHM_COPY_PROBE_SMALL_REPEATS];
+  uint32_t read[WEFT__SHM_COPY_PROBE_SMALL_REPEATS];
+  int n; /* rounds kept, at most WEFT__SHM_COPY_PROBE_SMALL_REPEATS */
+} weft__shm_probe_rounds;
+_Static_assert(WEFT__SHM_COPY_PROBE_SMALL_REPEATS >= WEFT__SHM_COPY_PROBE_REPEATS, "rounds of either size fit");
+
+/* One size's verdict (weft__shm_two_state_verdict) from its rounds fresh and sent again: each
+ * state's times the median of its rounds (median != 0: the small size) or the fastest (the
+ * large size), copy-in and copy-out the faster of the two states' (the same work in both).
+ * A state without rounds counts as UINT32_MAX each (two copies). Why medians for the small
+ * size: its copies take about 1 us, and which round is fastest is chance. On the Intel VM
+ * (family 6 model 167) of 2026-12-03, in one launch's fresh rounds the copy-in of 16 KiB
+ * took 0.56 us once and 1.25-1.43 the other times, the copy-out 1.63-1.64, the read 3.73
+ * once and 2.63-2.77 the others. The fastest of three rounds per state (as the probe had it,
+ * the first round cold: 1.06 in, 10.5 out, 6.3 read; not counted now) put the fresh read at
+ * 1.27x copy-in plus copy-out, past the 25% allowed, and the pair took two copies below
+ * 64 KiB in 1 of 16 to 6 of 12 launches, whose 32 KiB all-to-all (perf tools) then ran
+ * 1.5x slower (3.3 against 2.0-2.3 us per call). The medians put that read at 1.10x; 24
+ * probes in 12 launches measured 0.94-1.21x, and a program that rewrites its send buffer
+ * before each call lost 10-18% on one copy at 16-32 KiB (perf/bench/RESULTS.md). The large
+ * size's copies take 11-14 us and vary by under 5% after its first round, which the
+ * fastest skips. Pure; thread-safe. */
+unsigned weft__shm_rounds_verdict(const weft__shm_probe_rounds *fresh, const weft__shm_probe_rounds *again,
+                                  int median);
 
 /* The verdict for our sends to a peer: ours for that direction, except that where the peer's
  * verdict for its sends to us was measured too (back), a one-copy bit stays only if both

@@ -117,6 +117,54 @@ static void more_ranks_than_cores_take_the_verdict_between_cpus(void **unused) {
   assert_int_equal(weft__shm_cpu_verdict(0, 1, 0, 1, 0), 0);
 }
 
+/* One size's rounds to a verdict (weft__shm_rounds_verdict): the small size takes each
+ * state's medians, the large one the fastest rounds. The Intel VM's launch (16 KiB, ns,
+ * copy-in / copy-out / read per round) whose fastest rounds took two copies below 64 KiB,
+ * where the medians of the rounds counted now take one. */
+static weft__shm_probe_rounds rounds(int n, const uint32_t (*t)[3]) {
+  weft__shm_probe_rounds r = {.n = n};
+  for (int i = 0; i < n; i++) {
+    r.in[i] = t[i][0];
+    r.out[i] = t[i][1];
+    r.read[i] = t[i][2];
+  }
+  return r;
+}
+
+static void the_small_size_takes_medians(void **unused) {
+  (void)unused;
+  const unsigned two_way = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
+  /* the launch's rounds: a cold first one, fresh ones, then sent again */
+  const uint32_t first[3] = {1063, 10453, 6296};
+  const uint32_t fresh[5][3] = {{556, 1637, 3730}, {1322, 1634, 2716}, {1253, 1637, 2768}, {1426, 1639, 2629},
+                                {1428, 1637, 2752}};
+  const uint32_t again[5][3] = {{1570, 1585, 1059}, {818, 1645, 1104}, {868, 1659, 972}, {1025, 1649, 1144},
+                                {845, 1645, 960}};
+  /* as the probe had it: three rounds of each state, the cold one among them, the fastest
+   * kept: 556 in + 1585 out against a 2716 read, 1.27x: two copies */
+  const uint32_t old_fresh[3][3] = {{first[0], first[1], first[2]}, {556, 1637, 3730}, {1322, 1634, 2716}};
+  weft__shm_probe_rounds of = rounds(3, old_fresh), oa = rounds(3, again);
+  assert_int_equal(weft__shm_rounds_verdict(&of, &oa, 0), WEFT__SINGLE_COPY_MEASURED);
+  /* medians of five after the uncounted one: 868 in + 1637 out against 2752, 1.10x: one copy */
+  weft__shm_probe_rounds f = rounds(5, fresh), a = rounds(5, again);
+  assert_int_equal(weft__shm_rounds_verdict(&f, &a, 1), two_way);
+  /* a slow read in two rounds of five moves no median; in three it does */
+  weft__shm_probe_rounds slow = f;
+  slow.read[0] = slow.read[1] = 9000;
+  assert_int_equal(weft__shm_rounds_verdict(&slow, &a, 1), two_way);
+  slow.read[2] = 9000;
+  assert_int_equal(weft__shm_rounds_verdict(&slow, &a, 1), WEFT__SINGLE_COPY_MEASURED);
+  /* the large size keeps the fastest: a cold first round among three changes nothing (the
+   * Intel VM's 256 KiB rounds, ns to the nearest 100) */
+  const uint32_t large_fresh[3][3] = {{20300, 122700, 21900}, {10900, 13100, 24500}, {11100, 13200, 19700}};
+  const uint32_t large_again[3][3] = {{14200, 13200, 8300}, {11200, 13200, 8900}, {11300, 13200, 8200}};
+  weft__shm_probe_rounds lf = rounds(3, large_fresh), la = rounds(3, large_again);
+  assert_int_equal(weft__shm_rounds_verdict(&lf, &la, 0), two_way);
+  /* a state without rounds: two copies */
+  weft__shm_probe_rounds none = {.n = 0};
+  assert_int_equal(weft__shm_rounds_verdict(&f, &none, 1), WEFT__SINGLE_COPY_MEASURED);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_read_just_under_the_two_copies_keeps_two_copies),
@@ -125,6 +173,7 @@ int main(void) {
       cmocka_unit_test(one_copy_needs_both_directions),
       cmocka_unit_test(a_message_sent_again_decides_where_a_fresh_one_loses_little),
       cmocka_unit_test(more_ranks_than_cores_take_the_verdict_between_cpus),
+      cmocka_unit_test(the_small_size_takes_medians),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
