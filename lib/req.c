@@ -73,7 +73,19 @@ enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 
  * 1M 106.5 against 108.5 (4 of 8), 2M (no change) 197 against 195; Open MPI's, in 6 rounds
  * interleaved with both just before, 14.3, 26.0 and 75.9. Below 256 KiB, with the same
  * rule from 64 KiB, one copy lost: 64K 4.95 against 4.1 (5 of 6 launches), 128K 9.4
- * against 8.3, so the fresh read's rule keeps those. */
+ * against 8.3, so the fresh read's rule keeps those, unless the probe read its message sent
+ * again 30% faster than the slower copy (WEFT__SINGLE_COPY_AGAIN_ONE_WAY), which that VM's
+ * did not (14 us against 14-16). A stream of broadcasts runs at the read's pace on one copy
+ * and at the slower copy's on two, and one copy also hands its message over with a round
+ * trip more, so it needs a clear lead. On the Intel VM of 2026-12-03 (family 6 model 167:
+ * read sent again 8.9-9.6 us, copies 11-12 in and 13.7-14.2 out, 0.63-0.70 of the slower)
+ * one copy from 64 KiB ran, 2 ranks, in place, us per call, 5 rounds of perf/compare
+ * alternating with the build before and Open MPI: 64K 2.93 against 3.57 (every round;
+ * Open MPI 3.66), 128K 5.44 against 6.30 (Open MPI 6.53); 32K and 256K-1M unchanged. One
+ * broadcast after a barrier, the receiver's time (medians of 4000, 2 launches): sent again
+ * 64K 2.67-2.71 against 7.07-7.16, 128K 4.59-4.63 against 12.76; a buffer the root rewrote
+ * before each call, 64K 6.51-6.53 against 6.57-6.62, 128K 11.94-12.07 against 11.66-11.73,
+ * and the root waits for the read (64K 6.8 against 2.5). */
 enum { BROADCAST_TWO_WAY_MIN_BYTES = 256 << 10 };
 /* All of the above was measured on the Intel VM. On the AMD EPYC VM (Zen 5, two CCDs,
  * 440-850 ns round trips) process_vm_readv read a peer's freshly written buffer at 12-18
@@ -106,7 +118,7 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
   size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
   int measured = (copy_verdict & WEFT__SINGLE_COPY_MEASURED) != 0;
   if (coll == WEFT__COLL_BROADCAST) { /* the call's size: the chain's chunks of larger ones stay */
-    int far = measured ? (copy_verdict & WEFT__SINGLE_COPY_ONE_WAY) != 0 ||
+    int far = measured ? (copy_verdict & (WEFT__SINGLE_COPY_ONE_WAY | WEFT__SINGLE_COPY_AGAIN_ONE_WAY)) != 0 ||
                              ((copy_verdict & WEFT__SINGLE_COPY_TWO_WAY) && r->bytes >= BROADCAST_TWO_WAY_MIN_BYTES)
                        : peer_rt_ns >= BROADCAST_SINGLE_COPY_MIN_RT_NS;
     return !comm->oversubscribed && far && r->bytes >= SINGLE_COPY_SMALL_BYTES &&

@@ -144,9 +144,9 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * transports/shm/shm_copy_probe.h), the measurement overrides the guesses: all-gather and
  * all-to-all(v) stay on two copies unless WEFT__SINGLE_COPY_TWO_WAY (with more ranks than
  * cores too), and a broadcast goes
- * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, or from 256 KiB when
- * WEFT__SINGLE_COPY_TWO_WAY (a whole FIFO piece's message: its copies do not overlap), whatever
- * peer_rt_ns.
+ * single copy (in the bounds above) when WEFT__SINGLE_COPY_ONE_WAY, from 64 KiB when
+ * WEFT__SINGLE_COPY_AGAIN_ONE_WAY, or from 256 KiB when WEFT__SINGLE_COPY_TWO_WAY (a whole
+ * FIFO piece's message: its copies do not overlap), whatever peer_rt_ns.
  * Messages below 64 KiB follow the small class's measurement instead when there is one
  * (WEFT__SINGLE_COPY_SMALL_MEASURED: two copies unless WEFT__SINGLE_COPY_SMALL_TWO_WAY).
  * WEFT_SHM_CMA_CALLS=all overrides it in the shm transport. Thread safety: reads comm's
@@ -155,6 +155,9 @@ enum {
   WEFT__SINGLE_COPY_MEASURED = 1, /* the transport measured both paths to this peer ... */
   WEFT__SINGLE_COPY_TWO_WAY = 2,  /* ... and one copy was faster than copy-in plus copy-out */
   WEFT__SINGLE_COPY_ONE_WAY = 4,  /* ... and faster than the slower of the two (a pipeline) */
+  /* ... and, with TWO_WAY, a message sent again faster than the slower of the two by
+   * WEFT__SHM_COPY_PROBE_AGAIN_MARGIN_PCT (broadcasts of 64-256 KiB: lib/req.c) */
+  WEFT__SINGLE_COPY_AGAIN_ONE_WAY = 32,
   /* The same for messages below 64 KiB, measured on a small message of their own: a
    * system call and page pinning weigh there what bandwidth weighs at 256 KiB. */
   WEFT__SINGLE_COPY_SMALL_MEASURED = 8,

@@ -155,6 +155,14 @@ static void a_broadcast_of_a_slot_or_more_follows_the_two_way_verdict(void **sta
   assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (64 << 10) / 4, 64 << 10, 0, 380, two_way));
   assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (2 << 20) / 4, 512 << 10, 0, 380, two_way));
   assert_false(msg_wanted_measured(&comm4_on_2, WEFT__COLL_BROADCAST, (256 << 10) / 4, 256 << 10, 0, 0, two_way));
+  /* from 64 KiB with the second read well ahead of the slower copy (AGAIN_ONE_WAY); not below,
+   * not over 1 MiB, not with more ranks than cores */
+  const unsigned again = two_way | WEFT__SINGLE_COPY_AGAIN_ONE_WAY;
+  assert_true(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (64 << 10) / 4, 64 << 10, 0, 60, again));
+  assert_true(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (128 << 10) / 4, 128 << 10, 0, 380, again));
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (32 << 10) / 4, 32 << 10, 0, 380, again));
+  assert_false(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (2 << 20) / 4, 512 << 10, 0, 380, again));
+  assert_false(msg_wanted_measured(&comm4_on_2, WEFT__COLL_BROADCAST, (128 << 10) / 4, 128 << 10, 0, 0, again));
   /* the one-way verdict alone still covers 64 KiB on */
   assert_true(msg_wanted_measured(&comm2, WEFT__COLL_BROADCAST, (64 << 10) / 4, 64 << 10, 0, 60,
                                   WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_ONE_WAY));

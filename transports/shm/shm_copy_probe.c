@@ -77,6 +77,10 @@ unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t f
   /* fresh 100 <= (in + out) (100 + loss), in integers */
   uint64_t both = ((uint64_t)in_ns + out_ns) * (100 + WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT);
   if ((uint64_t)fresh_read_ns * 100 > both) v &= ~(unsigned)WEFT__SINGLE_COPY_TWO_WAY;
+  /* again (100 + margin) < slower 100 */
+  uint64_t again = (uint64_t)again_read_ns * (100 + WEFT__SHM_COPY_PROBE_AGAIN_MARGIN_PCT);
+  if ((v & WEFT__SINGLE_COPY_TWO_WAY) && again < (uint64_t)(in_ns > out_ns ? in_ns : out_ns) * 100)
+    v |= WEFT__SINGLE_COPY_AGAIN_ONE_WAY;
   return v | (weft__shm_copy_verdict(in_ns, out_ns, fresh_read_ns) & WEFT__SINGLE_COPY_ONE_WAY);
 }
 
@@ -146,7 +150,8 @@ static unsigned classes_verdict(const weft__shm_probe_rounds *r) {
 }
 
 unsigned weft__shm_pair_verdict(unsigned ours, unsigned back) {
-  const unsigned wins = WEFT__SINGLE_COPY_TWO_WAY | WEFT__SINGLE_COPY_ONE_WAY | WEFT__SINGLE_COPY_SMALL_TWO_WAY;
+  const unsigned wins = WEFT__SINGLE_COPY_TWO_WAY | WEFT__SINGLE_COPY_ONE_WAY | WEFT__SINGLE_COPY_AGAIN_ONE_WAY |
+                        WEFT__SINGLE_COPY_SMALL_TWO_WAY;
   if (!(ours & WEFT__SINGLE_COPY_MEASURED) || !(back & WEFT__SINGLE_COPY_MEASURED)) return ours;
   return (ours & ~wins) | (ours & back & wins);
 }
@@ -187,8 +192,9 @@ static void apply_verdict(struct weft_comm *comm, weft__shm_state *st, weft__shm
               sm.in, sm.out, sm.read, t[SMALL_AGAIN].read, (unsigned)(n / 1024), lg.in, lg.out, lg.read,
               t[LARGE_AGAIN].read, v & WEFT__SINGLE_COPY_SMALL_TWO_WAY ? "one copy" : "two copies",
               v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy" : "two copies",
-              v & WEFT__SINGLE_COPY_ONE_WAY   ? "one copy (up to 1 MiB)"
-              : v & WEFT__SINGLE_COPY_TWO_WAY ? "one copy from 256 KiB to 1 MiB"
+              v & WEFT__SINGLE_COPY_ONE_WAY         ? "one copy (up to 1 MiB)"
+              : v & WEFT__SINGLE_COPY_AGAIN_ONE_WAY ? "one copy from 64 KiB to 1 MiB"
+              : v & WEFT__SINGLE_COPY_TWO_WAY       ? "one copy from 256 KiB to 1 MiB"
                                               : "two copies");
   to->copy_verdict = v;
   to->copy_verdict_own = 1;

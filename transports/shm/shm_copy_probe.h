@@ -83,8 +83,10 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
  * to copy-in plus copy-out by more than WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT;
  * WEFT__SINGLE_COPY_ONE_WAY from the fresh read alone, as before: with one-way also from the
  * second read, a 2-rank broadcast of 128 KiB-1 MiB ran 1.0-1.8x slower on that VM (3
- * interleaved rounds, in place). (Broadcasts of 256 KiB to 1 MiB take the two-way bit too:
- * lib/req.c says why.)
+ * interleaved rounds, in place; there the second read, 13-16 us, came within 20% of the
+ * slower copy, 14-16). (Broadcasts of 256 KiB to 1 MiB take the two-way bit too, and from
+ * 64 KiB WEFT__SINGLE_COPY_AGAIN_ONE_WAY, the second read against the slower copy by 30%,
+ * which that VM's never met: lib/req.c says why.)
  * Why both: the two reads differ by 2x on some machines, and which state users' messages
  * are in varies. On the Intel VM (family 6 model 207) a 256 KiB read took 25-27 us fresh,
  * about copy-in plus copy-out (11-15 + 14-16), and 13-16 us sent again, where the copies
@@ -95,6 +97,9 @@ unsigned weft__shm_copy_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t read_n
  * allowed, so two copies stay there whatever the second read says (untested there since:
  * no AMD VM in the session that made this change). Pure; thread-safe. */
 #define WEFT__SHM_COPY_PROBE_FRESH_LOSS_PCT 25
+/* With WEFT__SINGLE_COPY_TWO_WAY, WEFT__SINGLE_COPY_AGAIN_ONE_WAY when the read of the message
+ * sent again beat the slower copy by this margin (percent; lib/req.c says why 30). */
+#define WEFT__SHM_COPY_PROBE_AGAIN_MARGIN_PCT 30
 unsigned weft__shm_two_state_verdict(uint32_t in_ns, uint32_t out_ns, uint32_t fresh_read_ns, uint32_t again_read_ns);
 
 /* One state of one size's rounds as the probe measured them (ns): copy-in, copy-out, read. */
