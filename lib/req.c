@@ -78,7 +78,7 @@ enum { BROADCAST_SINGLE_COPY_MIN_RT_NS = 100, BROADCAST_SINGLE_COPY_MAX_BYTES = 
  * did not (14 us against 14-16). A stream of broadcasts runs at the read's pace on one copy
  * and at the slower copy's on two, and one copy also hands its message over with a round
  * trip more, so it needs a clear lead. On the Intel VM of 2026-12-03 (family 6 model 167:
- * read sent again 8.9-9.6 us, copies 11-12 in and 13.7-14.2 out, 0.63-0.70 of the slower)
+ * read sent again 8.0-9.6 us, copies 11-12 in and 13.1-14.2 out, 0.59-0.70 of the slower)
  * one copy from 64 KiB ran, 2 ranks, in place, us per call, 5 rounds of perf/compare
  * alternating with the build before and Open MPI: 64K 2.93 against 3.57 (every round;
  * Open MPI 3.66), 128K 5.44 against 6.30 (Open MPI 6.53); 32K and 256K-1M unchanged. One

@@ -40,8 +40,7 @@
  * a 2 MiB all-gather 20-30 us a call over those calls; hence no periodic run. Where the
  * host moves the vCPUs often, the placement verdict changes often too: on the Intel VM of
  * 2026-12-02 up to ten verdicts in one perf-tool launch. On the Intel VM of 2026-12-03 a
- * run took 0.4-0.65 ms: the eleven 16 KiB rounds 81-155 us, the six
- * 256 KiB rounds 317-498.
+ * run took 0.4-0.65 ms: the eleven 16 KiB rounds 81-155 us, the six 256 KiB rounds 317-498.
  * The verdict of the measured connection also serves this rank's other shm connections
  * until they are measured themselves (the ring's neighbours are the only ones probed).
  * The receiver gets the sender's copy-in times too, so it holds the sender's verdict as
