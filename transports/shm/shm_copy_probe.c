@@ -134,17 +134,22 @@ unsigned weft__shm_rounds_verdict(const weft__shm_probe_rounds *fresh, const wef
   return weft__shm_two_state_verdict(c.in, c.out, f.read, a.read);
 }
 
-/* Each class's times (t[NCLASSES]) from its rounds (r[NCLASSES]): medians for the small
- * message's; SMALL_FIRST, not counted, gets UINT32_MAX. */
+/* Whether class c keeps its rounds' medians (the small message's) or the fastest. */
+static int takes_medians(int c) { return c < LARGE_FRESH; }
+
+/* Each class's times (t[NCLASSES]) from its rounds (r[NCLASSES]); SMALL_FIRST, not counted,
+ * gets UINT32_MAX. */
 static void class_times(const weft__shm_probe_rounds *r, probe_times *t) {
-  for (int i = 0; i < NCLASSES; i++) t[i] = state_times(&r[i], i < LARGE_FRESH);
+  for (int i = 0; i < NCLASSES; i++) t[i] = state_times(&r[i], takes_medians(i));
 }
 
 /* The verdict from the classes' rounds (r[NCLASSES]): the large size's, with the small one's
  * as WEFT__SINGLE_COPY_SMALL_*. */
 static unsigned classes_verdict(const weft__shm_probe_rounds *r) {
-  unsigned v = weft__shm_rounds_verdict(&r[LARGE_FRESH], &r[LARGE_AGAIN], 0) | WEFT__SINGLE_COPY_SMALL_MEASURED;
-  if (weft__shm_rounds_verdict(&r[SMALL_FRESH], &r[SMALL_AGAIN], 1) & WEFT__SINGLE_COPY_TWO_WAY)
+  unsigned v = weft__shm_rounds_verdict(&r[LARGE_FRESH], &r[LARGE_AGAIN], takes_medians(LARGE_FRESH)) |
+               WEFT__SINGLE_COPY_SMALL_MEASURED;
+  if (weft__shm_rounds_verdict(&r[SMALL_FRESH], &r[SMALL_AGAIN], takes_medians(SMALL_FRESH)) &
+      WEFT__SINGLE_COPY_TWO_WAY)
     v |= WEFT__SINGLE_COPY_SMALL_TWO_WAY;
   return v;
 }
