@@ -33,6 +33,7 @@
 #include <unistd.h>
 #include "lib/algo.h"
 #include "lib/comm.h"
+#include "lib/cpu_key.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
 #include "lib/log.h"
@@ -62,9 +63,10 @@ int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max) 
 }
 
 /* ---- WEFT_TUNER_MODEL: "shm:alpha,beta,gamma,oversub_alpha,oversub_beta;socket:..." ----
- * Each item replaces the row of the transport it names; the others keep their own. */
-static void parse_model(const char *spec, model_params *out) {
-  for (int t = 0; weft__transports[t] != NULL; t++) out[t] = weft__transports[t]->model;
+ * Each item replaces the row of the transport it names (named[t] = 1); the others keep
+ * their own. */
+static void parse_model(const char *spec, model_params *out, int *named) {
+  for (int t = 0; weft__transports[t] != NULL; t++) out[t] = weft__transports[t]->model, named[t] = 0;
   for (const char *p = spec; p != NULL && *p != '\0';) {
     const char *end = strchr(p, ';');
     size_t len = end ? (size_t)(end - p) : strlen(p);
@@ -81,32 +83,40 @@ static void parse_model(const char *spec, model_params *out) {
                 "oversub_alpha,oversub_beta, e.g. shm:6,0.1,0.05,0,2; us and us per KiB); keeping "
                 "the transport's own row for it", item);
     } else {
-      out[t] = m;
+      out[t] = m, named[t] = 1;
     }
     p = end ? end + 1 : NULL;
   }
 }
 
-/* tr's row under WEFT_TUNER_MODEL. */
-static const model_params *model_for(const weft__transport *tr) {
+const weft__transport_model *weft__select_model(const weft__transport *tr, const char *cpu,
+                                                weft__model_source *source) {
   static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
   static char cached[256];
   static int parsed;
   static model_params params[WEFT__MAX_TRANSPORTS];
+  static int named[WEFT__MAX_TRANSPORTS];
   const char *spec = weft__env_str("WEFT_TUNER_MODEL", "");
   pthread_mutex_lock(&mu);
   if (!parsed || strncmp(cached, spec, sizeof(cached)) != 0) {
-    parse_model(spec, params);
+    parse_model(spec, params, named);
     snprintf(cached, sizeof(cached), "%s", spec);
     parsed = 1;
   }
   pthread_mutex_unlock(&mu);
   int t = weft__transport_index(tr);
-  return &params[t >= 0 ? t : 0];
+  if (t < 0) t = 0, tr = weft__transports[0];
+  weft__model_source from = named[t] ? WEFT__MODEL_ENV : WEFT__MODEL_STORED;
+  const model_params *m = &params[t];
+  if (!named[t] && cpu != NULL && *cpu != '\0')
+    for (const weft__transport_model_fit *f = tr->fits; f != NULL && f->cpu != NULL; f++)
+      if (strcmp(f->cpu, cpu) == 0) from = WEFT__MODEL_FITTED, m = &f->model;
+  if (source) *source = from;
+  return m;
 }
 
 static void make_cost_in(const weft__select_input *in, weft__cost_in *c) {
-  const model_params *m = model_for(in->transport);
+  const model_params *m = weft__select_model(in->transport, in->cpu, NULL);
   double scale = in->oversubscribed ? m->oversub_beta : 1;
   c->a = m->alpha_us + (in->oversubscribed ? m->oversub_alpha : 0);
   c->b = m->beta_us * scale / 1024;
@@ -122,8 +132,9 @@ static void make_cost_in(const weft__select_input *in, weft__cost_in *c) {
   c->Lmin = in->min_local;
   c->Lmax = in->max_local;
   if (in->nhosts < 2) return; /* spare the latency path two more table look-ups */
-  const model_params *across = model_for(in->transport);
-  const model_params *in_host = model_for(in->transport_in_host ? in->transport_in_host : in->transport);
+  const model_params *across = weft__select_model(in->transport, in->cpu, NULL);
+  const weft__transport *host_tr = in->transport_in_host ? in->transport_in_host : in->transport;
+  const model_params *in_host = weft__select_model(host_tr, in->cpu, NULL);
   c->a_in = in_host->alpha_us, c->b_in = in_host->beta_us / 1024, c->g_in = in_host->gamma_us / 1024;
   c->a_out = across->alpha_us, c->b_out = across->beta_us / 1024, c->g_out = across->gamma_us / 1024;
 }
@@ -386,6 +397,7 @@ static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
   in->transport = comm->conns[(comm->rank + 1) % comm->nranks].tr;
   long cores = online_cores();
   in->oversubscribed = cores > 0 && comm->nranks > cores;
+  in->cpu = weft__cpu_key(); /* one host: every rank reads the same CPU */
 }
 
 int weft__tuner_trace_on(void) {
@@ -512,9 +524,15 @@ const weft__algo *weft__select_modelled(const weft__task *t) {
     snprintf(hosts, sizeof(hosts), " (%d hosts, %d-%d ranks each)", in.nhosts, in.min_local, in.max_local);
   char memory[48] = "";
   if (t->mem->kind != WEFT__MEM_HOST) snprintf(memory, sizeof(memory), " in %s memory", t->mem->name);
-  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B%s, %d ranks over %s%s%s: %s (%s)",
+  weft__model_source from;
+  weft__select_model(in.transport, in.cpu, &from);
+  char row[96] = "";
+  if (from != WEFT__MODEL_STORED)
+    snprintf(row, sizeof(row), " (row %s%s)", from == WEFT__MODEL_ENV ? "of WEFT_TUNER_MODEL" : "fitted on ",
+             from == WEFT__MODEL_ENV ? "" : in.cpu);
+  weft__log_write(WEFT__LOG_INFO, "tuner: %s, %zu B%s, %d ranks over %s%s%s%s: %s (%s)",
                   weft__task_describe(t, what, sizeof(what)), in.bytes, memory, in.nranks,
-                  in.transport->name, hosts,
+                  in.transport->name, row, hosts,
                   in.oversubscribed ? " (more ranks than cores)" : "", a ? a->name : "none", why);
   return a;
 }

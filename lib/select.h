@@ -27,6 +27,9 @@ typedef struct weft__select_input {
   /* Two-level algorithms: the transport within a host (NULL: transport) */
   const struct weft__transport *transport_in_host;
   unsigned caps;       /* what every peer's transport can (WEFT__TRANSPORT_CAP_*); 0: unknown */
+  /* The CPU of the one host all ranks share (lib/cpu_key.h), for a row fitted to it
+   * (transports/transport.h); NULL on several hosts or unknown: the stored rows. */
+  const char *cpu;
 } weft__select_input;
 
 /* Which candidates WEFT_ALGO leaves, per collective: bit i = candidate i allowed. */
@@ -44,6 +47,17 @@ int weft__algo_filter_parse(const char *spec, weft__algo_filter *f);
 
 /* The candidates of coll (their names, in table order); returns how many. */
 int weft__select_candidates(weft__coll_t coll, const weft__algo **out, int max);
+
+/* Where a model row comes from, in the order weft__select_model looks. */
+typedef enum { WEFT__MODEL_ENV, WEFT__MODEL_FITTED, WEFT__MODEL_STORED } weft__model_source;
+
+/* The model row the costs of tr use: WEFT_TUNER_MODEL's item for tr if it names one, else
+ * tr's row fitted to cpu (NULL or "": none), else tr's own .model; *source (may be NULL)
+ * says which. tr NULL or unregistered: the registry's first transport. The row stays valid
+ * while WEFT_TUNER_MODEL does not change. Thread-safe. */
+struct weft__transport_model;
+const struct weft__transport_model *weft__select_model(const struct weft__transport *tr, const char *cpu,
+                                                      weft__model_source *source);
 
 /* The cost model's estimate in microseconds of algo for in (negative: not modelled). */
 double weft__select_cost(const weft__algo *algo, const weft__select_input *in);

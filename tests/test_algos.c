@@ -33,6 +33,7 @@
 #include "algos/hier.h"
 #include "algos/patterns.h"
 #include "lib/comm.h"
+#include "lib/cpu_key.h"
 #include "mem/guarded.h"
 #include "mem/kernels.h"
 #include "lib/select.h"
@@ -241,6 +242,91 @@ static void oversubscribed_small_all_to_all_takes_pairwise(void **state) {
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "bruck");
   in.oversubscribed = 1;
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "pairwise");
+}
+
+/* The 4-rank all-reduce on one host of cpu (NULL: the stored row), oversubscribed or not. */
+static const char *pick_on_cpu(const char *cpu, int nranks, int oversubscribed, size_t bytes) {
+  weft__select_input in = {.coll = WEFT__COLL_ALL_REDUCE, .nranks = nranks, .bytes = bytes,
+                           .transport = weft__transport_by_name("shm"), .chunk_bytes = 512 * 1024,
+                           .oversubscribed = oversubscribed, .cpu = cpu};
+  return weft__select_resolve(&in, NULL, NULL, 0)->name;
+}
+
+/* Rabenseifner's steps cost what recursive doubling's do and its bytes what the ring's do
+ * (algos/all_reduce/rabenseifner.c): on 4 and 8 ranks it runs medium messages, even with
+ * more ranks than cores, where the older cost (steps twice, bytes 1.5 times) never picked
+ * it; on 2 ranks it costs exactly the ring's and the ring keeps them. */
+static void rabenseifner_takes_medium_all_reduce(void **state) {
+  (void)state;
+  for (int over = 0; over <= 1; over++) {
+    assert_string_equal(pick_on_cpu(NULL, 4, over, 8), "recursive_doubling");
+    assert_string_equal(pick_on_cpu(NULL, 4, over, 256u << 10), "rabenseifner");
+    assert_string_equal(pick_on_cpu(NULL, 4, over, 1u << 20), "rabenseifner");
+    assert_string_equal(pick_on_cpu(NULL, 8, over, 512u << 10), "rabenseifner");
+    assert_string_equal(pick_on_cpu(NULL, 4, over, 2u << 20), "ring"); /* past its cap */
+    for (size_t b = 8; b <= (1u << 20); b *= 2) assert_string_not_equal(pick_on_cpu(NULL, 2, over, b), "rabenseifner");
+    assert_string_equal(pick_on_cpu(NULL, 2, over, 1u << 20), "ring");
+  }
+  /* 3 ranks fold one in and out, a whole buffer each way: never cheaper than the ring */
+  for (size_t b = 8; b <= (1u << 20); b *= 2) assert_string_not_equal(pick_on_cpu(NULL, 3, 1, b), "rabenseifner");
+}
+
+static int same_row(const weft__transport_model *a, const weft__transport_model *b) {
+  return a->alpha_us == b->alpha_us && a->beta_us == b->beta_us && a->gamma_us == b->gamma_us &&
+         a->oversub_alpha == b->oversub_alpha && a->oversub_beta == b->oversub_beta;
+}
+
+/* A transport's row fitted to a CPU serves that CPU only, and WEFT_TUNER_MODEL overrides it. */
+static void a_fitted_row_serves_its_cpu(void **state) {
+  (void)state;
+  const weft__transport *shm = weft__transport_by_name("shm"), *sock = weft__transport_by_name("socket");
+  const char *intel = "GenuineIntel 6/167";
+  weft__model_source from;
+  const weft__transport_model *m = weft__select_model(shm, intel, &from);
+  assert_int_equal(from, WEFT__MODEL_FITTED);
+  assert_true(!same_row(m, &shm->model) && m->oversub_alpha < shm->model.oversub_alpha);
+  assert_true(same_row(weft__select_model(shm, "AuthenticAMD 26/2", &from), &shm->model));
+  assert_int_equal(from, WEFT__MODEL_STORED);
+  assert_true(same_row(weft__select_model(shm, "GenuineIntel 6/207", &from), &shm->model));
+  assert_true(same_row(weft__select_model(shm, NULL, &from), &shm->model));
+  assert_true(same_row(weft__select_model(shm, "", &from), &shm->model));
+  assert_true(same_row(weft__select_model(sock, intel, &from), &sock->model)); /* no socket row for it */
+  assert_int_equal(from, WEFT__MODEL_STORED);
+  /* The fitted row's choices: that VM's 4 ranks on 2 cores ran Rabenseifner at 64-128 KiB in
+   * 17.8 and 32.7 us where the stored row's recursive doubling took 28.3 and 61.6. */
+  assert_string_equal(pick_on_cpu(NULL, 4, 1, 128u << 10), "recursive_doubling");
+  assert_string_equal(pick_on_cpu(intel, 4, 1, 64u << 10), "rabenseifner");
+  assert_string_equal(pick_on_cpu(intel, 4, 1, 128u << 10), "rabenseifner");
+  assert_string_equal(pick_on_cpu(intel, 4, 1, 16u << 10), "recursive_doubling");
+  setenv("WEFT_TUNER_MODEL", "shm:1,2,3,4,5", 1);
+  m = weft__select_model(shm, intel, &from);
+  assert_int_equal(from, WEFT__MODEL_ENV);
+  assert_true(m->alpha_us == 1 && m->oversub_beta == 5);
+  assert_string_equal(pick_on_cpu(intel, 4, 1, 128u << 10), pick_on_cpu("", 4, 1, 128u << 10));
+  unsetenv("WEFT_TUNER_MODEL");
+  assert_int_equal((weft__select_model(shm, intel, &from), from), WEFT__MODEL_FITTED);
+}
+
+/* The key the fitted rows are found by names this CPU as /proc/cpuinfo does. */
+static void the_cpu_key_reads_as_proc_cpuinfo(void **state) {
+  (void)state;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[512], vendor[64] = "";
+  int family = -1, model = -1;
+  while (f != NULL && fgets(line, sizeof line, f) && (family < 0 || model < 0 || !vendor[0])) {
+    if (!vendor[0]) sscanf(line, "vendor_id : %63s", vendor);
+    if (family < 0) sscanf(line, "cpu family : %d", &family);
+    if (model < 0) sscanf(line, "model : %d", &model);
+  }
+  if (f != NULL) fclose(f);
+#if defined(__x86_64__) || defined(__i386__)
+  if (!vendor[0] || family < 0 || model < 0) skip(); /* no /proc here */
+  char want[128];
+  snprintf(want, sizeof want, "%s %d/%d", vendor, family, model);
+  assert_string_equal(weft__cpu_key(), want);
+#else
+  assert_string_equal(weft__cpu_key(), "");
+#endif
 }
 
 static void model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks(void **state) {
@@ -1001,6 +1087,9 @@ int main(void) {
       cmocka_unit_test(bruck_steps_move_n_minus_one_blocks),
       cmocka_unit_test(weft_algo_parses_ncclalgo_grammar),
       cmocka_unit_test(model_picks_log_depth_for_small_and_bandwidth_for_large),
+      cmocka_unit_test(rabenseifner_takes_medium_all_reduce),
+      cmocka_unit_test(a_fitted_row_serves_its_cpu),
+      cmocka_unit_test(the_cpu_key_reads_as_proc_cpuinfo),
       cmocka_unit_test(oversubscribed_small_all_to_all_takes_pairwise),
       cmocka_unit_test(model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks),
       cmocka_unit_test(hier_grouping_orders_hosts_by_lowest_rank),

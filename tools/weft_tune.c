@@ -2,10 +2,12 @@
  * for a rank count and transport, without a communicator: it evaluates the same table and
  * cost model as lib/select.c, under the WEFT_ALGO and WEFT_TUNER_MODEL of its environment.
  *
- *   weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MINBYTES] [-e MAXBYTES] [-c COLL] [-v]
+ *   weft-tune [-n NRANKS] [-t shm|socket] [-o] [-b MINBYTES] [-e MAXBYTES] [-c COLL] [-v] [--cpu KEY]
  *   weft-tune --list
  *   weft-tune --measure    fits the model to this machine (weft_tune_measure.c)
  * -o models more ranks than cores (oversubscribed); -v prints every candidate's cost per size.
+ * Ranks on this one host use the transport's row fitted to its CPU where there is one
+ * (transports/transport.h); --cpu names another CPU ("" for the stored rows).
  * Sizes are the bytes the model sees: the whole buffer, or the block per rank of an all-gather
  * or all-to-all. */
 #include <getopt.h>
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "lib/comm.h"
+#include "lib/cpu_key.h"
 #include "lib/env.h"
 #include "lib/select.h"
 #include "transports/transport.h"
@@ -78,7 +81,7 @@ static void resolve_coll(weft__select_input in, const weft__algo_filter *f, size
 }
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: weft-tune [-n NRANKS] [-t shm|socket|ib] [-o] [-b MIN] [-e MAX] [-c COLL] [-v]\n"
+  fprintf(f, "usage: weft-tune [-n NRANKS] [-t shm|socket|ib] [-o] [-b MIN] [-e MAX] [-c COLL] [-v] [--cpu KEY]\n"
              "       weft-tune --list\n"
              "       weft-tune --measure   (fits WEFT_TUNER_MODEL to this machine, ~40 s on 2 cores)\n"
              "Prints the algorithm weft's tuner picks per collective and size range\n"
@@ -90,18 +93,22 @@ static void usage(FILE *f) {
              "  -c COLL     one collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce,\n"
              "              all_to_all (default: all)\n"
              "  -v          every candidate's modelled cost\n"
+             "  --cpu KEY   the row fitted to this CPU, as \"GenuineIntel 6/167\" (default: this host's;\n"
+             "              \"\": the transport's stored row)\n"
              "  --list      the algorithms of each collective\n"
              "  --measure   run the collectives here and print the fitted WEFT_TUNER_MODEL (man weft-tune)\n");
 }
 
 int main(int argc, char **argv) {
   weft__select_input in = {.coll = WEFT__COLL_ALL_REDUCE, .nranks = 2, .transport = weft__transports[0],
-                           .chunk_bytes = weft__env_size("WEFT_CHUNK_BYTES", 512 * 1024)};
+                           .chunk_bytes = weft__env_size("WEFT_CHUNK_BYTES", 512 * 1024),
+                           .cpu = weft__cpu_key()};
   size_t lo = 8, hi = (size_t)1 << 30;
   const char *only = NULL;
   int verbose = 0;
   static const struct option longopts[] = {{"list", no_argument, NULL, 'l'},
                                            {"measure", no_argument, NULL, 'm'},
+                                           {"cpu", required_argument, NULL, 'C'},
                                            {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   int opt;
   argv[0] = (char *)"weft-tune"; /* getopt's messages: not the libtool ".libs/" path */
@@ -121,6 +128,7 @@ int main(int argc, char **argv) {
       case 'e': hi = parse_size(optarg); break;
       case 'c': only = optarg; break;
       case 'v': verbose = 1; break;
+      case 'C': in.cpu = optarg; break;
       case 'l': list_algos(); return 0;
       case 'm': return weft_tune_measure(in.chunk_bytes);
       case 'h': usage(stdout); return 0;
@@ -148,6 +156,12 @@ int main(int argc, char **argv) {
   printf("# %d ranks over %s%s, chunk %zu B%s%s\n", in.nranks,
          in.transport->name, in.oversubscribed ? ", more ranks than cores" : "",
          in.chunk_bytes, *spec ? ", WEFT_ALGO=" : "", spec);
+  weft__model_source from;
+  const weft__transport_model *m = weft__select_model(in.transport, in.cpu, &from);
+  printf("# model row %s:%g,%g,%g,%g,%g (%s%s)\n", in.transport->name, m->alpha_us, m->beta_us, m->gamma_us,
+         m->oversub_alpha, m->oversub_beta,
+         from == WEFT__MODEL_ENV ? "WEFT_TUNER_MODEL" : from == WEFT__MODEL_FITTED ? "fitted on " : "stored",
+         from == WEFT__MODEL_FITTED ? in.cpu : "");
   for (size_t i = 0; i < sizeof(tuned) / sizeof(tuned[0]); i++) {
     in.coll = tuned[i];
     if (only && strcmp(only, weft__coll_name(in.coll)) != 0) continue;

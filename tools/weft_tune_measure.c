@@ -10,13 +10,14 @@
  * runs on this host, real ranks started by weftrun next to this program run
  * all_reduce_perf / all_gather_perf with a fixed WEFT_ALGO and blocking calls (-z 2 -L 1),
  * 3 launches each, and the median of their p50 times is solved against the same cost
- * functions select.c uses (ag_ring, ar_ring, ar_recursive_doubling):
+ * functions select.c uses (ag_ring, ar_ring, ar_recursive_doubling, rb_cost):
  *     ring all-reduce of 8 B       t = 2 (n-1) l                          -> l, a step of 8 B
  *     ring all-gather, block b     t = ceil(b/chunk) (n-1) l + (n-1) b beta       -> beta
  *     ring all-reduce of B bytes   t = ceil(B/(n chunk)) 2 (n-1) l
  *                                      + 2 (n-1)/n B beta + (n-1)/n B gamma       -> gamma
  *     all-reduce, all-gather and reduce-scatter, 4 KiB .. 1 MiB, each by its log-depth
- *     algorithm and by the ring: alpha is the value whose choices lose least (fit_alpha_choices)
+ *     algorithms (all-reduce: recursive doubling and Rabenseifner) and by the ring: alpha
+ *     is the value whose choices lose least (fit_alpha_choices)
  * with n = 2 ranks; then the all-gather and the choices with 2 x cores ranks give the
  * oversubscription terms (for the registry's first transport, the one ranks of a host
  * use; the others keep 0 and 1): oversub_beta = beta' / beta, oversub_alpha = alpha' - alpha.
@@ -156,30 +157,28 @@ static double median(double *v, int k) {
   return v[k / 2];
 }
 
-/* Per size of lo, 2 lo, .. hi: the median p50 of LAUNCHES launches of prog with WEFT_ALGO=algo
- * into out; -1 when any failed, with the launch and its reason in c->why. Two algorithms
- * measured together (b non-NULL: algo_b into out_b) alternate launch by launch, so a slow
- * spell of the machine falls on both. */
-static int median_rows2(tune_ctx *c, const char *prog, int n, size_t lo, size_t hi, const char *algo,
-                        perf_rows *out, const char *algo_b, perf_rows *out_b) {
-  perf_rows runs[2][LAUNCHES];
+/* Per size of lo, 2 lo, .. hi: the median p50 of LAUNCHES launches of prog with WEFT_ALGO set
+ * to each of the k names in algo, into out[0 .. k-1]; -1 when any failed, with the launch and
+ * its reason in c->why. The algorithms alternate launch by launch, so a slow spell of the
+ * machine falls on all of them. */
+#define MAX_ALGOS 3
+static int median_rows(tune_ctx *c, const char *prog, int n, size_t lo, size_t hi, const char *const *algo,
+                       int k, perf_rows *out) {
+  perf_rows runs[MAX_ALGOS][LAUNCHES];
   for (int i = 0; i < LAUNCHES; i++)
-    for (int j = 0; j < (algo_b ? 2 : 1); j++) {
-      const char *a = j ? algo_b : algo;
-      if (launch(c, prog, a, n, lo, hi, &runs[j][i]) < 0 || runs[j][i].n != runs[0][0].n) {
+    for (int j = 0; j < k; j++)
+      if (launch(c, prog, algo[j], n, lo, hi, &runs[j][i]) < 0 || runs[j][i].n != runs[0][0].n) {
         snprintf(c->why, sizeof c->why, "weftrun -n %d %s -b %zu -e %zu (WEFT_TRANSPORT=%s WEFT_ALGO=%s) failed%s%s",
-                 n, prog, lo, hi, c->transport, a, c->reason[0] ? ": " : "", c->reason);
+                 n, prog, lo, hi, c->transport, algo[j], c->reason[0] ? ": " : "", c->reason);
         return -1;
       }
-    }
-  for (int j = 0; j < (algo_b ? 2 : 1); j++) {
-    perf_rows *o = j ? out_b : out;
-    o->n = runs[0][0].n;
-    for (int r = 0; r < o->n; r++) {
+  for (int j = 0; j < k; j++) {
+    out[j].n = runs[0][0].n;
+    for (int r = 0; r < out[j].n; r++) {
       double v[LAUNCHES];
       for (int i = 0; i < LAUNCHES; i++) v[i] = runs[j][i].p50[r];
-      o->bytes[r] = runs[0][0].bytes[r];
-      o->p50[r] = median(v, LAUNCHES);
+      out[j].bytes[r] = runs[0][0].bytes[r];
+      out[j].p50[r] = median(v, LAUNCHES);
     }
   }
   return 0;
@@ -187,8 +186,9 @@ static int median_rows2(tune_ctx *c, const char *prog, int n, size_t lo, size_t 
 
 /* The median p50 of one size with WEFT_ALGO=ring; -1 when a launch failed (c->why). */
 static double median_p50(tune_ctx *c, const char *prog, int n, size_t bytes) {
+  static const char *const ring[] = {"ring"};
   perf_rows rows;
-  if (median_rows2(c, prog, n, bytes, bytes, "ring", &rows, NULL, NULL)) return -1;
+  if (median_rows(c, prog, n, bytes, bytes, ring, 1, &rows)) return -1;
   return rows.p50[0];
 }
 
@@ -224,22 +224,31 @@ static int fit_gamma(tune_ctx *c, double step, double beta, double *gamma) {
   return 0;
 }
 
-/* One choice the tuner makes by size between two algorithms of a collective, as the perf
+/* One choice the tuner makes by size among the algorithms of a collective, as the perf
  * program measures it. The model sees an all-gather's and a reduce-scatter's block per
  * rank, the program's size column their whole buffer. */
 typedef struct {
   const char *prog;
   weft__coll_t coll;
-  const char *algo[2]; /* the log-depth one first */
-  int per_rank;        /* model bytes = size / n */
+  const char *algo[MAX_ALGOS]; /* the log-depth ones first, then the ring; NULL ends it */
+  int per_rank;                /* model bytes = size / n */
 } tuner_choice;
 
+/* Rabenseifner is in the all-reduce's choice because the model picks it between recursive
+ * doubling and the ring on 4 or more ranks: fitted without it, alpha put it where it lost. */
 static const tuner_choice choices[] = {
-    {"all_reduce_perf", WEFT__COLL_ALL_REDUCE, {"recursive_doubling", "ring"}, 0},
+    {"all_reduce_perf", WEFT__COLL_ALL_REDUCE, {"recursive_doubling", "rabenseifner", "ring"}, 0},
     {"all_gather_perf", WEFT__COLL_ALL_GATHER, {"bruck", "ring"}, 1},
     {"reduce_scatter_perf", WEFT__COLL_REDUCE_SCATTER, {"recursive_doubling", "ring"}, 1},
 };
 #define NCHOICES (sizeof choices / sizeof choices[0])
+
+/* How many algorithms ch names. */
+static int choice_len(const tuner_choice *ch) {
+  int k = 0;
+  while (k < MAX_ALGOS && ch->algo[k] != NULL) k++;
+  return k;
+}
 
 /* The row of coll named name, or NULL. */
 static const weft__algo *algo_row(weft__coll_t coll, const char *name) {
@@ -258,20 +267,28 @@ static void use_model(const tune_ctx *c, double a, double b, double g) {
   setenv("WEFT_TUNER_MODEL", spec, 1);
 }
 
-/* Which of the two algorithms of ch (0 or 1) the model in use (use_model) picks on n ranks
- * for model bytes, from select.c's own cost functions and caps; -1 when either is past its
- * cap (no choice to make). */
+/* 1 when the model may run ch's algorithm i at model bytes (its row exists; its cap). */
+static int within_cap(const tuner_choice *ch, int i, size_t bytes) {
+  const weft__algo *row = algo_row(ch->coll, ch->algo[i]);
+  return row != NULL && (row->max_bytes == 0 || bytes <= row->max_bytes);
+}
+
+/* Which of the algorithms of ch (an index into ch->algo) the model in use (use_model) picks
+ * on n ranks for model bytes, from select.c's own cost functions and caps, among those within
+ * their caps; -1 when fewer than two are (no choice to make). Ties go to the earlier name. */
 static int model_pick(const tune_ctx *c, const tuner_choice *ch, int n, size_t bytes) {
   weft__select_input in = {.coll = ch->coll, .nranks = n, .bytes = bytes,
                            .transport = weft__transport_by_name(c->transport), .chunk_bytes = c->chunk,
                            .nhosts = 1, .min_local = n, .max_local = n};
-  double cost[2];
-  for (int i = 0; i < 2; i++) {
-    const weft__algo *row = algo_row(ch->coll, ch->algo[i]);
-    cost[i] = row && (row->max_bytes == 0 || bytes <= row->max_bytes) ? weft__select_cost(row, &in) : -1;
+  int pick = -1, within = 0;
+  double least = INFINITY;
+  for (int i = 0; i < choice_len(ch); i++) {
+    if (!within_cap(ch, i, bytes)) continue;
+    double cost = weft__select_cost(algo_row(ch->coll, ch->algo[i]), &in);
+    within++;
+    if (cost < least) least = cost, pick = i;
   }
-  if (cost[0] < 0 || cost[1] < 0) return -1;
-  return cost[1] < cost[0];
+  return within < 2 ? -1 : pick;
 }
 
 /* alpha (us) on n ranks, given beta and gamma (us per byte): the value whose choices lose
@@ -290,10 +307,9 @@ static int model_pick(const tune_ctx *c, const tuner_choice *ch, int n, size_t b
 #define CROSS_HI ((size_t)1 << 20)
 #define ALPHA_GRID 241 /* 0.1 .. 1000 us, 60 points a decade */
 static int fit_alpha_choices(tune_ctx *c, int n, double b, double g, double *alpha) {
-  perf_rows t[NCHOICES][2];
+  perf_rows t[NCHOICES][MAX_ALGOS];
   for (size_t k = 0; k < NCHOICES; k++)
-    if (median_rows2(c, choices[k].prog, n, CROSS_LO, CROSS_HI, choices[k].algo[0], &t[k][0], choices[k].algo[1],
-                     &t[k][1]))
+    if (median_rows(c, choices[k].prog, n, CROSS_LO, CROSS_HI, choices[k].algo, choice_len(&choices[k]), t[k]))
       return -1;
   double loss[ALPHA_GRID], least = INFINITY;
   for (int i = 0; i < ALPHA_GRID; i++) {
@@ -304,8 +320,10 @@ static int fit_alpha_choices(tune_ctx *c, int n, double b, double g, double *alp
         size_t bytes = (size_t)t[k][0].bytes[r] / (choices[k].per_rank ? (size_t)n : 1);
         int pick = model_pick(c, &choices[k], n, bytes);
         if (pick < 0) continue;
-        double mine = t[k][pick].p50[r], best = fmin(t[k][0].p50[r], t[k][1].p50[r]);
-        loss[i] += (mine - best) / best;
+        double best = INFINITY;
+        for (int j = 0; j < choice_len(&choices[k]); j++)
+          if (within_cap(&choices[k], j, bytes)) best = fmin(best, t[k][j].p50[r]);
+        loss[i] += (t[k][pick].p50[r] - best) / best;
       }
     least = fmin(least, loss[i]);
   }

@@ -118,10 +118,23 @@ typedef struct weft__transport_model {
   double oversub_beta;  /* beta and gamma are multiplied by this then (cores are shared) */
 } weft__transport_model;
 
+/* A row fitted with `weft-tune --measure` on one kind of machine, named by its CPU
+ * (weft__cpu_key, lib/cpu_key.h). A communicator whose ranks all share one host of that CPU
+ * costs with it instead of .model (lib/select.c; on several hosts ranks could name different
+ * CPUs and choose differently, so there they keep .model); WEFT_TUNER_MODEL replaces both.
+ * Why per machine kind: the cost of a step with more ranks than cores is the scheduler's and
+ * the hypervisor's, and it differed 2-3x between the VMs weft is developed on, as NCCL's
+ * tuning tables differ by CPU vendor and GPU architecture. */
+typedef struct weft__transport_model_fit {
+  const char *cpu;             /* "GenuineIntel 6/167"; NULL ends a list */
+  weft__transport_model model;
+} weft__transport_model_fit;
+
 typedef struct weft__transport {
   const char *name;              /* "shm", "socket": WEFT_TRANSPORT, WEFT_TUNER_MODEL, logs */
   unsigned caps;                 /* WEFT__TRANSPORT_CAP_* */
   weft__transport_model model;
+  const weft__transport_model_fit *fits; /* rows fitted per machine kind; NULL: none */
   size_t card_bytes;             /* what listen fills, at most WEFT__TRANSPORT_CARD_MAX */
 
   /* Preference for ranks a and b (0: cannot; larger wins). Pure and symmetric. */

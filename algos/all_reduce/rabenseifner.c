@@ -117,14 +117,19 @@ static weft_status_t rb_progress(weft__task *t) {
 }
 
 static double rb_cost(const weft__cost_in *c) {
-  /* Measured: its steps cost about twice a ring step on 4 ranks over 2 cores, since each
-   * waits for a different peer (127 us against the ring's 113 us at 8 B), and its bytes
-   * 1.5 times the ring's (whole halves in flight rather than pipelined slices: 822 us
-   * against 600 us at 256 KiB on 8 ranks). */
+  /* Its steps and bytes cost what recursive doubling's and the ring's do: each step waits
+   * for one peer, as theirs do, and it moves and reduces the ring's bytes. Measured on the
+   * family-6 model-167 VM (2026-12-03, WEFT_ALGO forced, medians of 3 launches, us per
+   * call, recursive doubling / ring / Rabenseifner): 4 ranks on 2 cores, 1 KiB 3.2 / 9.4 /
+   * 4.4 (fewer steps than the ring, so cheaper), 64 KiB 27 / 23 / 18, 256 KiB 136 / 87 / 77,
+   * 1 MiB 767 / 422 / 440; 8 ranks, 64 KiB 104 / 71 / 48, 256 KiB 480 / 245 / 230. An older
+   * cost counted each step twice and its bytes 1.5 times (a loaded machine's figures: 127
+   * against the ring's 113 us at 8 B on 4 ranks, 822 against 600 us at 256 KiB on 8), so
+   * the tuner never picked it with more ranks than cores. With one fold-free level (2
+   * ranks) its cost equals the ring's to the bit and the ring, the earlier row, keeps it. */
   int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
   double frac = (double)(c->p2 - 1) / c->p2;
-  return (2 * lp + fold) * 2 * c->a + (2 * frac + fold) * c->bytes * c->b * 1.5 +
-         (frac + fold / 2) * c->bytes * c->g;
+  return (2 * lp + fold) * c->a + (2 * frac + fold) * c->bytes * c->b + (frac + fold / 2) * c->bytes * c->g;
 }
 
 const weft__algo weft__algo_all_reduce_rabenseifner = {

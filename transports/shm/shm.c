@@ -420,12 +420,24 @@ static int shm_peer_failed(struct weft_comm *comm, int peer, const char **why) {
  * up to 256 KiB, 32 KiB and 8 KiB (block) where the ring took over from 64 KiB, 8 KiB and
  * 2 KiB: 1.3-2.2x faster at all-reduce 64-128 KiB, all-gather 32-256 KiB (whole buffer) and
  * reduce-scatter 8-32 KiB (3 alternating rounds), no slower elsewhere (16 KiB-1 MiB). */
+/* Fitted on the family-6 model-167 Intel VM (2 vCPUs, 2026-12-03): the medians of four
+ * `weft-tune --measure` runs (alpha 6.2-7.1, beta 0.138-0.159, gamma 0-0.006, oversub_alpha
+ * 12.1-13.1, oversub_beta 1.78-1.95). With it the 4-rank all-reduce on the 2 cores runs
+ * Rabenseifner from 64 KiB where the row above keeps recursive doubling to 128 KiB: 3
+ * alternating launches, us per call, 64 KiB 17.8 against 28.3, 128 KiB 32.7 against 61.6,
+ * 16 KiB and 256 KiB-2 MiB within 2%. 2-rank choices are the same under both rows. */
+static const weft__transport_model_fit shm_fits[] = {
+    {"GenuineIntel 6/167", {6.9, 0.155, 0.0, 12.2, 1.88}},
+    {NULL, {0, 0, 0, 0, 0}},
+};
+
 const weft__transport weft__transport_shm = {
     .name = "shm",
     .caps = WEFT__TRANSPORT_CAP_RECV_REDUCE | WEFT__TRANSPORT_CAP_INLINE | WEFT__TRANSPORT_CAP_PEER_MEMORY |
             WEFT__TRANSPORT_CAP_WAIT | WEFT__TRANSPORT_CAP_LIVENESS | WEFT__TRANSPORT_CAP_PLACEMENT |
             WEFT__TRANSPORT_CAP_NT_LANDING | WEFT__TRANSPORT_CAP_SEND_SLOT,
     .model = {6.0, 0.10, 0.05, 40.0, 2.0},
+    .fits = shm_fits,
     .card_bytes = sizeof(weft__shm_card),
     .can_connect = weft__shm_can_connect,
     .listen = weft__shm_listen,
