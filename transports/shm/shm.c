@@ -425,7 +425,8 @@ static int shm_peer_failed(struct weft_comm *comm, int peer, const char **why) {
  * 12.1-13.1, oversub_beta 1.78-1.95). With it the 4-rank all-reduce on the 2 cores runs
  * Rabenseifner from 64 KiB where the row above keeps recursive doubling to 128 KiB: 3
  * alternating launches, us per call, 64 KiB 17.8 against 28.3, 128 KiB 32.7 against 61.6,
- * 16 KiB and 256 KiB-2 MiB within 2%. 2-rank choices are the same under both rows. */
+ * 16 KiB and 256 KiB-2 MiB within 2%. 2-rank choices are the same under both rows; 3 ranks
+ * take the ring from 32 KiB (was 128 KiB), 1.1-1.3x slower at 32-64 KiB (perf/bench/RESULTS.md). */
 static const weft__transport_model_fit shm_fits[] = {
     {"GenuineIntel 6/167", {6.9, 0.155, 0.0, 12.2, 1.88}},
     {NULL, {0, 0, 0, 0, 0}},
