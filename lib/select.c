@@ -33,7 +33,6 @@
 #include <unistd.h>
 #include "lib/algo.h"
 #include "lib/comm.h"
-#include "lib/cpu_key.h"
 #include "lib/dtype.h"
 #include "lib/env.h"
 #include "lib/log.h"
@@ -397,7 +396,9 @@ static void comm_facts(const struct weft_comm *comm, weft__select_input *in) {
   in->transport = comm->conns[(comm->rank + 1) % comm->nranks].tr;
   long cores = online_cores();
   in->oversubscribed = cores > 0 && comm->nranks > cores;
-  in->cpu = weft__cpu_key(); /* one host: every rank reads the same CPU */
+  /* The host's first rank's CPU (topo/merge.c keeps one host record per host), the same on
+   * every rank even if cpuid read differently in some process. */
+  in->cpu = comm->topo->hosts[0].cpu;
 }
 
 int weft__tuner_trace_on(void) {

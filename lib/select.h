@@ -27,7 +27,8 @@ typedef struct weft__select_input {
   /* Two-level algorithms: the transport within a host (NULL: transport) */
   const struct weft__transport *transport_in_host;
   unsigned caps;       /* what every peer's transport can (WEFT__TRANSPORT_CAP_*); 0: unknown */
-  /* The CPU of the one host all ranks share (lib/cpu_key.h), for a row fitted to it
+  /* The CPU of the one host all ranks share (lib/cpu_key.h; its first rank's, from the
+   * topology's host record, so the same on all), for a row fitted to it
    * (transports/transport.h); NULL on several hosts or unknown: the stored rows. */
   const char *cpu;
 } weft__select_input;

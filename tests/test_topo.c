@@ -178,6 +178,20 @@ static void merge_rejects_a_summary_with_a_bad_device_count_or_unterminated_name
   memset(s[1].self.nic, 'n', sizeof s[1].self.nic);
   assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_ERR_INVALID_ARGUMENT);
   fake(&s[1], 1, 1, "a", 0, 0, "1");
+  memset(s[1].host.cpu, 'c', sizeof s[1].host.cpu); /* the tuner would read past it */
+  assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_ERR_INVALID_ARGUMENT);
+  assert_non_null(strstr(weft_get_last_error(NULL), "CPU"));
+  /* A host's ranks all see its first rank's CPU, as the tuner's fitted rows must be the same
+   * on every rank (lib/select.c). */
+  fake(&s[0], 0, 1, "a", 0, 0, "0");
+  fake(&s[1], 1, 1, "a", 0, 0, "1");
+  snprintf(s[0].host.cpu, sizeof s[0].host.cpu, "GenuineIntel 6/167");
+  snprintf(s[1].host.cpu, sizeof s[1].host.cpu, "AuthenticAMD 26/2");
+  assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_SUCCESS);
+  assert_int_equal(sys.nhosts, 1);
+  assert_string_equal(sys.hosts[0].cpu, "GenuineIntel 6/167");
+  weft__topo_system_free(&sys);
+  fake(&s[1], 1, 1, "a", 0, 0, "1");
   s[1].host.ndevices = WEFT__TOPO_MAX_DEVICES; /* the most a host may list */
   assert_int_equal(weft__topo_merge(s, 2, &sys), WEFT_SUCCESS);
   weft__topo_system_free(&sys);
@@ -193,6 +207,7 @@ static char *temp_path(const char *tag) {
 static void xml_round_trip_gives_the_same_view(void **state) {
   weft__topo_system sys, back;
   six_ranks(&sys);
+  snprintf(sys.hosts[0].cpu, sizeof sys.hosts[0].cpu, "GenuineIntel 6/167");
   char *path = temp_path("rt");
   assert_int_equal(weft__topo_xml_dump(&sys, path), WEFT_SUCCESS);
   assert_int_equal(weft__topo_xml_load(path, &back), WEFT_SUCCESS);

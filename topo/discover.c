@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "lib/comm.h"
+#include "lib/cpu_key.h"
 #include "lib/env.h"
 #include "lib/sockutil.h"
 #include "lib/status.h"
@@ -106,6 +107,7 @@ static void discover(weft__topo_summary *out, int use_hwloc) {
   memset(out, 0, sizeof(*out));
   out->magic = WEFT__TOPO_MAGIC;
   out->host.hash = weft__host_hash(out->host.hostname, sizeof(out->host.hostname));
+  snprintf(out->host.cpu, sizeof(out->host.cpu), "%s", weft__cpu_key());
   out->self.pid = (int32_t)getpid();
   out->self.numa = -1;
   out->self.core_group = -1;

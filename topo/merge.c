@@ -104,8 +104,8 @@ static const char *summary_problem(const weft__topo_summary *s) {
   const weft__topo_host *h = &s->host;
   if (h->ndevices < 0 || h->ndevices > WEFT__TOPO_MAX_DEVICES) return "device count out of range";
   if (!terminated(h->hostname, sizeof h->hostname) || !terminated(h->discovery, sizeof h->discovery) ||
-      !terminated(s->self.nic, sizeof s->self.nic))
-    return "unterminated host, discovery or NIC name";
+      !terminated(h->cpu, sizeof h->cpu) || !terminated(s->self.nic, sizeof s->self.nic))
+    return "unterminated host, discovery, CPU or NIC name";
   for (int i = 0; i < h->ndevices; i++) {
     const weft__topo_device *d = &h->devices[i];
     if (!terminated(d->kind, sizeof d->kind) || !terminated(d->name, sizeof d->name) ||

@@ -45,6 +45,7 @@ typedef struct {
   uint64_t hash;                /* weft__host_hash: equal for ranks that can share memory */
   char hostname[WEFT__TOPO_NAME];
   char discovery[16];           /* "hwloc 2.9.0" or "sysfs" */
+  char cpu[32];                 /* weft__cpu_key (lib/cpu_key.h): the tuner's fitted rows */
   int32_t packages, numa_nodes, cores, pus, l3_caches;
   int32_t ndevices;
   weft__topo_device devices[WEFT__TOPO_MAX_DEVICES];

@@ -4,8 +4,9 @@
  *
  *   <?xml version="1.0" encoding="UTF-8"?>
  *   <weft-topology version="1" nranks="2" nhosts="1">
- *     <host index="0" hostname="node1" hash="0x9b1c..." discovery="hwloc" packages="1"
- *           numa-nodes="1" cores="2" pus="2" l3-caches="1">
+ *     <host index="0" hostname="node1" hash="0x9b1c..." discovery="hwloc"
+ *           cpu="GenuineIntel 6/167" packages="1" numa-nodes="1" cores="2" pus="2" l3-caches="1">
+ *       (cpu: lib/cpu_key.h's name of the CPU kind, optional: the tuner's fitted rows)
  *       <device kind="nic" name="eth0" pci="0000:00:03.0" numa="0" speed-mbps="-1"/>
  *       <device kind="ib" name="mlx5_0" pci="0000:81:00.0" path="/sys/devices/..." numa="1" .../>
  *       <device kind="gpu" name="" pci="0000:3b:00.0" path="/sys/devices/..." cpus="0-15" .../>
@@ -60,6 +61,7 @@ static void dump_host(FILE *f, const weft__topo_host *h, int index) {
   put_str(f, "hostname", h->hostname);
   fprintf(f, " hash=\"0x%016llx\"", (unsigned long long)h->hash);
   put_str(f, "discovery", h->discovery);
+  put_str(f, "cpu", h->cpu);
   fprintf(f, " packages=\"%d\" numa-nodes=\"%d\" cores=\"%d\" pus=\"%d\" l3-caches=\"%d\"%s>\n",
           h->packages, h->numa_nodes, h->cores, h->pus, h->l3_caches, h->nvlink_known ? " nvlink=\"nvml\"" : "");
   for (int i = 0; i < h->ndevices; i++) {

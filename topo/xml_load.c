@@ -64,6 +64,13 @@ static int attr_int(loader *ld, xmlNode *n, const char *name, long lo, long hi, 
   return bad ? -1 : 0;
 }
 
+/* 1 when n has attribute name (for the optional ones: files written before them). */
+static int has_attr(xmlNode *n, const char *name) {
+  char *v = attr(n, name);
+  xmlFree(v);
+  return v != NULL;
+}
+
 static int attr_str(loader *ld, xmlNode *n, const char *name, char *out, size_t len) {
   char *v = attr(n, name);
   int bad = v == NULL || strlen(v) >= len;
@@ -142,6 +149,7 @@ static int on_host(loader *ld, xmlNode *n) {
   if (bad) return fail(ld, "attribute hash: missing or not a number%s%s", "", "");
   if (attr_str(ld, n, "hostname", h->hostname, sizeof(h->hostname)) ||
       attr_str(ld, n, "discovery", h->discovery, sizeof(h->discovery)) ||
+      (has_attr(n, "cpu") && attr_str(ld, n, "cpu", h->cpu, sizeof(h->cpu))) ||
       attr_int(ld, n, "packages", 0, 1 << 20, &h->packages) ||
       attr_int(ld, n, "numa-nodes", 0, 1 << 20, &h->numa_nodes) || attr_int(ld, n, "cores", 0, 1 << 20, &h->cores) ||
       attr_int(ld, n, "pus", 0, 1 << 20, &h->pus) || attr_int(ld, n, "l3-caches", 0, 1 << 20, &h->l3_caches))
