@@ -30,6 +30,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "lib/cpu_key.h"
 #include "lib/select.h"
 #include "tools/weft_tune_measure.h"
 #include "transports/transport.h"
@@ -386,6 +387,11 @@ int weft_tune_measure(size_t chunk_bytes) {
       continue;
     }
     at += (size_t)snprintf(model + at, sizeof model - at, "%s%s", at ? ";" : "", row);
+    /* The host's own transport: the same numbers as a row fitted to this CPU kind, to keep
+     * in the transport's .fits (transports/transport.h) once several fits agree. */
+    const char *cpu = weft__cpu_key(), *nums = strchr(row, ':');
+    if (t == 0 && *cpu != '\0' && nums != NULL)
+      printf("# as %s's row fitted to this CPU kind: {\"%s\", {%s}}\n", c.transport, cpu, nums + 1);
   }
   printf("export WEFT_TUNER_MODEL=\"%s\"\n", model);
   return 0;

@@ -422,7 +422,8 @@ static int shm_peer_failed(struct weft_comm *comm, int peer, const char **why) {
  * reduce-scatter 8-32 KiB (3 alternating rounds), no slower elsewhere (16 KiB-1 MiB). */
 /* Fitted on the family-6 model-167 Intel VM (2 vCPUs, 2026-12-03): the medians of four
  * `weft-tune --measure` runs (alpha 6.2-7.1, beta 0.138-0.159, gamma 0-0.006, oversub_alpha
- * 12.1-13.1, oversub_beta 1.78-1.95). With it the 4-rank all-reduce on the 2 cores runs
+ * 12.1-13.1, oversub_beta 1.78-1.95); three later runs gave oversub_alpha 12.5, 2.6 and 1.9,
+ * whose choices differ from this row's by one size step at each crossover. With it the 4-rank all-reduce on the 2 cores runs
  * Rabenseifner from 64 KiB where the row above keeps recursive doubling to 128 KiB: 3
  * alternating launches, us per call, 64 KiB 17.8 against 28.3, 128 KiB 32.7 against 61.6,
  * 16 KiB and 256 KiB-2 MiB within 2%. 2-rank choices are the same under both rows; 3 ranks
