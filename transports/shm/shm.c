@@ -406,6 +406,20 @@ static int shm_peer_failed(struct weft_comm *comm, int peer, const char **why) {
   return 1;
 }
 
+/* Fitted on the family-6 model-167 Intel VM (2 vCPUs, 2026-12-03): the medians of four
+ * `weft-tune --measure` runs (alpha 6.2-7.1, beta 0.138-0.159, gamma 0-0.006, oversub_alpha
+ * 12.1-13.1, oversub_beta 1.78-1.95); three later runs gave oversub_alpha 12.5, 2.6 and 1.9,
+ * whose choices differ from this row's by one size step at each crossover. With it the
+ * 4-rank all-reduce on the 2 cores runs Rabenseifner from 64 KiB where the stored row below
+ * keeps recursive doubling to 128 KiB: 3 alternating launches, us per call, 64 KiB 17.8
+ * against 28.3, 128 KiB 32.7 against 61.6, 16 KiB and 256 KiB-2 MiB within 2%. 2-rank
+ * choices are the same under both rows; 3 ranks take the ring from 32 KiB (was 128 KiB),
+ * 1.1-1.3x slower at 32-64 KiB (perf/bench/RESULTS.md). */
+static const weft__transport_model_fit shm_fits[] = {
+    {"GenuineIntel 6/167", {6.9, 0.155, 0.0, 12.2, 1.88}},
+    {NULL, {0, 0, 0, 0, 0}},
+};
+
 /* Fitted to all_reduce_perf / all_gather_perf / alltoall_perf -z 1 (p50 of single calls,
  * medians of 3-5 interleaved runs) on the 2-core VM weft is developed on. Its per-step cost
  * swings with the load of other jobs: 2-rank all-reduce of 8 B took 38 us with the ring
@@ -420,19 +434,6 @@ static int shm_peer_failed(struct weft_comm *comm, int peer, const char **why) {
  * up to 256 KiB, 32 KiB and 8 KiB (block) where the ring took over from 64 KiB, 8 KiB and
  * 2 KiB: 1.3-2.2x faster at all-reduce 64-128 KiB, all-gather 32-256 KiB (whole buffer) and
  * reduce-scatter 8-32 KiB (3 alternating rounds), no slower elsewhere (16 KiB-1 MiB). */
-/* Fitted on the family-6 model-167 Intel VM (2 vCPUs, 2026-12-03): the medians of four
- * `weft-tune --measure` runs (alpha 6.2-7.1, beta 0.138-0.159, gamma 0-0.006, oversub_alpha
- * 12.1-13.1, oversub_beta 1.78-1.95); three later runs gave oversub_alpha 12.5, 2.6 and 1.9,
- * whose choices differ from this row's by one size step at each crossover. With it the 4-rank all-reduce on the 2 cores runs
- * Rabenseifner from 64 KiB where the row above keeps recursive doubling to 128 KiB: 3
- * alternating launches, us per call, 64 KiB 17.8 against 28.3, 128 KiB 32.7 against 61.6,
- * 16 KiB and 256 KiB-2 MiB within 2%. 2-rank choices are the same under both rows; 3 ranks
- * take the ring from 32 KiB (was 128 KiB), 1.1-1.3x slower at 32-64 KiB (perf/bench/RESULTS.md). */
-static const weft__transport_model_fit shm_fits[] = {
-    {"GenuineIntel 6/167", {6.9, 0.155, 0.0, 12.2, 1.88}},
-    {NULL, {0, 0, 0, 0, 0}},
-};
-
 const weft__transport weft__transport_shm = {
     .name = "shm",
     .caps = WEFT__TRANSPORT_CAP_RECV_REDUCE | WEFT__TRANSPORT_CAP_INLINE | WEFT__TRANSPORT_CAP_PEER_MEMORY |
