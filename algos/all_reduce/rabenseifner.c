@@ -123,9 +123,9 @@ static double rb_cost(const weft__cost_in *c) {
    * call, recursive doubling / ring / Rabenseifner): 4 ranks on 2 cores, 1 KiB 3.2 / 9.4 /
    * 4.4 (fewer steps than the ring, so cheaper), 64 KiB 27 / 23 / 18, 256 KiB 136 / 87 / 77,
    * 1 MiB 767 / 422 / 440; 8 ranks, 64 KiB 104 / 71 / 48, 256 KiB 480 / 245 / 230. An older
-   * cost counted each step twice and its bytes 1.5 times (a loaded machine's figures: 127
-   * against the ring's 113 us at 8 B on 4 ranks, 822 against 600 us at 256 KiB on 8), so
-   * the tuner never picked it with more ranks than cores. With one fold-free level (2
+   * cost counted each step twice and its bytes 1.5 times, from earlier figures these do not
+   * reproduce (127 against the ring's 113 us at 8 B on 4 ranks, 822 against 600 us at 256
+   * KiB on 8), so the tuner never picked it with more ranks than cores. With one fold-free level (2
    * ranks) its cost equals the ring's to the bit and the ring, the earlier row, keeps it. */
   int lp = weft__ceil_log2(c->p2), fold = c->rem > 0 ? 2 : 0;
   double frac = (double)(c->p2 - 1) / c->p2;
