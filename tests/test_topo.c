@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 #include "lib/comm.h"
+#include "lib/cpu_key.h"
 #include "tests/harness.h"
 #include "topo/topo.h"
 #include "transports/transport.h"
@@ -580,6 +581,9 @@ static void weft_topo_on_2_ranks_prints_the_matrix(void **state) {
   assert_non_null(strstr(out, "weft-topo: 2 ranks on 1 host (detected)"));
   assert_non_null(strstr(out, "Host 0: "));
   assert_non_null(strstr(out, "NUMA node"));
+  char cpu[64]; /* the name the tuner's fitted rows go by */
+  snprintf(cpu, sizeof cpu, "\n  CPU %s\n", weft__cpu_key());
+  if (weft__cpu_key()[0] != '\0') assert_non_null(strstr(out, cpu));
   /* Both ranks share the host: the matrix row of rank 0 reads X then a same-host class. */
   char *row = strstr(out, "\nrank0 ");
   assert_non_null(row);

@@ -223,6 +223,8 @@ static void print_host(const weft__topo_system *sys, int h) {
          plural(host->numa_nodes, "node", "nodes"), host->cores, plural(host->cores, "core", "cores"),
          host->pus, plural(host->pus, "PU", "PUs"), host->l3_caches,
          plural(host->l3_caches, "cache", "caches"));
+  if (host->cpu[0] != '\0') /* the name the tuner's fitted rows go by (weft-tune) */
+    printf("  CPU %s\n", host->cpu);
   if (strcmp(host->discovery, "sysfs/no-hwloc") == 0)
     printf("  (hwloc not available in this build: read from /sys, GPUs only by PCI class)\n");
   else if (strncmp(host->discovery, "sysfs", 5) == 0)
