@@ -244,7 +244,7 @@ static void oversubscribed_small_all_to_all_takes_pairwise(void **state) {
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "pairwise");
 }
 
-/* The 4-rank all-reduce on one host of cpu (NULL: the stored row), oversubscribed or not. */
+/* The all-reduce on nranks ranks of one host of cpu (NULL: the stored row), oversubscribed or not. */
 static const char *pick_on_cpu(const char *cpu, int nranks, int oversubscribed, size_t bytes) {
   weft__select_input in = {.coll = WEFT__COLL_ALL_REDUCE, .nranks = nranks, .bytes = bytes,
                            .transport = weft__transport_by_name("shm"), .chunk_bytes = 512 * 1024,
