@@ -14,6 +14,7 @@ extern const weft__algo weft__algo_all_reduce_hierarchical;
 extern const weft__algo weft__algo_all_reduce_direct;
 extern const weft__algo weft__algo_all_gather_ring;
 extern const weft__algo weft__algo_all_gather_bruck;
+extern const weft__algo weft__algo_all_gather_linear;
 extern const weft__algo weft__algo_all_gather_hierarchical;
 extern const weft__algo weft__algo_all_gather_direct;
 extern const weft__algo weft__algo_broadcast_chain;

@@ -12,6 +12,7 @@ const weft__algo *const weft__algo_table[] = {
     &weft__algo_all_reduce_direct,
     &weft__algo_all_gather_ring,
     &weft__algo_all_gather_bruck,
+    &weft__algo_all_gather_linear,
     &weft__algo_all_gather_hierarchical,
     &weft__algo_all_gather_direct,
     &weft__algo_broadcast_chain,

@@ -244,6 +244,26 @@ static void oversubscribed_small_all_to_all_takes_pairwise(void **state) {
   assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "pairwise");
 }
 
+/* More ranks than cores over shm: the linear all-gather's exchanges wait for no forwarding
+ * rank; with a core per rank, or over sockets, the ring (large) and Bruck (small) keep it. */
+static void oversubscribed_all_gather_takes_linear(void **state) {
+  (void)state;
+  static const size_t sizes[] = {64, 64u << 10, 1u << 20, 16u << 20};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    weft__select_input in = {.coll = WEFT__COLL_ALL_GATHER, .nranks = 4, .bytes = sizes[i],
+                             .transport = weft__transport_by_name("shm"), .chunk_bytes = 512 * 1024};
+    if (sizes[i] == 64 || sizes[i] == 16u << 20)
+      assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, sizes[i] == 64 ? "bruck" : "ring");
+    in.oversubscribed = 1;
+    assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "linear");
+    in.nranks = 3;
+    assert_string_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "linear");
+    in.transport = weft__transport_by_name("socket"); /* it lacks WAIT: measured slower there */
+    in.caps = in.transport->caps;
+    assert_string_not_equal(weft__select_resolve(&in, NULL, NULL, 0)->name, "linear");
+  }
+}
+
 /* The all-reduce on nranks ranks of one host of cpu (NULL: the stored row), oversubscribed or not. */
 static const char *pick_on_cpu(const char *cpu, int nranks, int oversubscribed, size_t bytes) {
   weft__select_input in = {.coll = WEFT__COLL_ALL_REDUCE, .nranks = nranks, .bytes = bytes,
@@ -640,6 +660,7 @@ static const struct {
     {"alltoall:bruck", WEFT__COLL_ALL_TO_ALL},
     {"broadcast:binomial", WEFT__COLL_BROADCAST},
     {"reduce:binomial", WEFT__COLL_REDUCE},
+    {"allgather:linear", WEFT__COLL_ALL_GATHER},
 };
 
 static void all_algorithms_match_the_reference_on_1_to_8_ranks(void **state) {
@@ -1091,6 +1112,7 @@ int main(void) {
       cmocka_unit_test(a_fitted_row_serves_its_cpu),
       cmocka_unit_test(the_cpu_key_reads_as_proc_cpuinfo),
       cmocka_unit_test(oversubscribed_small_all_to_all_takes_pairwise),
+      cmocka_unit_test(oversubscribed_all_gather_takes_linear),
       cmocka_unit_test(model_picks_hierarchical_for_large_messages_on_several_hosts_of_several_ranks),
       cmocka_unit_test(hier_grouping_orders_hosts_by_lowest_rank),
       cmocka_unit_test(hierarchical_all_reduce_matches_reference_on_emulated_hosts),
@@ -1108,6 +1130,8 @@ int main(void) {
        all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)5},
       {"reduce_binomial_matches_reference_on_1_to_8_ranks",
        all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)6},
+      {"all_gather_linear_matches_reference_on_1_to_8_ranks",
+       all_algorithms_match_the_reference_on_1_to_8_ranks, NULL, NULL, (void *)(intptr_t)7},
       cmocka_unit_test(reduce_scatter_recursive_doubling_matches_reference_on_1_to_8_ranks),
       cmocka_unit_test(random_floats_reduce_to_identical_bits_on_every_rank),
       cmocka_unit_test(hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts),

@@ -34,7 +34,7 @@ static const char *const columns[] = {
     "allreduce:ring;allgather:ring;reducescatter:ring;broadcast:chain;reduce:chain;alltoall:pairwise",
     "allreduce:recursive_doubling;allgather:bruck;reducescatter:recursive_doubling;broadcast:binomial;"
     "reduce:binomial;alltoall:bruck",
-    "allreduce:rabenseifner",
+    "allreduce:rabenseifner;allgather:linear",
     "allreduce:tree",
 };
 enum { NCOLUMNS = sizeof columns / sizeof columns[0] };

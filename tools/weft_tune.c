@@ -149,6 +149,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "\n");
     return 2;
   }
+  in.caps = in.transport->caps; /* rows that need what the transport lacks are out, as at run time */
   weft__algo_filter f;
   const char *spec = weft__env_str("WEFT_ALGO", "");
   if (!weft__algo_filter_parse(spec, &f))
