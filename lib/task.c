@@ -215,8 +215,9 @@ static void yield_cpu(struct weft_comm *comm) {
 }
 
 /* Gives the CPU away according to how long nothing has moved. Waiting only on descriptors
- * (sockets), a short spin then poll() is fastest: the kernel wakes us when data arrives,
- * and spinning on recv() over loopback measured 3-30x slower on these VMs. Waiting on
+ * (sockets): a short spin, then poll() without sleeping, then poll() that sleeps until the
+ * kernel wakes us when data arrives (spinning on recv() over loopback measured 3-30x slower
+ * on these VMs; poll's look costs one system call). Waiting on
  * memory (shm): spin, then yield (more ranks than cores), then sleep through the
  * transport's hook. Sets *moved when a last look before sleeping moved something. */
 static weft_status_t back_off(weft__task *t, unsigned idle, uint64_t idle_ns, int *moved) {
@@ -235,7 +236,13 @@ static weft_status_t back_off(weft__task *t, unsigned idle, uint64_t idle_ns, in
   const weft__transport *sleeper;
   int n = collect_waits(comm, fds, 64, &others, &sleeper);
   if (n > 0 && !others) {
-    poll(fds, (nfds_t)n, 1);
+    /* Not asleep at once: a blocking poll lets the vCPU halt, and on the Intel VM of
+     * 2026-12-03 its wake-up cost 20-35 us in some launches and sizes, not others (2 ranks
+     * over sockets, 8 B-32 KiB all-reduce 3.3-38 us a call, bimodal, old and new builds
+     * alike). Non-blocking polls up to SPIN_ITERS looks, then blocking ones: 3.1-5.7 us at
+     * 8 B-4 KiB in 6 of 6 launches; 16 and 128 MiB 1.02-1.09x faster (3 alternating launches).
+     * With more ranks than cores this branch is never reached (the yield above). */
+    poll(fds, (nfds_t)n, idle < SPIN_ITERS ? 0 : 1);
     return WEFT_SUCCESS;
   }
   if (idle < SPIN_ITERS) {
