@@ -1,11 +1,12 @@
 /* all_gather/linear.c: linear (pairwise-exchange) all-gather; recvbuf block p (sendcount
  * elements) = rank p's sendbuf.
  *
- * Rank r copies its own block into block r (out of place); at step s = 1 .. n-1 it sends
- * that block to rank (r+s) and receives block (r-s) from rank (r-s) (mod n), the steps of
- * the pairwise all-to-all (all_to_all/pairwise.c) with one send block for every peer. At
- * most WEFT_A2A_THROTTLE steps are in flight (algos/throttle.h); each peer gets exactly one
- * message. In place the sends read block r of recvbuf, which no receive writes: no scratch.
+ * At step s = 1 .. n-1 rank r sends its block to rank (r+s) and receives block (r-s) from
+ * rank (r-s) (mod n), the steps of the pairwise all-to-all (all_to_all/pairwise.c) with one
+ * send block for every peer; out of place it copies its block into block r of recvbuf once
+ * the steps are posted. At most WEFT_A2A_THROTTLE steps are in flight (algos/throttle.h);
+ * each peer gets exactly one message. The sends read sendbuf, or, in place (or with
+ * buffers that overlap), block r of recvbuf, which no receive writes: no scratch.
  * Bytes each rank sends: (n-1) * sendcount * size, as the ring; latency term n-1 steps,
  * overlapped. Why, beside the ring: no block waits for another rank to forward it, so with
  * more ranks than cores no step waits for a rank that is not running; where the transport
@@ -26,7 +27,7 @@ typedef struct {
   int nreq, done;       /* done: a completed prefix of reqs */
   int posted, throttle; /* steps posted so far; most steps in flight (algos/throttle.h) */
   int nt;               /* received blocks are written past the cache (weft__host_nt_output) */
-  const char *own;      /* the block every send reads: block r of recvbuf */
+  const char *own;      /* the block every send reads: sendbuf, or block r of recvbuf */
   weft__req reqs[];     /* send and receive of steps 1..n-1 */
 } lag_state;
 
