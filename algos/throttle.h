@@ -1,5 +1,6 @@
 /* throttle.h: how many steps of the pairwise exchanges (all_to_all/pairwise.c,
- * all_to_allv/pairwise.c) may be in flight at once.
+ * all_to_allv/pairwise.c, all_gather/linear.c; their driver, algos/exchange.h) may be in
+ * flight at once.
  *
  * Posting all n-1 steps of a pairwise exchange at once lets every rank aim n-1 messages at
  * the network together: fine for a handful of ranks, but at hundreds it floods receive

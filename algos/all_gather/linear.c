@@ -4,8 +4,8 @@
  * At step s = 1 .. n-1 rank r sends its block to rank (r+s) and receives block (r-s) from
  * rank (r-s) (mod n), the steps of the pairwise all-to-all (all_to_all/pairwise.c) with one
  * send block for every peer; out of place it copies its block into block r of recvbuf once
- * the steps are posted. At most WEFT_A2A_THROTTLE steps are in flight (algos/throttle.h);
- * each peer gets exactly one message. The sends read sendbuf, or, in place (or with
+ * the steps are posted. At most WEFT_A2A_THROTTLE steps are in flight (algos/exchange.h,
+ * the driver both share); each peer gets exactly one message. The sends read sendbuf, or, in place (or with
  * buffers that overlap), block r of recvbuf, which no receive writes: no scratch.
  * Bytes each rank sends: (n-1) * sendcount * size, as the ring; latency term n-1 steps,
  * overlapped. Why, beside the ring: no block waits for another rank to forward it, so with
@@ -17,38 +17,25 @@
 #include <math.h>
 #include <string.h>
 #include "algos/ring.h"
-#include "algos/throttle.h"
+#include "algos/exchange.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
 #include "transports/transport.h"
 
 typedef struct {
-  int nreq, done;       /* done: a completed prefix of reqs */
-  int posted, throttle; /* steps posted so far; most steps in flight (algos/throttle.h) */
-  int nt;               /* received blocks are written past the cache (weft__host_nt_output) */
-  const char *own;      /* the block every send reads: sendbuf, or block r of recvbuf */
-  weft__req reqs[];     /* send and receive of steps 1..n-1 */
+  weft__exchange x;
+  int nt;           /* received blocks are written past the cache (weft__host_nt_output) */
+  const char *own;  /* the block every send reads: sendbuf, or block r of recvbuf */
+  weft__req reqs[]; /* send and receive of steps 1..n-1 */
 } lag_state;
 
 /* Posts step s (1 .. n-1): send the own block to rank r+s, receive block (r-s) from rank r-s. */
-static void post_step(weft__task *t, lag_state *st, int s, size_t block) {
-  struct weft_comm *comm = t->comm;
-  int r = comm->rank, n = comm->nranks;
-  int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
-  weft__req *snd = &st->reqs[2 * (s - 1)], *rcv = &st->reqs[2 * (s - 1) + 1];
-  weft__req_init_send(snd, t->mem, st->own, block);
-  weft__req_init_recv(rcv, t->mem, (char *)t->recvbuf + (size_t)from * block, NULL, block, t->dtype, WEFT_SUM);
-  rcv->nt = st->nt;
-  weft__req_post(weft__comm_conn(comm, to), snd);
-  weft__req_post(weft__comm_conn(comm, from), rcv);
-}
-
-/* Posts steps while fewer than the throttle allows are in flight (done / 2 steps have completed). */
-static void fill_throttle(weft__task *t, lag_state *st) {
+static void post_step(weft__task *t, int s) {
+  lag_state *st = t->state;
   size_t block = t->count * weft__dtype_size(t->dtype);
-  int n = t->comm->nranks;
-  while (st->posted < n - 1 && st->posted - st->done / 2 < st->throttle) post_step(t, st, ++st->posted, block);
+  int from = weft__ring_mod((long long)t->comm->rank - s, t->comm->nranks);
+  weft__exchange_post_step(&st->x, t, s, st->own, block, 0, (char *)t->recvbuf + (size_t)from * block, block, st->nt);
 }
 
 static weft_status_t lag_start(weft__task *t) {
@@ -60,8 +47,10 @@ static weft_status_t lag_start(weft__task *t) {
   /* not zeroed: every field is set below, each request when its step posts it */
   lag_state *st = weft__algo_state_take(t, hdr, 0, &status);
   if (st == NULL) return status;
-  st->nreq = st->done = st->posted = 0;
-  if (block == 0) return WEFT_SUCCESS; /* nreq = 0: nothing moves on any rank */
+  if (block == 0) { /* nothing moves on any rank */
+    weft__exchange_start(&st->x, t, 0, st->reqs, post_step);
+    return WEFT_SUCCESS;
+  }
   char *own = (char *)t->recvbuf + (size_t)r * block;
   const char *in = t->sendbuf;
   st->nt = weft__host_nt_output(comm, (size_t)n * block);
@@ -71,9 +60,7 @@ static weft_status_t lag_start(weft__task *t) {
   int disjoint = in + block <= (const char *)t->recvbuf || (const char *)t->recvbuf + (size_t)n * block <= in;
   if (!disjoint && in != own) weft__mem_copy(t->mem, own, in, block, WEFT__MEM_OVERLAP);
   st->own = disjoint ? in : own;
-  st->nreq = 2 * (n - 1);
-  st->throttle = weft__a2a_throttle(n - 1);
-  fill_throttle(t, st);
+  weft__exchange_start(&st->x, t, n - 1, st->reqs, post_step);
   if (disjoint) {
     unsigned nt = weft__mem_nt_flag(block, st->nt);
     weft__mem_copy(t->mem, own, in, block, nt);
@@ -84,10 +71,7 @@ static weft_status_t lag_start(weft__task *t) {
 
 static weft_status_t lag_progress(weft__task *t) {
   lag_state *st = t->state;
-  while (st->done < 2 * st->posted && st->reqs[st->done].complete) st->done++; /* only posted ones */
-  if (st->done == st->nreq) return WEFT_SUCCESS;
-  fill_throttle(t, st);
-  return WEFT_IN_PROGRESS;
+  return weft__exchange_progress(&st->x, t);
 }
 
 /* Only with more ranks than cores (INFINITY otherwise), where it was measured: there its

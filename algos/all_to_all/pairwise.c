@@ -4,7 +4,7 @@
  * Rank r copies its own block locally; at step s = 1 .. n-1 it sends sendbuf block (r+s)
  * to rank (r+s) and receives recvbuf block (r-s) from rank (r-s) (mod n), so at every step
  * each rank sends to one peer and receives from another and no two ranks aim at the same
- * receiver. At most WEFT_A2A_THROTTLE steps are in flight (algos/throttle.h: step s is posted
+ * receiver. At most WEFT_A2A_THROTTLE steps are in flight (algos/exchange.h: step s is posted
  * once steps 1 .. s-W completed); each peer gets exactly one message, so per-peer FIFO
  * order is trivially the same on both sides. In-place (sendbuf == recvbuf) stages a copy of
  * sendbuf in the communicator's kept scratch (weft__comm_scratch: no allocation per call).
@@ -23,38 +23,26 @@
  * NCCL's all-to-all as grouped send/recv. */
 #include <string.h>
 #include "algos/ring.h"
-#include "algos/throttle.h"
+#include "algos/exchange.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/task.h"
 
 typedef struct {
-  int nreq, done; /* done: a completed prefix of reqs */
-  int posted, throttle; /* steps posted so far; most steps in flight (algos/throttle.h) */
-  int nt; /* received blocks are written past the cache (weft__host_nt_output) */
-  const char *src;    /* sendbuf, or its staged copy in-place */
+  weft__exchange x;
+  int nt;           /* received blocks are written past the cache (weft__host_nt_output) */
+  const char *src;  /* sendbuf, or its staged copy in-place */
   weft__req reqs[]; /* send and receive of steps 1..n-1 */
 } a2a_state;
 
 /* Posts step s (1 .. n-1): send block (r+s) to rank r+s, receive block (r-s) from it. */
-static void post_step(weft__task *t, a2a_state *st, int s, size_t block) {
-  struct weft_comm *comm = t->comm;
-  int r = comm->rank, n = comm->nranks;
-  int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
-  weft__req *snd = &st->reqs[2 * (s - 1)], *rcv = &st->reqs[2 * (s - 1) + 1];
-  weft__req_init_send(snd, t->mem, st->src + (size_t)to * block, block);
-  snd->staged = st->src != t->sendbuf;
-  weft__req_init_recv(rcv, t->mem, (char *)t->recvbuf + (size_t)from * block, NULL, block, t->dtype, WEFT_SUM);
-  rcv->nt = st->nt;
-  weft__req_post(weft__comm_conn(comm, to), snd);
-  weft__req_post(weft__comm_conn(comm, from), rcv);
-}
-
-/* Posts steps while fewer than the throttle allows are in flight (done / 2 steps have completed). */
-static void fill_throttle(weft__task *t, a2a_state *st) {
+static void post_step(weft__task *t, int s) {
+  a2a_state *st = t->state;
   size_t block = t->count * weft__dtype_size(t->dtype);
-  int n = t->comm->nranks;
-  while (st->posted < n - 1 && st->posted - st->done / 2 < st->throttle) post_step(t, st, ++st->posted, block);
+  int r = t->comm->rank, n = t->comm->nranks;
+  int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
+  weft__exchange_post_step(&st->x, t, s, st->src + (size_t)to * block, block, st->src != t->sendbuf,
+                           (char *)t->recvbuf + (size_t)from * block, block, st->nt);
 }
 
 static weft_status_t a2a_start(weft__task *t) {
@@ -66,7 +54,10 @@ static weft_status_t a2a_start(weft__task *t) {
   weft_status_t status;
   a2a_state *st = weft__algo_state_alloc(t, hdr, 0, &status);
   if (st == NULL) return status;
-  if (block == 0) return WEFT_SUCCESS; /* nreq = 0: nothing moves on any rank */
+  if (block == 0) { /* nothing moves on any rank */
+    weft__exchange_start(&st->x, t, 0, st->reqs, post_step);
+    return WEFT_SUCCESS;
+  }
   st->src = t->sendbuf;
   st->nt = weft__host_nt_output(comm, (size_t)n * block);
   if (in_place) {
@@ -84,18 +75,13 @@ static weft_status_t a2a_start(weft__task *t) {
     weft__mem_copy(t->mem, (char *)t->recvbuf + (size_t)r * block, st->src + (size_t)r * block, block, nt);
     weft__mem_publish(t->mem, nt);
   }
-  st->nreq = 2 * (n - 1);
-  st->throttle = weft__a2a_throttle(n - 1);
-  fill_throttle(t, st);
+  weft__exchange_start(&st->x, t, n - 1, st->reqs, post_step);
   return WEFT_SUCCESS;
 }
 
 static weft_status_t a2a_progress(weft__task *t) {
   a2a_state *st = t->state;
-  while (st->done < 2 * st->posted && st->reqs[st->done].complete) st->done++; /* only posted ones */
-  if (st->done == st->nreq) return WEFT_SUCCESS;
-  fill_throttle(t, st);
-  return WEFT_IN_PROGRESS;
+  return weft__exchange_progress(&st->x, t);
 }
 
 static double a2a_cost(const weft__cost_in *c) {

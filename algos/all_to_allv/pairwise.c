@@ -5,7 +5,7 @@
  * The schedule of all_to_all/pairwise.c: rank r copies its own block locally; at step
  * s = 1 .. n-1 it sends its block for rank (r+s) and receives the block of rank (r-s)
  * (mod n), so no two ranks aim at the same receiver in one step. At most WEFT_A2A_THROTTLE
- * steps are in flight (algos/throttle.h); each peer gets exactly one message, so per-peer
+ * steps are in flight (algos/exchange.h); each peer gets exactly one message, so per-peer
  * FIFO matching is trivially right.
  * Unlike all_to_all, empty blocks are sent as real 0-byte messages: counts differ per peer,
  * so only the transport's size check catches a recvcounts[p] that disagrees with what p
@@ -24,16 +24,15 @@
 #include <stdint.h>
 #include <string.h>
 #include "algos/ring.h"
-#include "algos/throttle.h"
+#include "algos/exchange.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
 #include "lib/status.h"
 #include "lib/task.h"
 
 typedef struct {
-  int nreq, done;     /* done: a completed prefix of reqs */
-  int posted, throttle; /* steps posted so far; most steps in flight (algos/throttle.h) */
-  int nt;             /* received blocks are written past the cache (weft__host_nt_output) */
+  weft__exchange x;
+  int nt;           /* received blocks are written past the cache (weft__host_nt_output) */
   weft__req reqs[]; /* send and receive of steps 1..n-1 */
 } a2av_state;
 
@@ -55,28 +54,17 @@ static weft_status_t copy_self(weft__task *t, size_t esize, int nt) {
 }
 
 /* Posts step s (1 .. n-1): our block for rank r+s, and rank r-s's block for us. */
-static void post_step(weft__task *t, a2av_state *st, int s, size_t esize) {
-  struct weft_comm *comm = t->comm;
-  int r = comm->rank, n = comm->nranks;
+static void post_step(weft__task *t, int s) {
+  a2av_state *st = t->state;
+  size_t esize = weft__dtype_size(t->dtype);
+  int r = t->comm->rank, n = t->comm->nranks;
   int to = weft__ring_mod((long long)r + s, n), from = weft__ring_mod((long long)r - s, n);
-  weft__req *snd = &st->reqs[2 * (s - 1)], *rcv = &st->reqs[2 * (s - 1) + 1];
   const char *src = t->sendbuf;
   char *dst = t->recvbuf;
   size_t sbytes = WEFT__V_SENDCOUNTS(t)[to] * esize, rbytes = WEFT__V_RECVCOUNTS(t)[from] * esize;
   /* A NULL buffer is allowed when nothing is sent or received; never offset it. */
-  weft__req_init_send(snd, t->mem, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes);
-  weft__req_init_recv(rcv, t->mem, rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, NULL, rbytes, t->dtype,
-                      WEFT_SUM);
-  rcv->nt = st->nt;
-  weft__req_post(weft__comm_conn(comm, to), snd);
-  weft__req_post(weft__comm_conn(comm, from), rcv);
-}
-
-/* Posts steps while fewer than the throttle allows are in flight (done / 2 steps have completed). */
-static void fill_throttle(weft__task *t, a2av_state *st) {
-  size_t esize = weft__dtype_size(t->dtype);
-  int n = t->comm->nranks;
-  while (st->posted < n - 1 && st->posted - st->done / 2 < st->throttle) post_step(t, st, ++st->posted, esize);
+  weft__exchange_post_step(&st->x, t, s, sbytes ? src + WEFT__V_SDISPLS(t)[to] * esize : src, sbytes, 0,
+                           rbytes ? dst + WEFT__V_RDISPLS(t)[from] * esize : dst, rbytes, st->nt);
 }
 
 static weft_status_t a2av_start(weft__task *t) {
@@ -92,18 +80,13 @@ static weft_status_t a2av_start(weft__task *t) {
   }
   st->nt = weft__host_nt_output(t->comm, out);
   WEFT_TRY(copy_self(t, esize, st->nt));
-  st->nreq = 2 * (n - 1);
-  st->throttle = weft__a2a_throttle(n - 1);
-  fill_throttle(t, st);
+  weft__exchange_start(&st->x, t, n - 1, st->reqs, post_step);
   return WEFT_SUCCESS;
 }
 
 static weft_status_t a2av_progress(weft__task *t) {
   a2av_state *st = t->state;
-  while (st->done < 2 * st->posted && st->reqs[st->done].complete) st->done++; /* only posted ones */
-  if (st->done == st->nreq) return WEFT_SUCCESS;
-  fill_throttle(t, st);
-  return WEFT_IN_PROGRESS;
+  return weft__exchange_progress(&st->x, t);
 }
 
 const weft__algo weft__algo_all_to_allv_pairwise = {
