@@ -241,7 +241,7 @@ static weft_status_t back_off(weft__task *t, unsigned idle, uint64_t idle_ns, in
      * over sockets, 8 B-32 KiB all-reduce 3.3-38 us a call, bimodal, old and new builds
      * alike). Non-blocking polls up to SPIN_ITERS looks, then blocking ones: 3.1-5.7 us at
      * 8 B-4 KiB in 6 of 6 launches; 16 and 128 MiB 1.02-1.09x faster (3 alternating launches).
-     * With more ranks than cores this branch is never reached (the yield above). */
+     * With more ranks than cores a wait gets here only after yielding for 1 ms (above). */
     poll(fds, (nfds_t)n, idle < SPIN_ITERS ? 0 : 1);
     return WEFT_SUCCESS;
   }
