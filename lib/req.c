@@ -111,6 +111,22 @@ enum { BROADCAST_TWO_WAY_MIN_BYTES = 256 << 10 };
  * So the transport measures a small message as well, and messages below 64 KiB follow that
  * measurement (WEFT__SINGLE_COPY_SMALL_*). */
 
+/* An all-gather block of at least twice the size that goes past the cache
+ * (weft__mem_nt_threshold, 16 MiB by default) goes on two copies whatever the probe said.
+ * process_vm_readv's kernel copy writes through the cache, where the receiver copying out
+ * of the FIFO writes a large block past it; and out of place, the step-0 send reads sendbuf
+ * once for the FIFO and for the own block (weft__req.copy_to, algos/all_gather/ring.c),
+ * where one copy reads it twice, for the own copy and for the peer's read. On the Intel VM
+ * of 2026-12-03 (family 6 model 167), 2 ranks bound, us per call, 3 alternating launches,
+ * one copy / two copies (nccl-tests sizes: the whole output, blocks of half of it): out of
+ * place 8M 652-657 / 843-1147, 16M 1350-1488 / 1677-1705, 32M 3386-3663 / 3509-3551 (4 more
+ * launches: 2965-3379 / 3394-4171), 40M 4388-5759 / 4243-4361, 48M 6054-7329 / 5319-5518,
+ * 64M 8571-9412 / 7678-8259, 128M 19089-19554 / 16809-17569; in place 40M 2737-2947 /
+ * 3092-3443, 48M 3636-4379 / 3805-4026, 56M 4730-5207 / 4689-4742, 64M 6618-7135 /
+ * 5615-5669, 128M 14008-14371 / 12200-12662. The bound sits where both columns have
+ * turned. All-to-all keeps one copy: its own block is other data, and two copies lost
+ * there at every size of 16-256 MiB, in place and out (64M out of place 9850-10286 /
+ * 10854-10898). */
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict) {
   if (r->call == NULL || r->call->fp.coll == 0) return 0;
@@ -125,6 +141,7 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
            r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
   }
   if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
+  if (coll == WEFT__COLL_ALL_GATHER && r->call->fp.count * esize / 2 >= weft__mem_nt_threshold()) return 0;
   if (r->bytes < SINGLE_COPY_SMALL_BYTES && (copy_verdict & WEFT__SINGLE_COPY_SMALL_MEASURED)) {
     if (!(copy_verdict & WEFT__SINGLE_COPY_SMALL_TWO_WAY)) return 0;
   } else if (measured && !(copy_verdict & WEFT__SINGLE_COPY_TWO_WAY)) {

@@ -1,7 +1,8 @@
 /* test_single_copy: which messages the core wants moved by one copy (lib/req.h,
  * weft__req_single_copy_wanted): all-gather and all-to-all(v) do; reductions, one-way calls
  * (broadcast, gather, scatter, send/recv), the barrier and a request outside any call do not;
- * with more ranks than cores, only calls receiving at most 16 MiB per rank; broadcast
+ * with more ranks than cores, only calls receiving at most 16 MiB per rank; all-gather blocks
+ * of 32 MiB and more keep two copies; broadcast
  * messages of at most 1 MiB do when the cores are far apart (a measured round trip >= 100 ns).
  * Below 64 KiB only out-of-place all-gather and all-to-all messages with a core per rank.
  * Where the transport measured both paths (its copy verdict), the measurement decides
@@ -54,10 +55,28 @@ static void all_gather_and_all_to_all_go_single_copy(void **state) {
   assert_true(wanted(WEFT__COLL_ALL_GATHER, 1 << 18));
   assert_true(wanted(WEFT__COLL_ALL_TO_ALL, 1 << 18));
   assert_true(wanted(WEFT__COLL_ALL_TO_ALLV, 0));
-  assert_true(wanted(WEFT__COLL_ALL_GATHER, (uint64_t)1 << 26)); /* 256 MiB per rank */
+  assert_true(wanted(WEFT__COLL_ALL_GATHER, weft__mem_nt_threshold() / 2 / 4 - 1)); /* a block under 32 MiB */
+  assert_true(wanted(WEFT__COLL_ALL_TO_ALL, (uint64_t)1 << 26)); /* 256 MiB per rank */
 }
 
-/* More ranks than cores: only calls that receive at most 16 MiB per rank (float32 here). */
+/* An all-gather block of at least twice the size that bypasses the cache
+ * (weft__mem_nt_threshold, 16 MiB by default) goes on two copies, in place and out, even
+ * where the probe measured one copy faster; all-to-all keeps one copy there. */
+static void all_gather_blocks_past_the_cache_keep_two_copies(void **state) {
+  (void)state;
+  const unsigned one_copy_faster = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
+  uint64_t past = weft__mem_nt_threshold() / 4; /* floats */
+  const weft__coll_t both_ways[] = {WEFT__COLL_ALL_GATHER, WEFT__COLL_ALL_TO_ALL};
+  for (size_t i = 0; i < 2; i++) {
+    int all_to_all = both_ways[i] == WEFT__COLL_ALL_TO_ALL;
+    assert_true(msg_wanted_measured(&comm2, both_ways[i], past, 1 << 20, 0, 60, one_copy_faster));
+    assert_true(msg_wanted_measured(&comm2, both_ways[i], 2 * past - 1, 1 << 20, 0, 60, one_copy_faster));
+    assert_int_equal(msg_wanted_measured(&comm2, both_ways[i], 2 * past, 1 << 20, 0, 60, one_copy_faster),
+                     all_to_all);
+    assert_int_equal(msg_wanted(&comm2, both_ways[i], (uint64_t)1 << 26, 1 << 20, 0, 60), all_to_all);
+  }
+}
+
 static void oversubscribed_ranks_go_single_copy_up_to_16_mib(void **state) {
   (void)state;
   assert_true(wanted_on(&comm4_on_2, WEFT__COLL_ALL_GATHER, (16u << 20) / 4 / 4));
@@ -223,6 +242,7 @@ static void a_request_outside_a_call_keeps_two_copies(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(all_gather_and_all_to_all_go_single_copy),
+      cmocka_unit_test(all_gather_blocks_past_the_cache_keep_two_copies),
       cmocka_unit_test(reductions_and_one_way_calls_keep_two_copies),
       cmocka_unit_test(oversubscribed_ranks_go_single_copy_up_to_16_mib),
       cmocka_unit_test(broadcast_goes_single_copy_up_to_1_mib_between_far_cores),
