@@ -154,6 +154,29 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
   return r->call->fp.count * esize * (uint64_t)comm->nranks <= OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES;
 }
 
+/* Broadcast messages of calls from 64 KiB go as puts where one copy beat copy-in plus
+ * copy-out. The root of a broadcast has nothing to do but send, so its core writes half of
+ * each message while the receiver reads the other half: each copies half the bytes, where
+ * one copy left the root idle and two copies have both cores copy all of them. On the Intel
+ * VM of 2026-12-03 (family 6 model 167; its probe: two-way yes, one-way no), 2 ranks bound,
+ * in place, us per call, without / with puts (2 launches each, -n 10 from 64 KiB, -n 2000
+ * below): 8K 0.54-0.83 / 1.51-2.46, 16K 0.93-1.26 / 1.60-2.04, 32K 1.86-2.08 / 1.82-1.93,
+ * 64K 3.24-4.51 / 2.72-3.91, 128K 5.43-8.57 / 3.88-4.47, 256K 10.6-10.9 / 6.6-6.8 (one
+ * copy before), 1M 53.6-63.8 / 22.5-26.8 (one copy), 4M 300-304 / 193-224 (two copies),
+ * 16M 1186-1259 / 767-903, 64M 8866-8913 / 5585-6719, 256M 36233-37068 / 26257-26656;
+ * out of place within the spread at every size (64M 13039-13722 / 12892-14024). Below
+ * 64 KiB the hand-over's round trip outweighs the halved copy. With more ranks, each hop
+ * of the chain or tree is such a pair (unmeasured here: 2 cores). */
+enum { PUT_MIN_BYTES = SINGLE_COPY_SMALL_BYTES };
+
+int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict) {
+  const unsigned one_copy_faster = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
+  if (r->call == NULL || r->call->fp.coll != WEFT__COLL_BROADCAST + 1 || comm->oversubscribed ||
+      (copy_verdict & one_copy_faster) != one_copy_faster)
+    return 0;
+  return r->call->fp.count * weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u)) >= PUT_MIN_BYTES;
+}
+
 /* A reducing receive on a transport that cannot reduce on arrival: the message lands in a
  * host bounce buffer, reduced into place when it is complete (stage_done). An allocation
  * failure leaves stage NULL with stage_dst set, reported by the next progress. */

@@ -165,6 +165,13 @@ enum {
 };
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict);
+/* Whether send r, where the transport can move it by single copy, should go as a put: the
+ * receiver reads the first half of the message out of our buffer while we write the second
+ * half into its buffer, so both cores copy (transports/shm/shm_fifo.h). 1 for broadcast
+ * messages of calls of at least 64 KiB with a core per rank, where copy_verdict (as for
+ * weft__req_single_copy_wanted) measured one copy faster than copy-in plus copy-out; else
+ * 0. The figures are in lib/req.c. Pure; thread safety: comm's progress thread. */
+int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);
 /* Counts r, a completed request of conn c's, in c's bytes of the current operation
  * (op_bytes, the flight recorder's). The progress pass calls it as it takes a request off
  * its queue; a send that its receive fed whole before it was posted (weft__req.fwd) is

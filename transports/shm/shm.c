@@ -16,7 +16,9 @@
  * hands to the core when it reduces on arrival, and advances head past that slot only
  * after the last byte: the sender completes when it sees head pass. B bytes cost B of
  * memory traffic (plus a cache-resident bounce when reducing) and one system call per
- * 1 MiB. Hooks: a waiting rank sleeps on its doorbell (shm_doorbell.h), a peer whose
+ * 256 KiB. A put (weft__req_put_wanted: a broadcast's, whose sender has nothing else to do)
+ * shares that copy: the receiver announces its destination, reads the first half and the
+ * sender writes the second into it (process_vm_writev) at the same time (shm_fifo.h). Hooks: a waiting rank sleeps on its doorbell (shm_doorbell.h), a peer whose
  * process is gone has failed, and every large collective may run the placement probe
  * (shm_placement.h).
  * Ideas from NCCL's shm transport and Open MPI's vader FIFOs and CMA path; no code taken. */
@@ -46,7 +48,7 @@
 #include "transports/shm/shm_state.h"
 #include "transports/transport.h"
 
-#define SHM_CMA_CALL_BYTES (1u << 20)      /* read per progress call, so other peers move too */
+#define SHM_CMA_CALL_BYTES (1u << 20)      /* read or put per progress call, so other peers move too */
 #define SHM_CMA_PIECE (256u * 1024u)       /* per system call: larger ones ran 2x slower here */
 #define SHM_CMA_REDUCE_PIECE (64u * 1024u) /* scratch of a reducing receive: stays in L2 */
 #define SHM_CMA_MAX_POSTED 8 /* single-copy descriptors in flight per connection: cma_send_progress */
@@ -63,8 +65,64 @@ static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const 
   if (sc->cma_send_bytes == 0 || r->bytes < sc->cma_send_bytes || r->src == NULL || weft__shm_ll_send_eligible(sc, r))
     return 0;
   unsigned verdict = weft__shm_pair_verdict(sc->copy_verdict, sc->copy_verdict_back);
-  return (sc->cma_all || weft__req_single_copy_wanted(comm, r, sc->peer_rt_ns, verdict)) &&
+  return (sc->cma_all || weft__req_single_copy_wanted(comm, r, sc->peer_rt_ns, verdict) ||
+          weft__req_put_wanted(comm, r, verdict)) &&
          r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
+}
+
+/* Whether single-copy message r goes as a put (shm_fifo.h): the core wants it
+ * (weft__req_put_wanted, or WEFT_SHM_CMA_CALLS=put), it is large enough to split, and we may write the peer's memory:
+ * the same permission as reading it, which our probe of the peer proved (cma_recv), unless
+ * a put to it failed since. */
+static int put_eligible(const struct weft_comm *comm, const shm_conn *sc, const weft__req *r) {
+  return sc->cma_recv && sc->put_errno == 0 && WEFT__SHM_PUT_FROM(r->bytes) > 0 &&
+         (sc->cma_all == 2 ||
+          weft__req_put_wanted(comm, r, weft__shm_pair_verdict(sc->copy_verdict, sc->copy_verdict_back)));
+}
+
+/* As sender, the put the receiver asked for, when it is r's, the oldest message posted (its
+ * slot is at tail - cma_posted): writes up to SHM_CMA_CALL_BYTES more of r's bytes from
+ * WEFT__SHM_PUT_FROM(r->bytes) on into the receiver's buffer, and says so in put_done after
+ * the last. Everything written comes from r (its header in the peer's segment is not read
+ * back), and only into the peer's own process. A write that fails for another reason than
+ * the peer being gone is reported to the receiver (put_errno), which then reads the rest
+ * itself, and ends our puts to that peer. */
+static weft_status_t put_progress(struct weft_comm *comm, weft__conn *c, shm_conn *sc, const weft__req *r,
+                                  int *progressed) {
+  weft__shm_fifo_ctrl *ctrl = sc->out.ctrl;
+  uint64_t slot = sc->tail - sc->cma_posted + 1;
+  if (sc->put_finished == slot || atomic_load_explicit(&ctrl->put_slot, memory_order_acquire) != slot)
+    return WEFT_SUCCESS;
+  *progressed = 1;
+  uint64_t dst = ctrl->put_dst, from = WEFT__SHM_PUT_FROM(r->bytes);
+  int err = sc->put_errno;
+  if (dst != 0 && err == 0) { /* 0: the receiver declined; it reads the message whole */
+    const char *src = r->mem->host_view(r->mem, r->src, r->bytes);
+    for (size_t budget = SHM_CMA_CALL_BYTES; from + sc->put_written < r->bytes && budget > 0 && err == 0;) {
+      size_t at = from + sc->put_written, n = r->bytes - at;
+      if (n > SHM_CMA_PIECE) n = SHM_CMA_PIECE;
+      err = weft__shm_cma_write(sc->pid, dst + at, src + at, n);
+      if (err == 0) sc->put_written += n;
+      budget -= n;
+    }
+    if (err == ESRCH)
+      return weft__error(comm, WEFT_ERR_REMOTE, "rank %d: send to peer %d: the peer's process %d is gone "
+                         "(single-copy write: %s)", comm->rank, c->peer, (int)sc->pid, strerror(err));
+    if (err != 0) {
+      sc->put_errno = err;
+      WEFT_WARN("rank %d: send to peer %d: single-copy write into process %d failed (%s); the peer "
+                "reads this message itself, and later ones are not written", comm->rank, c->peer,
+                (int)sc->pid, strerror(err));
+    } else if (from + sc->put_written < r->bytes) {
+      return WEFT_SUCCESS;
+    }
+  }
+  ctrl->put_errno = err;
+  sc->put_written = 0;
+  sc->put_finished = slot;
+  atomic_store_explicit(&ctrl->put_done, slot, memory_order_release);
+  weft__shm_ring_peer(sc);
+  return WEFT_SUCCESS;
 }
 
 /* Single-copy send. Each message is one descriptor slot; its request completes when the
@@ -80,9 +138,11 @@ static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const 
  * The cma_posted requests from the queue's head own the FIFO's last cma_posted slots;
  * the head's is at tail - cma_posted. A failed operation breaks the communicator, so this
  * count never outlives its requests into a later operation. */
-static weft_status_t cma_send_progress(const struct weft_comm *comm, shm_conn *sc, weft__req *r, int *progressed) {
+static weft_status_t cma_send_progress(struct weft_comm *comm, weft__conn *c, shm_conn *sc, weft__req *r,
+                                       int *progressed) {
   weft__shm_fifo *f = &sc->out;
   if (sc->cma_posted > 0) {
+    WEFT_TRY(put_progress(comm, c, sc, r, progressed));
     sc->head_seen = atomic_load_explicit(&f->ctrl->head, memory_order_acquire);
     if (sc->head_seen > sc->tail - sc->cma_posted) {
       sc->cma_posted--;
@@ -105,6 +165,7 @@ static weft_status_t cma_send_progress(const struct weft_comm *comm, shm_conn *s
     h->fp = q->call->fp;
     sc->bulk_sent++;
     h->cma_src = (uint64_t)(uintptr_t)q->mem->host_view(q->mem, q->src, q->bytes);
+    h->put_from = put_eligible(comm, sc, q) ? WEFT__SHM_PUT_FROM(q->bytes) : 0;
     atomic_store_explicit(&f->ctrl->tail, ++sc->tail, memory_order_release);
     sc->cma_posted++;
     *progressed = 1;
@@ -178,7 +239,7 @@ static weft_status_t shm_send_test(struct weft_comm *comm, weft__conn *c, weft__
   if (r->complete) return WEFT_SUCCESS;
   if (sc->cma_posted == 0 && weft__shm_ll_send_eligible(sc, r))
     return weft__shm_ll_send_progress(comm, c, r, progressed);
-  if (sc->cma_posted > 0 || cma_eligible(comm, sc, r)) return cma_send_progress(comm, sc, r, progressed);
+  if (sc->cma_posted > 0 || cma_eligible(comm, sc, r)) return cma_send_progress(comm, c, sc, r, progressed);
   if (r->done == 0 && r->bytes > WEFT__SHM_INLINE_BYTES) weft__shm_payload_ready(sc, r->bytes);
   while (!r->complete) {
     size_t left = r->bytes - r->done, most = weft__shm_piece_max(&sc->out, sc->tail);
@@ -228,6 +289,21 @@ int weft__shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t n) {
   return 0;
 }
 
+int weft__shm_cma_write(pid_t pid, uint64_t dst, const void *src, size_t n) {
+  while (n > 0) {
+    struct iovec local = {(void *)(uintptr_t)src, n};
+    struct iovec remote = {(void *)(uintptr_t)dst, n};
+    ssize_t put = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) return errno;
+    if (put == 0) return EIO;
+    src = (const char *)src + put;
+    dst += (uint64_t)put;
+    n -= (size_t)put;
+  }
+  return 0;
+}
+
 static weft_status_t cma_failed(struct weft_comm *comm, weft__conn *c, const shm_conn *sc,
                                 int err) {
   if (err == ESRCH)
@@ -255,9 +331,35 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
       (*sc->scratch = aligned_alloc(WEFT__SHM_PAGE, SHM_CMA_REDUCE_PIECE)) == NULL)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: recv from peer %d: out of memory",
                        comm->rank, c->peer);
+  /* A put: ask for it at the first look (declined, put_dst 0, where we reduce or have no
+   * host view), then read only the bytes before put_from while the sender writes the rest. */
+  uint64_t put_from = h->put_from, upto = r->bytes;
+  if (put_from != 0) {
+    if (put_from >= r->bytes)
+      return weft__error(comm, WEFT_ERR_INTERNAL, "rank %d: recv from peer %d: corrupt single-copy slot "
+                         "(a put from byte %llu of %zu)", comm->rank, c->peer, (unsigned long long)put_from, r->bytes);
+    weft__shm_fifo_ctrl *ctrl = sc->in.ctrl;
+    if (sc->put_asked != sc->head + 1) {
+      sc->put_asked = sc->head + 1;
+      sc->put_self = view == NULL;
+      ctrl->put_dst = view == NULL ? 0 : (uint64_t)(uintptr_t)view;
+      atomic_store_explicit(&ctrl->put_slot, sc->put_asked, memory_order_release);
+      weft__shm_ring_peer(sc);
+    }
+    if (!sc->put_self) upto = put_from;
+  }
   size_t budget = SHM_CMA_CALL_BYTES;
-  while (r->done < r->bytes && budget > 0) {
-    size_t n = r->bytes - r->done < budget ? r->bytes - r->done : budget;
+  int moved = 0;
+  for (;;) {
+    if (r->done == upto && upto < r->bytes) { /* ours are read: the sender's part? */
+      if (atomic_load_explicit(&sc->in.ctrl->put_done, memory_order_acquire) != sc->head + 1) break;
+      if (sc->in.ctrl->put_errno == 0) r->done = r->bytes;
+      else sc->put_self = 1; /* the sender wrote nothing: we read the rest */
+      upto = r->bytes;
+      moved = 1;
+    }
+    if (r->done == r->bytes || budget == 0) break;
+    size_t n = upto - r->done < budget ? upto - r->done : budget;
     size_t piece = view == NULL ? SHM_CMA_REDUCE_PIECE : SHM_CMA_PIECE;
     if (n > piece) n = piece;
     void *to = view == NULL ? *sc->scratch : view + r->done;
@@ -266,8 +368,9 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
     if (view == NULL) weft__req_deliver(comm, r, to, n);
     else r->done += n;
     budget -= n;
+    moved = 1;
   }
-  *progressed = 1;
+  if (moved) *progressed = 1;
   if (r->done < r->bytes) return WEFT_SUCCESS;
   atomic_store_explicit(&sc->in.ctrl->head, ++sc->head, memory_order_release);
   weft__shm_ring_peer(sc);

@@ -21,8 +21,16 @@ typedef struct {
   uint64_t cma_send_bytes; /* the peer reads our messages of >= this many bytes; 0: never */
   uint64_t cma_posted;     /* requests from our send queue's head that wait to be read */
   int cma_recv;            /* we may read the peer's memory (the probe worked) */
-  int cma_all;             /* our WEFT_SHM_CMA_CALLS=all (shm_state.h) */
+  int cma_all;             /* our WEFT_SHM_CMA_CALLS: 1 all, 2 put (shm_state.h) */
   int cma_errno;           /* why the probe failed, 0 when it worked or was not tried */
+  /* Puts (shm_fifo.h, weft__req_put_wanted). As sender: bytes written of the put asked for
+   * now, the last slot (+ 1) whose put we finished, and the error that stopped our puts (0:
+   * none). As receiver: the last slot (+ 1) whose put we asked for, and 1 when we declined
+   * it or the sender's write failed (we read that message whole). */
+  uint64_t put_written, put_finished;
+  int put_errno;
+  uint64_t put_asked;
+  int put_self;
   pid_t pid;               /* the peer's process, as our pid namespace sees it */
   char **scratch;          /* the state's reduce scratch (shared by all peers) */
   /* LL protocol (shm_ll.h): a message of bytes <= ll_*_max goes LL (ll_*_on) */
@@ -150,6 +158,9 @@ static inline void weft__shm_payload_map(weft__shm_conn *sc, uint64_t msg_bytes)
 /* Reads n bytes at address src of process pid into dst by single copy (process_vm_readv,
  * as often as it takes); 0, or an errno (EIO: the peer's buffer ended early). */
 int weft__shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t n);
+/* Writes n bytes from src into address dst of process pid by single copy
+ * (process_vm_writev); 0, or an errno (EIO: the peer's buffer ended early). */
+int weft__shm_cma_write(pid_t pid, uint64_t dst, const void *src, size_t n);
 
 /* Whether an empty look should also check the other protocol (1 in 64: off the fast path). */
 static inline int weft__shm_cross_check_due(weft__shm_conn *sc) {

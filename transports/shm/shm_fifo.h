@@ -51,6 +51,14 @@ typedef struct {
   uint32_t copy_probe_out_ns;        /* receiver: copying the payload out of the FIFO */
   uint32_t copy_probe_read_ns;       /* receiver: reading copy_probe_src by single copy */
   uint32_t copy_probe_in_ns;         /* sender: copying the payload into the FIFO */
+  /* A put (a single-copy slot whose put_from is not 0): the receiver asks the sender to write
+   * the message's bytes from put_from on straight into its buffer (process_vm_writev) while
+   * it reads those before put_from itself. put_slot and put_dst: written by the receiver
+   * only (put_dst first), put_done and put_errno by the sender only (put_errno first). */
+  _Alignas(WEFT__SHM_LINE) _Atomic uint64_t put_slot; /* the slot whose put is asked for, + 1 */
+  uint64_t put_dst;                                    /* the message's address in the receiver */
+  _Alignas(WEFT__SHM_LINE) _Atomic uint64_t put_done; /* the slot whose put is over, + 1 ... */
+  int32_t put_errno; /* ... 0: its bytes are written; else the write failed, nothing is */
 } weft__shm_fifo_ctrl;
 
 /* Messages of up to this many bytes travel inside their slot header: one cache line moves
@@ -63,6 +71,10 @@ typedef struct {
  * advances head past this slot only when it has read all of it, which is how the sender,
  * whose request stays incomplete meanwhile, learns it may reuse its buffer. */
 #define WEFT__SHM_CMA_SLOT UINT32_MAX
+/* A put message of n bytes: the receiver reads [0, WEFT__SHM_PUT_FROM(n)), the sender
+ * writes the rest; split on a page, so the two system calls pin no page twice. 0: too small
+ * for a put. */
+#define WEFT__SHM_PUT_FROM(n) (((n) / 2) & ~(uint64_t)(WEFT__SHM_PAGE - 1))
 
 /* The LL buffers: WEFT__SHM_LL_BUFS buffers of this many 64-byte lines, each line 56
  * data bytes and an 8-byte flag (shm_ll.h). 32 lines carry 1792 bytes per buffer. A small
@@ -94,11 +106,14 @@ typedef struct {
   weft__fp fp;                                /* the sender's call (lib/fingerprint.h) */
   union {
     _Alignas(16) char inline_data[WEFT__SHM_INLINE_BYTES]; /* the payload when msg_bytes fits */
-    uint64_t cma_src; /* WEFT__SHM_CMA_SLOT: the message's address in the sender */
+    struct {
+      uint64_t cma_src;  /* WEFT__SHM_CMA_SLOT: the message's address in the sender */
+      uint64_t put_from; /* ... and where the sender's put starts (0: no put; ctrl's put_*) */
+    };
   };
 } weft__shm_slot_hdr;
 
-_Static_assert(sizeof(weft__shm_fifo_ctrl) == 4 * WEFT__SHM_LINE, "one line per counter");
+_Static_assert(sizeof(weft__shm_fifo_ctrl) == 6 * WEFT__SHM_LINE, "one line per counter");
 _Static_assert(sizeof(weft__shm_slot_hdr) == WEFT__SHM_LINE, "one line per slot header");
 
 static inline size_t weft__shm_round_up(size_t x, size_t to) {

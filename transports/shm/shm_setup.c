@@ -133,10 +133,10 @@ static weft_status_t read_settings(struct weft_comm *comm, size_t *nslots, size_
                                    size_t *cma_bytes, int *cma_all) {
   *cma_bytes = weft__env_size("WEFT_SHM_CMA_BYTES", SHM_DEFAULT_CMA_BYTES);
   const char *calls = weft__env_str("WEFT_SHM_CMA_CALLS", "auto");
-  if (strcmp(calls, "auto") != 0 && strcmp(calls, "all") != 0)
+  if (strcmp(calls, "auto") != 0 && strcmp(calls, "all") != 0 && strcmp(calls, "put") != 0)
     return weft__error(comm, WEFT_ERR_INVALID_ARGUMENT,
-                       "rank %d: shm setup: WEFT_SHM_CMA_CALLS=%s must be auto or all", comm->rank, calls);
-  *cma_all = strcmp(calls, "all") == 0;
+                       "rank %d: shm setup: WEFT_SHM_CMA_CALLS=%s must be auto, all or put", comm->rank, calls);
+  *cma_all = strcmp(calls, "all") == 0 ? 1 : strcmp(calls, "put") == 0 ? 2 : 0;
   size_t default_n, default_s;
   weft__shm_default_geometry(comm->oversubscribed, &default_n, &default_s);
   long n = weft__env_long("WEFT_SHM_NSLOTS", (long)default_n);

@@ -25,8 +25,10 @@ typedef struct {
   uint8_t nonce[16];          /* random, in our card: hellos to us must MAC it (lib/siphash.h) */
   uint8_t (*nonces)[16];      /* [npeers] the peers' nonces, from their cards */
   size_t cma_bytes;           /* WEFT_SHM_CMA_BYTES: single copy from this size; 0: off */
-  int cma_all;                /* WEFT_SHM_CMA_CALLS=all: every call's messages, not only the
-                                 ones the core wants on one copy (weft__req_single_copy_wanted) */
+  int cma_all;                /* WEFT_SHM_CMA_CALLS=all (1) or put (2): every call's messages,
+                                 not only the ones the core wants on one copy
+                                 (weft__req_single_copy_wanted); put: each one that splits as a
+                                 put, not only those weft__req_put_wanted wants */
   uint64_t probe;             /* a random word peers read to test CMA on us */
   char *scratch;              /* SHM_CMA_REDUCE_PIECE bytes, allocated on first use */
   char *copy_probe_buf;       /* WEFT__SHM_COPY_PROBE_BYTES, allocated on first use */
