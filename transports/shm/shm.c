@@ -18,7 +18,8 @@
  * memory traffic (plus a cache-resident bounce when reducing) and one system call per
  * 256 KiB. A put (weft__req_put_wanted: a broadcast's, whose sender has nothing else to do)
  * shares that copy: the receiver announces its destination, reads the first half and the
- * sender writes the second into it (process_vm_writev) at the same time (shm_fifo.h). Hooks: a waiting rank sleeps on its doorbell (shm_doorbell.h), a peer whose
+ * sender writes the second into it (process_vm_writev) at the same time (shm_fifo.h).
+ * Hooks: a waiting rank sleeps on its doorbell (shm_doorbell.h), a peer whose
  * process is gone has failed, and every large collective may run the placement probe
  * (shm_placement.h).
  * Ideas from NCCL's shm transport and Open MPI's vader FIFOs and CMA path; no code taken. */
@@ -71,9 +72,9 @@ static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const 
 }
 
 /* Whether single-copy message r goes as a put (shm_fifo.h): the core wants it
- * (weft__req_put_wanted, or WEFT_SHM_CMA_CALLS=put), it is large enough to split, and we may write the peer's memory:
- * the same permission as reading it, which our probe of the peer proved (cma_recv), unless
- * a put to it failed since. */
+ * (weft__req_put_wanted, or WEFT_SHM_CMA_CALLS=put), it is large enough to split, and we
+ * may write the peer's memory: the same permission as reading it, which our probe of the
+ * peer proved (cma_recv), unless a put to it failed since. */
 static int put_eligible(const struct weft_comm *comm, const shm_conn *sc, const weft__req *r) {
   return sc->cma_recv && sc->put_errno == 0 && WEFT__SHM_PUT_FROM(r->bytes) > 0 &&
          (sc->cma_all == 2 ||
@@ -84,9 +85,11 @@ static int put_eligible(const struct weft_comm *comm, const shm_conn *sc, const 
  * slot is at tail - cma_posted): writes up to SHM_CMA_CALL_BYTES more of r's bytes from
  * WEFT__SHM_PUT_FROM(r->bytes) on into the receiver's buffer, and says so in put_done after
  * the last. Everything written comes from r (its header in the peer's segment is not read
- * back), and only into the peer's own process. A write that fails for another reason than
- * the peer being gone is reported to the receiver (put_errno), which then reads the rest
- * itself, and ends our puts to that peer. */
+ * back), and only into the peer's own process. A receiver that does not want the put does
+ * not ask (it reads the message whole, and its head passing completes r); one that asked
+ * waits for put_done, so put_dst holds still meanwhile. A write that fails for another
+ * reason than the peer being gone is reported to the receiver (put_errno), which then reads
+ * the rest itself, and ends our puts to that peer. */
 static weft_status_t put_progress(struct weft_comm *comm, weft__conn *c, shm_conn *sc, const weft__req *r,
                                   int *progressed) {
   weft__shm_fifo_ctrl *ctrl = sc->out.ctrl;
@@ -95,8 +98,8 @@ static weft_status_t put_progress(struct weft_comm *comm, weft__conn *c, shm_con
     return WEFT_SUCCESS;
   *progressed = 1;
   uint64_t dst = ctrl->put_dst, from = WEFT__SHM_PUT_FROM(r->bytes);
-  int err = sc->put_errno;
-  if (dst != 0 && err == 0) { /* 0: the receiver declined; it reads the message whole */
+  int err = sc->put_errno != 0 ? sc->put_errno : dst == 0 ? EFAULT : 0;
+  if (err == 0) {
     const char *src = r->mem->host_view(r->mem, r->src, r->bytes);
     for (size_t budget = SHM_CMA_CALL_BYTES; from + sc->put_written < r->bytes && budget > 0 && err == 0;) {
       size_t at = from + sc->put_written, n = r->bytes - at;
@@ -331,18 +334,19 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
       (*sc->scratch = aligned_alloc(WEFT__SHM_PAGE, SHM_CMA_REDUCE_PIECE)) == NULL)
     return weft__error(comm, WEFT_ERR_NO_MEMORY, "rank %d: recv from peer %d: out of memory",
                        comm->rank, c->peer);
-  /* A put: ask for it at the first look (declined, put_dst 0, where we reduce or have no
-   * host view), then read only the bytes before put_from while the sender writes the rest. */
+  /* A put: ask for it at the first look, then read only the bytes before put_from while the
+   * sender writes the rest. Where we reduce or have no host view we do not ask, and read it
+   * whole: put_dst may change only once the sender is done with it (put_done). */
   uint64_t put_from = h->put_from, upto = r->bytes;
-  if (put_from != 0) {
+  if (put_from != 0 && view != NULL) {
     if (put_from >= r->bytes)
-      return weft__error(comm, WEFT_ERR_INTERNAL, "rank %d: recv from peer %d: corrupt single-copy slot "
-                         "(a put from byte %llu of %zu)", comm->rank, c->peer, (unsigned long long)put_from, r->bytes);
+      return weft__error(comm, WEFT_ERR_INTERNAL, "rank %d: recv from peer %d: corrupt single-copy slot (a put "
+                         "from byte %llu of %zu)", comm->rank, c->peer, (unsigned long long)put_from, r->bytes);
     weft__shm_fifo_ctrl *ctrl = sc->in.ctrl;
     if (sc->put_asked != sc->head + 1) {
       sc->put_asked = sc->head + 1;
-      sc->put_self = view == NULL;
-      ctrl->put_dst = view == NULL ? 0 : (uint64_t)(uintptr_t)view;
+      sc->put_self = 0;
+      ctrl->put_dst = (uint64_t)(uintptr_t)view;
       atomic_store_explicit(&ctrl->put_slot, sc->put_asked, memory_order_release);
       weft__shm_ring_peer(sc);
     }

@@ -54,11 +54,13 @@ typedef struct {
   /* A put (a single-copy slot whose put_from is not 0): the receiver asks the sender to write
    * the message's bytes from put_from on straight into its buffer (process_vm_writev) while
    * it reads those before put_from itself. put_slot and put_dst: written by the receiver
-   * only (put_dst first), put_done and put_errno by the sender only (put_errno first). */
+   * only (put_dst first), and only for a put it then waits for (one it does not want, it
+   * does not ask for: it reads that message whole); put_done and put_errno by the sender
+   * only (put_errno first). */
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t put_slot; /* the slot whose put is asked for, + 1 */
   uint64_t put_dst;                                    /* the message's address in the receiver */
   _Alignas(WEFT__SHM_LINE) _Atomic uint64_t put_done; /* the slot whose put is over, + 1 ... */
-  int32_t put_errno; /* ... 0: its bytes are written; else the write failed, nothing is */
+  int32_t put_errno; /* ... 0: its bytes are written; else the write failed: read them */
 } weft__shm_fifo_ctrl;
 
 /* Messages of up to this many bytes travel inside their slot header: one cache line moves
