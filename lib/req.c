@@ -154,7 +154,8 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
   return r->call->fp.count * esize * (uint64_t)comm->nranks <= OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES;
 }
 
-/* Broadcast messages of calls from 64 KiB go as puts where one copy beat copy-in plus
+/* Broadcast messages of calls from 64 KiB, and gather and scatter messages from 64 KiB, go
+ * as puts where one copy beat copy-in plus
  * copy-out. The root of a broadcast has nothing to do but send, so its core writes half of
  * each message while the receiver reads the other half: each copies half the bytes, where
  * one copy left the root idle and two copies have both cores copy all of them. On the Intel
@@ -166,15 +167,28 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * 16M 1186-1259 / 767-903, 64M 8866-8913 / 5585-6719, 256M 36233-37068 / 26257-26656;
  * out of place within the spread at every size (64M 13039-13722 / 12892-14024). Below
  * 64 KiB the hand-over's round trip outweighs the halved copy. With more ranks, each hop
- * of the chain or tree is such a pair (unmeasured here: 2 cores). */
+ * of the chain or tree is such a pair (unmeasured here: 2 cores). Gather's senders and
+ * scatter's receivers wait the same way, so their messages from 64 KiB go as puts too: 2
+ * ranks, in place (nccl-tests sizes: the whole buffer, messages of half of it), us per
+ * call, the build before / puts, 2 launches: gather 256K 6.4-6.5 / 4.5, 1M 26.6-27.0 /
+ * 11.7, 4M 141-147 / 58-61, 16M 583-610 / 382-551, 64M 3017-3042 / 2281-2286, 256M
+ * 13508-13971 / 12263-12786; scatter 1M 27.0-27.4 / 11.8, 4M 141-148 / 65-87, 64M
+ * 3094-3337 / 2162-2439; out of place 4-16 MiB 1.15-1.3x faster, 64M at parity (5
+ * launches, gather 6832-7508 / 6930-7940, scatter 6434-7548 / 6398-7720), 256M 1.03-1.08x.
+ * With more ranks the gather root reads half of each message while all its senders write
+ * theirs at once, and the scatter root writes half of each where it copied all of each
+ * into the FIFOs. */
 enum { PUT_MIN_BYTES = SINGLE_COPY_SMALL_BYTES };
 
 int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict) {
   const unsigned one_copy_faster = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
-  if (r->call == NULL || r->call->fp.coll != WEFT__COLL_BROADCAST + 1 || comm->oversubscribed ||
+  if (r->call == NULL || r->call->fp.coll == 0 || comm->oversubscribed ||
       (copy_verdict & one_copy_faster) != one_copy_faster)
     return 0;
-  return r->call->fp.count * weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u)) >= PUT_MIN_BYTES;
+  weft__coll_t coll = (weft__coll_t)(r->call->fp.coll - 1);
+  if (coll == WEFT__COLL_BROADCAST) /* the call's size: its chunks are the messages */
+    return r->call->fp.count * weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u)) >= PUT_MIN_BYTES;
+  return (coll == WEFT__COLL_GATHER || coll == WEFT__COLL_SCATTER) && r->bytes >= PUT_MIN_BYTES;
 }
 
 /* A reducing receive on a transport that cannot reduce on arrival: the message lands in a

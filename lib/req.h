@@ -168,7 +168,8 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
 /* Whether send r, where the transport can move it by single copy, should go as a put: the
  * receiver reads the first half of the message out of our buffer while we write the second
  * half into its buffer, so both cores copy (transports/shm/shm_fifo.h). 1 for broadcast
- * messages of calls of at least 64 KiB with a core per rank, where copy_verdict (as for
+ * messages of calls of at least 64 KiB, and gather and scatter messages of at least 64 KiB,
+ * with a core per rank, where copy_verdict (as for
  * weft__req_single_copy_wanted) measured one copy faster than copy-in plus copy-out; else
  * 0. The figures are in lib/req.c. Pure; thread safety: comm's progress thread. */
 int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);

@@ -226,21 +226,27 @@ static void below_64_kib_the_small_measurement_decides(void **state) {
   assert_false(msg_wanted_measured(&comm4_on_2, WEFT__COLL_ALL_GATHER, 8 << 10, 32 << 10, 0, 0, small_one));
 }
 
-/* Puts (weft__req_put_wanted): broadcast messages of calls from 64 KiB, with a core per rank,
- * where the probe measured one copy faster than copy-in plus copy-out; nothing else. */
-static int put_wanted(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, unsigned verdict) {
+/* Puts (weft__req_put_wanted): broadcast messages of calls from 64 KiB, gather and scatter
+ * messages from 64 KiB, with a core per rank, where the probe measured one copy faster than
+ * copy-in plus copy-out; nothing else. */
+static int put_wanted_msg(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, size_t msg_bytes,
+                          unsigned verdict) {
   weft__fp_call call;
   memset(&call, 0, sizeof(call));
   call.fp.coll = (uint8_t)(coll + 1);
   call.fp.count = count;
   call.fp.type = (uint8_t)WEFT_FLOAT32;
   weft__req r;
-  weft__req_init_send(&r, NULL, NULL, 1 << 20);
+  weft__req_init_send(&r, NULL, NULL, msg_bytes);
   r.call = &call;
   return weft__req_put_wanted(comm, &r, verdict);
 }
 
-static void broadcasts_from_64_kib_go_as_puts_where_one_copy_is_faster(void **state) {
+static int put_wanted(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, unsigned verdict) {
+  return put_wanted_msg(comm, coll, count, 1 << 20, verdict);
+}
+
+static void broadcast_gather_and_scatter_from_64_kib_go_as_puts_where_one_copy_is_faster(void **state) {
   (void)state;
   const unsigned two_way = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
   assert_true(put_wanted(&comm2, WEFT__COLL_BROADCAST, (64 << 10) / 4, two_way));
@@ -250,8 +256,16 @@ static void broadcasts_from_64_kib_go_as_puts_where_one_copy_is_faster(void **st
   assert_false(put_wanted(&comm2, WEFT__COLL_BROADCAST, (uint64_t)1 << 26, WEFT__SINGLE_COPY_MEASURED));
   assert_false(put_wanted(&comm2, WEFT__COLL_BROADCAST, (uint64_t)1 << 26, 0));
   assert_false(put_wanted(&comm4_on_2, WEFT__COLL_BROADCAST, (uint64_t)1 << 26, two_way));
+  /* gather and scatter: by the message, not the call */
+  const weft__coll_t rooted[] = {WEFT__COLL_GATHER, WEFT__COLL_SCATTER};
+  for (size_t i = 0; i < 2; i++) {
+    assert_true(put_wanted_msg(&comm2, rooted[i], 1, 64 << 10, two_way));
+    assert_false(put_wanted_msg(&comm2, rooted[i], (uint64_t)1 << 26, (64 << 10) - 4, two_way));
+    assert_false(put_wanted_msg(&comm2, rooted[i], (uint64_t)1 << 26, 1 << 20, WEFT__SINGLE_COPY_MEASURED));
+    assert_false(put_wanted_msg(&comm4_on_2, rooted[i], (uint64_t)1 << 26, 1 << 20, two_way));
+  }
   const weft__coll_t others[] = {WEFT__COLL_ALL_GATHER, WEFT__COLL_ALL_TO_ALL, WEFT__COLL_ALL_REDUCE,
-                                 WEFT__COLL_REDUCE, WEFT__COLL_SCATTER, WEFT__COLL_SEND};
+                                 WEFT__COLL_REDUCE, WEFT__COLL_SEND, WEFT__COLL_BARRIER};
   for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++)
     assert_false(put_wanted(&comm2, others[i], (uint64_t)1 << 26, two_way));
   weft__req r;
@@ -284,7 +298,7 @@ int main(void) {
       cmocka_unit_test(a_broadcast_of_a_slot_or_more_follows_the_two_way_verdict),
       cmocka_unit_test(measured_one_copy_faster_keeps_the_rules_bounds),
       cmocka_unit_test(below_64_kib_the_small_measurement_decides),
-      cmocka_unit_test(broadcasts_from_64_kib_go_as_puts_where_one_copy_is_faster),
+      cmocka_unit_test(broadcast_gather_and_scatter_from_64_kib_go_as_puts_where_one_copy_is_faster),
       cmocka_unit_test(a_request_outside_a_call_keeps_two_copies),
   };
   return cmocka_run_group_tests_name("test_single_copy", tests, NULL, NULL);

@@ -16,8 +16,8 @@
  * hands to the core when it reduces on arrival, and advances head past that slot only
  * after the last byte: the sender completes when it sees head pass. B bytes cost B of
  * memory traffic (plus a cache-resident bounce when reducing) and one system call per
- * 256 KiB. A put (weft__req_put_wanted: a broadcast's, whose sender has nothing else to do)
- * shares that copy: the receiver announces its destination, reads the first half and the
+ * 256 KiB. A put (weft__req_put_wanted: broadcast, gather and scatter, whose senders would
+ * only wait) shares that copy: the receiver announces its destination, reads the first half and the
  * sender writes the second into it (process_vm_writev) at the same time (shm_fifo.h).
  * Hooks: a waiting rank sleeps on its doorbell (shm_doorbell.h), a peer whose
  * process is gone has failed, and every large collective may run the placement probe
