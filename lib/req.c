@@ -155,10 +155,10 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
 }
 
 /* Broadcast messages of calls from 64 KiB, and gather and scatter messages from 64 KiB, go
- * as puts where one copy beat copy-in plus
- * copy-out. The root of a broadcast has nothing to do but send, so its core writes half of
- * each message while the receiver reads the other half: each copies half the bytes, where
- * one copy left the root idle and two copies have both cores copy all of them. On the Intel
+ * as puts where one copy beat copy-in plus copy-out. The root of a broadcast has nothing to
+ * do but send, so its core writes half of each message while the receiver reads the other
+ * half: each copies half the bytes, where one copy left the root idle and two copies have
+ * both cores copy all of them. On the Intel
  * VM of 2026-12-03 (family 6 model 167; its probe: two-way yes, one-way no), 2 ranks bound,
  * in place, us per call, without / with puts (2 launches each, -n 10 from 64 KiB, -n 2000
  * below): 8K 0.54-0.83 / 1.51-2.46, 16K 0.93-1.26 / 1.60-2.04, 32K 1.86-2.08 / 1.82-1.93,

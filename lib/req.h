@@ -169,9 +169,10 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * receiver reads the first half of the message out of our buffer while we write the second
  * half into its buffer, so both cores copy (transports/shm/shm_fifo.h). 1 for broadcast
  * messages of calls of at least 64 KiB, and gather and scatter messages of at least 64 KiB,
- * with a core per rank, where copy_verdict (as for
- * weft__req_single_copy_wanted) measured one copy faster than copy-in plus copy-out; else
- * 0. The figures are in lib/req.c. Pure; thread safety: comm's progress thread. */
+ * with a core per rank, where copy_verdict (as for weft__req_single_copy_wanted) measured
+ * one copy faster than copy-in plus copy-out; else 0. The transport adds its own bounds
+ * (the peer's memory writable, the message two pages or more). The figures are in
+ * lib/req.c. Pure; thread safety: comm's progress thread. */
 int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);
 /* Counts r, a completed request of conn c's, in c's bytes of the current operation
  * (op_bytes, the flight recorder's). The progress pass calls it as it takes a request off

@@ -58,19 +58,6 @@ typedef weft__shm_conn shm_conn;
 
 typedef weft__shm_state shm_state;
 
-/* LL is tried first, so a message small enough for LL never goes single copy; nor does
- * one in memory with no host view (the peer's process_vm_readv needs a host address), nor
- * one the core keeps on two copies (weft__req_single_copy_wanted: reductions, one-way
- * calls, broadcast between near cores) unless WEFT_SHM_CMA_CALLS=all. */
-static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const weft__req *r) {
-  if (sc->cma_send_bytes == 0 || r->bytes < sc->cma_send_bytes || r->src == NULL || weft__shm_ll_send_eligible(sc, r))
-    return 0;
-  unsigned verdict = weft__shm_pair_verdict(sc->copy_verdict, sc->copy_verdict_back);
-  return (sc->cma_all || weft__req_single_copy_wanted(comm, r, sc->peer_rt_ns, verdict) ||
-          weft__req_put_wanted(comm, r, verdict)) &&
-         r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
-}
-
 /* Whether single-copy message r goes as a put (shm_fifo.h): the core wants it
  * (weft__req_put_wanted, or WEFT_SHM_CMA_CALLS=put), it is large enough to split, and we
  * may write the peer's memory: the same permission as reading it, which our probe of the
@@ -79,6 +66,19 @@ static int put_eligible(const struct weft_comm *comm, const shm_conn *sc, const 
   return sc->cma_recv && sc->put_errno == 0 && WEFT__SHM_PUT_FROM(r->bytes) > 0 &&
          (sc->cma_all == 2 ||
           weft__req_put_wanted(comm, r, weft__shm_pair_verdict(sc->copy_verdict, sc->copy_verdict_back)));
+}
+
+/* LL is tried first, so a message small enough for LL never goes single copy; nor does
+ * one in memory with no host view (the peer's process_vm_readv needs a host address), nor
+ * one the core keeps on two copies (weft__req_single_copy_wanted: reductions, one-way
+ * calls, broadcast between near cores) unless WEFT_SHM_CMA_CALLS=all or it goes as a put. */
+static int cma_eligible(const struct weft_comm *comm, const shm_conn *sc, const weft__req *r) {
+  if (sc->cma_send_bytes == 0 || r->bytes < sc->cma_send_bytes || r->src == NULL || weft__shm_ll_send_eligible(sc, r))
+    return 0;
+  unsigned verdict = weft__shm_pair_verdict(sc->copy_verdict, sc->copy_verdict_back);
+  return (sc->cma_all || weft__req_single_copy_wanted(comm, r, sc->peer_rt_ns, verdict) ||
+          put_eligible(comm, sc, r)) &&
+         r->mem->host_view(r->mem, r->src, r->bytes) != NULL;
 }
 
 /* As sender, the put the receiver asked for, when it is r's, the oldest message posted (its
@@ -277,34 +277,28 @@ static void shm_send_commit(struct weft_comm *comm, weft__conn *c, weft__req *r,
   publish_slot(c->priv, r, n);
 }
 
-int weft__shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t n) {
+/* Moves n bytes between local and address remote of process pid by single copy: into
+ * local (process_vm_readv), or out of it when outward (process_vm_writev, which only reads
+ * local), as often as it takes; 0, or an errno (EIO: the peer's buffer ended early). */
+static int cma_move(pid_t pid, char *local, uint64_t remote, size_t n, int outward) {
   while (n > 0) {
-    struct iovec local = {dst, n};
-    struct iovec remote = {(void *)(uintptr_t)src, n};
-    ssize_t got = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return errno;
-    if (got == 0) return EIO;
-    dst = (char *)dst + got;
-    src += (uint64_t)got;
-    n -= (size_t)got;
+    struct iovec l = {local, n};
+    struct iovec r = {(void *)(uintptr_t)remote, n};
+    ssize_t moved = outward ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (moved < 0 && errno == EINTR) continue;
+    if (moved < 0) return errno;
+    if (moved == 0) return EIO;
+    local += moved;
+    remote += (uint64_t)moved;
+    n -= (size_t)moved;
   }
   return 0;
 }
 
+int weft__shm_cma_read(pid_t pid, void *dst, uint64_t src, size_t n) { return cma_move(pid, dst, src, n, 0); }
+
 int weft__shm_cma_write(pid_t pid, uint64_t dst, const void *src, size_t n) {
-  while (n > 0) {
-    struct iovec local = {(void *)(uintptr_t)src, n};
-    struct iovec remote = {(void *)(uintptr_t)dst, n};
-    ssize_t put = process_vm_writev(pid, &local, 1, &remote, 1, 0);
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) return errno;
-    if (put == 0) return EIO;
-    src = (const char *)src + put;
-    dst += (uint64_t)put;
-    n -= (size_t)put;
-  }
-  return 0;
+  return cma_move(pid, (char *)(uintptr_t)src, dst, n, 1);
 }
 
 static weft_status_t cma_failed(struct weft_comm *comm, weft__conn *c, const shm_conn *sc,

@@ -25,8 +25,8 @@ typedef struct {
   int cma_errno;           /* why the probe failed, 0 when it worked or was not tried */
   /* Puts (shm_fifo.h, weft__req_put_wanted). As sender: bytes written of the put asked for
    * now, the last slot (+ 1) whose put we finished, and the error that stopped our puts (0:
-   * none). As receiver: the last slot (+ 1) whose put we asked for, and 1 when we declined
-   * it or the sender's write failed (we read that message whole). */
+   * none). As receiver: the last slot (+ 1) whose put we asked for, and 1 when the sender's
+   * write of it failed (we read the rest ourselves). */
   uint64_t put_written, put_finished;
   int put_errno;
   uint64_t put_asked;
