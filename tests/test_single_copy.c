@@ -21,19 +21,25 @@
 
 static struct weft_comm comm2 = {.nranks = 2}, comm4_on_2 = {.nranks = 4, .oversubscribed = 1};
 
+/* A send of msg_bytes in *call, set to a call of coll over count floats. */
+static weft__req send_in_call(weft__fp_call *call, weft__coll_t coll, uint64_t count, size_t msg_bytes) {
+  memset(call, 0, sizeof(*call));
+  call->fp.coll = (uint8_t)(coll + 1);
+  call->fp.count = count;
+  call->fp.type = (uint8_t)WEFT_FLOAT32;
+  weft__req r;
+  weft__req_init_send(&r, NULL, NULL, msg_bytes);
+  r.call = call;
+  return r;
+}
+
 /* Whether a send of msg_bytes (staged or not) in a call of coll over count floats goes single
  * copy, with a measured round trip of rt_ns to the receiver and the transport's copy verdict
  * (WEFT__SINGLE_COPY_*, 0: not measured). */
 static int msg_wanted_measured(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, size_t msg_bytes,
                                int staged, unsigned rt_ns, unsigned verdict) {
   weft__fp_call call;
-  memset(&call, 0, sizeof(call));
-  call.fp.coll = (uint8_t)(coll + 1);
-  call.fp.count = count;
-  call.fp.type = (uint8_t)WEFT_FLOAT32;
-  weft__req r;
-  weft__req_init_send(&r, NULL, NULL, msg_bytes);
-  r.call = &call;
+  weft__req r = send_in_call(&call, coll, count, msg_bytes);
   r.staged = staged;
   return weft__req_single_copy_wanted(comm, &r, rt_ns, verdict);
 }
@@ -232,13 +238,7 @@ static void below_64_kib_the_small_measurement_decides(void **state) {
 static int put_wanted_msg(const struct weft_comm *comm, weft__coll_t coll, uint64_t count, size_t msg_bytes,
                           unsigned verdict) {
   weft__fp_call call;
-  memset(&call, 0, sizeof(call));
-  call.fp.coll = (uint8_t)(coll + 1);
-  call.fp.count = count;
-  call.fp.type = (uint8_t)WEFT_FLOAT32;
-  weft__req r;
-  weft__req_init_send(&r, NULL, NULL, msg_bytes);
-  r.call = &call;
+  weft__req r = send_in_call(&call, coll, count, msg_bytes);
   return weft__req_put_wanted(comm, &r, verdict);
 }
 
