@@ -6,18 +6,25 @@
  * same question, so both harnesses do exactly what weft's perf/common.c does for
  * float32/sum, out-of-place:
  *   - sizes as nccl-tests counts them (`size` is the larger of the send and receive
- *     buffer: all_gather's output, reduce_scatter's input, all_to_all's whole buffer;
- *     per-rank blocks are size / 4 / nranks floats, rounded down), -b MIN -e MAX -f F;
+ *     buffer: all_gather's and gather's output, reduce_scatter's and scatter's input,
+ *     all_to_all's whole buffer, what reduce and sendrecv send; per-rank blocks are
+ *     size / 4 / nranks floats, rounded down), -b MIN -e MAX -f F;
+ *   - rooted collectives (broadcast, reduce, gather, scatter) have root 0; sendrecv is a
+ *     ring shift: each rank sends to rank+1 and receives from rank-1 (mod n), in one call;
  *   - warm-up: -w calls at the largest and at the smallest size, then one untimed call
  *     per size, a barrier, -n timed back-to-back calls;
  *   - time = mean per call, averaged over ranks (weft's `-a 1`), with no clock read inside
  *     the loop; p50/p99 of up to 200 more calls timed one by one, averaged over ranks;
  *     algbw = size / time (GB/s = 1e9 B/s);
  *     busbw = algbw * factor, with nccl-tests' factors: all_reduce 2(n-1)/n,
- *     all_gather / reduce_scatter / all_to_all (n-1)/n, broadcast 1;
+ *     all_gather / reduce_scatter / all_to_all / gather / scatter (n-1)/n, broadcast /
+ *     reduce / sendrecv 1;
  *   - a separate checked call on fresh inputs (receive buffer poisoned first) whose wrong
  *     elements are summed over ranks. Values are small integers, so float sums are exact
- *     and every element is compared bit for bit.
+ *     and every element is compared bit for bit. Reduce and gather leave a result at the
+ *     root only: only the root's is checked (the other ranks count 0 wrong); scatter's
+ *     rank r must hold block r of the root's buffer, sendrecv's the data of rank r-1.
+ *     The values are perf/common.c's for float32/sum (perf_input_value, perf_move_value).
  * Rank 0 prints one JSON object per size on stdout (see bc_print_row); report.py reads them.
  *
  * Each harness supplies only the library calls (bc_lib_t). Everything here is `static`
@@ -33,12 +40,13 @@
 #include <sys/mman.h>
 #include <time.h>
 
+/* Named as weft's perf tools, less "_perf" (all_to_all's tool is alltoall_perf). */
 typedef enum { BC_ALL_REDUCE, BC_ALL_GATHER, BC_REDUCE_SCATTER, BC_ALL_TO_ALL, BC_BROADCAST,
-               BC_NUM_COLLS } bc_coll_t;
+               BC_REDUCE, BC_GATHER, BC_SCATTER, BC_SENDRECV, BC_NUM_COLLS } bc_coll_t;
 
-static const char *const bc_coll_names[BC_NUM_COLLS] = {"all_reduce", "all_gather",
-                                                        "reduce_scatter", "all_to_all",
-                                                        "broadcast"};
+static const char *const bc_coll_names[BC_NUM_COLLS] = {
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+    "reduce",     "gather",     "scatter",        "sendrecv"};
 
 typedef struct {
   bc_coll_t coll;
@@ -50,15 +58,15 @@ typedef struct {
 /* Element counts of one call (floats). */
 typedef struct {
   size_t sendcount, recvcount;
-  size_t block; /* per-rank block for all_gather / reduce_scatter / all_to_all */
+  size_t block; /* per-rank block: all_gather, reduce_scatter, all_to_all, gather, scatter */
   size_t bytes; /* nccl-tests' size: 4 * max(sendcount, recvcount) */
 } bc_counts_t;
 
 /* What a harness provides. `run` issues one blocking call with the given buffers and
  * returns where this rank's result is (usually recv; Gloo's reduce-scatter and MPI's
- * broadcast root leave it in send). `prepare` (may be NULL) is called once per size
- * before any call of that size, outside the timing. `sum` adds n doubles over ranks in
- * place. */
+ * broadcast root leave it in send; reduce and gather off the root, which have none: recv,
+ * unchecked). `prepare` (may be NULL) is called once per size before any call of that
+ * size, outside the timing. `sum` adds n doubles over ranks in place. */
 typedef struct {
   void *ctx;
   int rank, nranks;
@@ -77,9 +85,13 @@ static void bc_counts(bc_coll_t coll, size_t size, int nranks, bc_counts_t *c) {
   memset(c, 0, sizeof(*c));
   switch (coll) {
   case BC_ALL_REDUCE:
-  case BC_BROADCAST: c->sendcount = c->recvcount = count; break;
-  case BC_ALL_GATHER: c->block = count / n; c->sendcount = c->block; c->recvcount = c->block * n; break;
-  case BC_REDUCE_SCATTER: c->block = count / n; c->sendcount = c->block * n; c->recvcount = c->block; break;
+  case BC_BROADCAST:
+  case BC_REDUCE:
+  case BC_SENDRECV: c->sendcount = c->recvcount = count; break;
+  case BC_ALL_GATHER:
+  case BC_GATHER: c->block = count / n; c->sendcount = c->block; c->recvcount = c->block * n; break;
+  case BC_REDUCE_SCATTER:
+  case BC_SCATTER: c->block = count / n; c->sendcount = c->block * n; c->recvcount = c->block; break;
   case BC_ALL_TO_ALL: c->block = count / n; c->sendcount = c->recvcount = c->block * n; break;
   default: break;
   }
@@ -89,9 +101,9 @@ static void bc_counts(bc_coll_t coll, size_t size, int nranks, bc_counts_t *c) {
 static double bc_busbw_factor(bc_coll_t coll, int nranks) {
   if (coll == BC_ALL_REDUCE)
     return 2.0 * (nranks - 1) / nranks;
-  if (coll == BC_BROADCAST)
+  if (coll == BC_BROADCAST || coll == BC_REDUCE || coll == BC_SENDRECV)
     return 1.0;
-  return (double)(nranks - 1) / nranks;
+  return (double)(nranks - 1) / nranks; /* the gathers, scatters and all_to_all */
 }
 
 /* ---- values: exact small integers ---- */
@@ -115,14 +127,20 @@ static void bc_fill_input(bc_coll_t coll, int rank, const bc_counts_t *c, float 
   switch (coll) {
   case BC_ALL_REDUCE:
   case BC_REDUCE_SCATTER:
+  case BC_REDUCE:
     for (i = 0; i < c->sendcount; i++) send[i] = bc_reduce_in(rank, i);
     break;
   case BC_ALL_GATHER: /* rank's block; in all_to_all block d goes to rank d */
   case BC_ALL_TO_ALL:
+  case BC_GATHER:
+  case BC_SENDRECV:
     for (i = 0; i < c->sendcount; i++) send[i] = bc_move_in(rank, i);
     break;
   case BC_BROADCAST: /* root 0 */
     for (i = 0; i < c->sendcount; i++) send[i] = rank == 0 ? bc_move_in(0, i) : -1.0f;
+    break;
+  case BC_SCATTER: /* only the root's buffer is read, as weft's scatter_perf fills it */
+    for (i = 0; i < c->sendcount && rank == 0; i++) send[i] = bc_move_in(0, i);
     break;
   default: break;
   }
@@ -132,19 +150,29 @@ static void bc_fill_input(bc_coll_t coll, int rank, const bc_counts_t *c, float 
 static float bc_expected(bc_coll_t coll, int rank, int nranks, const bc_counts_t *c, size_t i) {
   size_t b = c->block;
   switch (coll) {
-  case BC_ALL_REDUCE: return bc_reduce_out(nranks, i);
+  case BC_ALL_REDUCE:
+  case BC_REDUCE: return bc_reduce_out(nranks, i);
   case BC_REDUCE_SCATTER: return bc_reduce_out(nranks, (size_t)rank * b + i);
-  case BC_ALL_GATHER: return bc_move_in((int)(i / b), i % b);
+  case BC_ALL_GATHER:
+  case BC_GATHER: return bc_move_in((int)(i / b), i % b);
   case BC_ALL_TO_ALL: return bc_move_in((int)(i / b), (size_t)rank * b + i % b);
   case BC_BROADCAST: return bc_move_in(0, i);
+  case BC_SCATTER: return bc_move_in(0, (size_t)rank * b + i);
+  case BC_SENDRECV: return bc_move_in((rank - 1 + nranks) % nranks, i);
   default: return 0;
   }
+}
+
+/* How many elements of rank's result are checked: none where the collective leaves no
+ * result (reduce and gather off the root, as weft's perf tools check them). */
+static size_t bc_checked_count(bc_coll_t coll, int rank, const bc_counts_t *c) {
+  return (coll == BC_REDUCE || coll == BC_GATHER) && rank != 0 ? 0 : c->recvcount;
 }
 
 static int64_t bc_count_wrong(bc_coll_t coll, int rank, int nranks, const bc_counts_t *c,
                               const float *result) {
   int64_t wrong = 0;
-  for (size_t i = 0; i < c->recvcount; i++) {
+  for (size_t i = 0; i < bc_checked_count(coll, rank, c); i++) {
     float want = bc_expected(coll, rank, nranks, c, i);
     wrong += memcmp(&result[i], &want, sizeof(want)) != 0;
   }
@@ -169,9 +197,9 @@ static int bc_parse_size(const char *s, size_t *out) {
 }
 
 static void bc_usage(const char *prog) {
-  fprintf(stderr, "usage: %s all_reduce|all_gather|reduce_scatter|all_to_all|broadcast "
-                  "[-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-c 0|1] "
-                  "[-t TRANSPORT-LABEL]\n", prog);
+  fprintf(stderr, "usage: %s all_reduce|all_gather|reduce_scatter|all_to_all|broadcast|"
+                  "reduce|gather|scatter|sendrecv [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] "
+                  "[-w WARMUP] [-c 0|1] [-t TRANSPORT-LABEL]\n", prog);
 }
 
 /* Returns 0, or prints usage and returns -1. */

@@ -11,10 +11,14 @@
  * data through Gloo's TCP transport on loopback: Gloo has no shared-memory transport.
  *
  * Calls, as PyTorch's ProcessGroupGloo makes them: gloo::allreduce (AllreduceOptions,
- * ring), gloo::allgather, gloo::alltoall and gloo::broadcast (root 0) with unbound
- * buffers; reduce-scatter has no function-style call in Debian's Gloo, so it is the
- * ReduceScatterHalvingDoubling algorithm, built once per size outside the timing. It
- * reduces in place, leaving this rank's block at the start of the send buffer.
+ * ring), gloo::allgather, gloo::alltoall, gloo::broadcast, gloo::reduce, gloo::gather and
+ * gloo::scatter (root 0) with unbound buffers; sendrecv is a pair of unbound buffers, one
+ * send to rank+1 and one receive from rank-1 on one slot, both waited for (as
+ * ProcessGroupGloo's send and recv). gloo::reduce uses its output buffer as scratch on
+ * every rank (a ring reduce-scatter, then a gather to the root). Reduce-scatter has no
+ * function-style call in Debian's Gloo, so it is the ReduceScatterHalvingDoubling
+ * algorithm, built once per size outside the timing. It reduces in place, leaving this
+ * rank's block at the start of the send buffer.
  */
 #include <gloo/allgather.h>
 #include <gloo/config.h>
@@ -22,8 +26,11 @@
 #include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/gather.h>
 #include <gloo/math.h>
+#include <gloo/reduce.h>
 #include <gloo/reduce_scatter.h>
+#include <gloo/scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
@@ -95,6 +102,51 @@ const float *gloo_run(void *p, bc_coll_t coll, const bc_counts_t *c, float *send
     o.setRoot(0);
     o.setTag(b->tag);
     gloo::broadcast(o);
+    return recv;
+  }
+  case BC_REDUCE: {
+    gloo::ReduceOptions o(b->ctx);
+    o.setInput(send, c->sendcount);
+    o.setOutput(recv, c->recvcount);
+    o.setRoot(0);
+    o.setReduceFunction(
+        static_cast<void (*)(void *, const void *, const void *, size_t)>(&gloo::sum<float>));
+    o.setTag(b->tag);
+    gloo::reduce(o);
+    return recv;
+  }
+  case BC_GATHER: {
+    gloo::GatherOptions o(b->ctx);
+    o.setInput(send, c->sendcount);
+    if (b->ctx->rank == 0)
+      o.setOutput(recv, c->recvcount);
+    o.setRoot(0);
+    o.setTag(b->tag);
+    gloo::gather(o);
+    return recv;
+  }
+  case BC_SCATTER: {
+    gloo::ScatterOptions o(b->ctx);
+    if (b->ctx->rank == 0) {
+      std::vector<float *> blocks;
+      for (int r = 0; r < b->ctx->size; r++)
+        blocks.push_back(send + static_cast<size_t>(r) * c->block);
+      o.setInputs(blocks, c->block);
+    }
+    o.setOutput(recv, c->recvcount);
+    o.setRoot(0);
+    o.setTag(b->tag);
+    gloo::scatter(o);
+    return recv;
+  }
+  case BC_SENDRECV: {
+    int n = b->ctx->size, rank = b->ctx->rank;
+    auto out = b->ctx->createUnboundBuffer(send, c->sendcount * sizeof(float));
+    auto in = b->ctx->createUnboundBuffer(recv, c->recvcount * sizeof(float));
+    in->recv((rank - 1 + n) % n, b->tag);
+    out->send((rank + 1) % n, b->tag);
+    in->waitRecv();
+    out->waitSend();
     return recv;
   }
   default: return recv;

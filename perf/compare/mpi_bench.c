@@ -5,9 +5,11 @@
  *
  *   mpirun -np N mpi_bench all_reduce -b 8 -e 4M -f 2 -n 20 -w 5 [-t shm|tcp]
  *
- * MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall and MPI_Bcast
- * (root 0) on MPI_COMM_WORLD, out-of-place except MPI_Bcast, which is in place by
- * definition: the root's result is its own send buffer. Rank 0 prints JSON lines.
+ * MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall, MPI_Bcast,
+ * MPI_Reduce, MPI_Gather and MPI_Scatter (root 0) and, for sendrecv, one MPI_Sendrecv per
+ * call (the ring shift: send to rank+1, receive from rank-1) on MPI_COMM_WORLD, out-of-place
+ * except MPI_Bcast, which is in place by definition: the root's result is its own send
+ * buffer. Rank 0 prints JSON lines.
  * Open MPI picks its own algorithms (coll/tuned decisions); we do not tune them.
  */
 #include <mpi.h>
@@ -37,6 +39,22 @@ static const float *mpi_run(void *ctx, bc_coll_t coll, const bc_counts_t *c, flo
     float *buf = rank == 0 ? send : recv;
     MPI_Bcast(buf, (int)c->recvcount, MPI_FLOAT, 0, MPI_COMM_WORLD);
     return buf;
+  }
+  case BC_REDUCE: /* off the root recv is not written, and not checked */
+    MPI_Reduce(send, recv, (int)c->recvcount, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+    return recv;
+  case BC_GATHER:
+    MPI_Gather(send, (int)c->block, MPI_FLOAT, recv, (int)c->block, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    return recv;
+  case BC_SCATTER:
+    MPI_Scatter(send, (int)c->block, MPI_FLOAT, recv, (int)c->block, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    return recv;
+  case BC_SENDRECV: {
+    int n;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    MPI_Sendrecv(send, (int)c->sendcount, MPI_FLOAT, (rank + 1) % n, 0, recv, (int)c->recvcount,
+                 MPI_FLOAT, (rank - 1 + n) % n, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return recv;
   }
   default: return recv;
   }
