@@ -63,6 +63,21 @@ def row(size, time_us, busbw, wrong, p50=None, p99=None):
 # own buffer: 64 MiB measured 8.9-9.9 ms against 4.2-4.5 ms in place.)
 WEFT_COLUMN = {"broadcast": "in_place"}
 
+# The collectives run.sh can sweep, in report order, with nccl-tests' busbw factors (n ranks).
+# (sendrecv's in-place column is "N/A" in weft's tools: it races by design; out-of-place is read.)
+COLL_FACTORS = {"all_reduce": "2(n-1)/n", "all_gather": "(n-1)/n", "reduce_scatter": "(n-1)/n",
+                "all_to_all": "(n-1)/n", "broadcast": "1", "reduce": "1", "gather": "(n-1)/n",
+                "scatter": "(n-1)/n", "sendrecv": "1"}
+
+
+def factors_text(colls):
+    """'all_reduce 2(n-1)/n, all_gather, reduce_scatter (n-1)/n, ...': each factor once, after
+    the collectives that have it, in the order of colls."""
+    groups = {}
+    for coll in colls:
+        groups.setdefault(COLL_FACTORS.get(coll, "?"), []).append(coll)
+    return ", ".join(", ".join(cs) + " " + f for f, cs in groups.items())
+
 
 def read_weft_json(paths, column="out_of_place"):
     """The results of weft's -J documents (nccl-tests' JSON; figures of the given column);
@@ -350,7 +365,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--np", default="?")
     ap.add_argument("--transport", default="auto")
-    ap.add_argument("--colls", default="all_reduce all_gather reduce_scatter all_to_all broadcast")
+    ap.add_argument("--colls", help="collectives to report, in order (default: those in --raw)")
     ap.add_argument("--libs", default="weft mpi gloo", help="any of weft base mpi gloo")
     ap.add_argument("--rounds", default="?")
     ap.add_argument("--iters", default="?")
@@ -358,7 +373,7 @@ def main():
     a = ap.parse_args()
 
     data, banners = load(a.raw)
-    colls = a.colls.split()
+    colls = a.colls.split() if a.colls else [c for c in COLL_FACTORS if any(k[0] == c for k in data)]
     libs = [lib for lib, _ in LIBS if lib in a.libs.split()]
     med_all = {coll: {lib: {sz: summarize(rs) for sz, rs in data.get((coll, lib), {}).items()}
                       for lib in libs} for coll in colls}
@@ -376,10 +391,18 @@ def main():
           f"broadcast are by definition); {a.iters} timed iterations per size; "
           f"median of {a.rounds} alternating round(s)",
           f"- transport: {transport}",
-          "- busbw in GB/s (nccl-tests factors: all_reduce 2(n-1)/n, all_gather, reduce_scatter, "
-          "all_to_all (n-1)/n, broadcast 1); latency = mean time per call in us",
+          f"- busbw in GB/s (nccl-tests factors: {factors_text(colls)}); latency = mean time per call "
+          "in us",
           "- weft/peer = peer time / weft time (above 1: weft is faster); WRONG = wrong elements "
           "in the checked call"]
+    rooted = [c for c in ("broadcast", "reduce", "gather", "scatter") if c in colls]
+    if rooted or "sendrecv" in colls:
+        md.append("- " + "; ".join(
+            ([f"root 0 ({', '.join(rooted)})"] if rooted else []) +
+            (["reduce and gather: only the root's result is checked"]
+             if {"reduce", "gather"} & set(colls) else []) +
+            (["sendrecv: a ring shift, rank r sends to r+1 and receives from r-1, one call"]
+             if "sendrecv" in colls else [])))
     for lib, label in LIBS:
         if banners.get(lib):
             md.append(f"- {label}: `{banners[lib]}`")
