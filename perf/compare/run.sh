@@ -28,7 +28,9 @@
 #                             8 KiB): Open MPI's ranks, 4 bound to 2 cores, ran their first
 #                             size's 500 calls at 80-140 us each after 5 warm-ups (an
 #                             all-to-all of 16 B; 13 us from the second size on, and after 200)
-#   COMPARE_COLLS             [all_reduce all_gather reduce_scatter all_to_all broadcast]
+#   COMPARE_COLLS             [all_reduce all_gather reduce_scatter all_to_all broadcast];
+#                             reduce, gather, scatter (root 0) and sendrecv (a ring shift)
+#                             run too when named (weft's reduce_perf ... sendrecv_perf)
 #   COMPARE_LIBS              [weft mpi gloo]; with COMPARE_BASELINE, add "base"
 #   COMPARE_BASELINE=DIR      another weft build dir (e.g. the commit before a change): library
 #                             "base" runs its perf tools and weftrun, alternating with this
