@@ -42,7 +42,7 @@ printf '%s\n' "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": 8000, \"bus
 python3 "$src/perf/bench/report.py" "$dir" >"$dir/report" 2>"$dir/log"
 rc=$?
 cat "$dir/report" >>"$dir/log"
-echo "1..11"
+echo "1..16"
 if [ $rc = 0 ]; then ok "report.py reads the fabricated bench (exit 0)"; else not_ok "report.py exits $rc"; fi
 # all-gather at 16M, per round: weft/floor 0.5, 1.0, 0.5; MPI/floor 0.17, 0.67, 0.17; floor/MPI
 # 6, 1.5, 6. (From the medians alone, 100 and 150 us against the 50 us floor: 0.50, 0.33, 3.00x.)
@@ -124,5 +124,51 @@ if [ $rc != 0 ] &&
   ok "a sweep without Open MPI fails the report (exit $rc) and says which and why"
 else
   not_ok "a sweep without Open MPI: exit $rc, expected 1 and a FAILED line naming sweep shm"
+fi
+# Sweep shm_more (reduce, gather, scatter, sendrecv; np=2): the same latency and busbw targets,
+# no floor. At 8 B Open MPI takes 2, 0.5, 1, 3 us against weft's 1 (gather misses: 0.50x); at
+# 16 MiB twice weft's 100 us (2.00x: every busbw table passes 1.5x).
+more_row() { # coll lib size time_us: busbw = S / t x factor (n = 2: gather, scatter 1/2)
+  bw=$(python3 -c "print($3 / $4 / 1e3 * (0.5 if '$1' in ('gather', 'scatter') else 1.0))")
+  echo "{\"coll\": \"$1\", \"lib\": \"$2\", \"size\": $3, \"time_us\": $4, \"busbw\": $bw," \
+    "\"wrong\": 0, \"rounds\": 3, \"round_us\": {\"1\": $4, \"2\": $4, \"3\": $4}}"
+}
+mkdir -p "$dir/more/shm_more" && cp -r "$dir/shm" "$dir/more/shm"
+for c in reduce:2 gather:0.5 scatter:1 sendrecv:3; do
+  more_row "${c%:*}" weft 8 1
+  more_row "${c%:*}" mpi 8 "${c#*:}"
+  more_row "${c%:*}" weft $m 100
+  more_row "${c%:*}" mpi $m 200
+done >"$dir/more/shm_more/compare.jsonl"
+python3 "$src/perf/bench/report.py" "$dir/more" >"$dir/report_more" 2>>"$dir/log"
+rc=$?
+cat "$dir/report_more" >>"$dir/log"
+section() { sed -n "/^## $1/,/^## /p" "$dir/report_more"; }
+lat=$(section "gather: latency vs Open MPI at every size, np=2" | grep '^| 8 ')
+case $rc/$lat in
+  "0/"*"| 0.50x | 1.0x |"*"| MISS |") ok "shm_more: gather 8 B latency 0.50x, MISS (exit 0)" ;;
+  *) echo "# exit $rc, row: $lat" >>"$dir/log"; not_ok "shm_more: expected gather 8 B at 0.50x, MISS, exit 0" ;;
+esac
+case $(section "sendrecv: latency vs Open MPI at every size, np=2" | grep '^| 8 ') in
+  *"| 3.00x | 1.0x |"*"| PASS |") ok "shm_more: sendrecv 8 B latency 3.00x, PASS" ;;
+  *) not_ok "shm_more: expected sendrecv 8 B at 3.00x, PASS" ;;
+esac
+bw=$(section "reduce: busbw vs Open MPI at >= 16 MiB, np=2")
+case $(echo "$bw" | grep '^| 16M ') in
+  *"| 2.00x | 1.5x |"*"| PASS |")
+    if echo "$bw" | grep -q 'floor'; then not_ok "shm_more: reduce's busbw table has no floor columns"
+    else ok "shm_more: reduce 16M busbw 2.00x, PASS, no floor columns"; fi ;;
+  *) not_ok "shm_more: expected reduce 16M busbw at 2.00x, PASS" ;;
+esac
+if grep -q '^- MISS: reduce, gather, scatter, sendrecv >= 1.0x Open MPI at every size (np=2)$' "$dir/report_more" &&
+   grep -q '^- PASS: reduce, gather, scatter, sendrecv >= 1.5x at >= 16 MiB (np=2)$' "$dir/report_more"; then
+  ok "shm_more: the Summary lists its two targets (latency MISS, busbw PASS)"
+else
+  not_ok "shm_more: expected Summary lines MISS (latency) and PASS (busbw) for reduce, gather, scatter, sendrecv"
+fi
+if grep -q 'reduce, gather, scatter, sendrecv' "$dir/report"; then
+  not_ok "without DIR/shm_more the report names no target of it"
+else
+  ok "without DIR/shm_more the report names no target of it"
 fi
 [ $failed -eq 0 ]

@@ -362,43 +362,63 @@ def np2_targets(d, shm_name, floors, floor, tag, results, floor_reg=0):
     if irows:
         table("all-reduce in place (as PyTorch DDP calls it) vs the floor; shown beside the target, "
               "which reads the out-of-place columns (" + how + ")" + tag, irows, 0.8, "GB/s")
-    every = True
-    measured = False
-    for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        ok = table(f"{coll}: latency vs Open MPI at every size, np=2 (ratio = MPI time / weft time)" + tag,
-                   ratio_rows(shm, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
-                   by_l3=placement_ratios(shm_path, coll, "mpi", 0, 1 << 40, "time_us", False),
-                   spread_counts=True)
-        if ok is not None:
-            measured = True
-            every &= ok
-    results["every collective >= 1.0x Open MPI at every size (np=2)" + tag] = every if measured else None
-    big = True
-    measured = False
-    for coll in ("all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        ok = table(f"{coll}: busbw vs Open MPI at >= 16 MiB, np=2" + tag,
-                   ratio_rows(shm, coll, "mpi", 16 * MIB, 1 << 40, "busbw"), 1.5, "GB/s",
-                   ceiling_of(shm, coll, floors, raw),
-                   placement_ratios(shm_path, coll, "mpi", 16 * MIB, 1 << 40, "busbw"))
-        if ok is not None:
-            measured = True
-            big &= ok
+    results["every collective >= 1.0x Open MPI at every size (np=2)" + tag] = latency_targets(
+        shm_path, ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"), tag)
     results["all-gather, reduce-scatter, all-to-all, broadcast >= 1.5x at >= 16 MiB" + tag] = \
-        big if measured else None
+        busbw_targets(shm_path, ("all_gather", "reduce_scatter", "all_to_all", "broadcast"), tag,
+                      lambda coll: ceiling_of(shm, coll, floors, raw))
+
+
+def all_of(verdicts):
+    """One verdict from a target's tables (table()'s: True, False, None = not measured): PASS
+    when every measured table passed, None when none was measured."""
+    measured = [ok for ok in verdicts if ok is not None]
+    return all(measured) if measured else None
+
+
+def latency_targets(path, colls, tag):
+    """The np=2 latency target (>= 1.0x Open MPI at every size) of each collective in colls,
+    from the sweep's compare.jsonl at path, one table each (with the ratio per L3 placement);
+    the verdict over all of them (all_of)."""
+    rows = load(path)
+    return all_of([table(f"{coll}: latency vs Open MPI at every size, np=2 (ratio = MPI time / weft time)"
+                         + tag, ratio_rows(rows, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False),
+                         1.0, "us", by_l3=placement_ratios(path, coll, "mpi", 0, 1 << 40, "time_us", False),
+                         spread_counts=True) for coll in colls])
+
+
+def busbw_targets(path, colls, tag, ceiling=None):
+    """The np=2 busbw target (>= 1.5x Open MPI at >= 16 MiB) of each collective in colls, as
+    latency_targets; ceiling: coll -> table()'s floor columns (ceiling_of), None where the
+    collectives have no memory-bandwidth floor."""
+    rows = load(path)
+    return all_of([table(f"{coll}: busbw vs Open MPI at >= 16 MiB, np=2" + tag,
+                         ratio_rows(rows, coll, "mpi", 16 * MIB, 1 << 40, "busbw"), 1.5, "GB/s",
+                         ceiling(coll) if ceiling else None,
+                         placement_ratios(path, coll, "mpi", 16 * MIB, 1 << 40, "busbw"))
+                   for coll in colls])
+
+
+# The collectives of sweep shm_more (perf/bench/run.sh), np=2 over shm: no floor, no ceiling.
+MORE_COLLS = ("reduce", "gather", "scatter", "sendrecv")
+
+
+def more_targets(d, name, tag, results):
+    """The np=2 targets of the collectives in sweep DIR/name (MORE_COLLS), into results."""
+    path = os.path.join(d, name, "compare.jsonl")
+    print(f"\n# {', '.join(MORE_COLLS)} against the same np=2 targets (sweep {name})")
+    results[f"{', '.join(MORE_COLLS)} >= 1.0x Open MPI at every size (np=2)" + tag] = \
+        latency_targets(path, MORE_COLLS, tag)
+    results[f"{', '.join(MORE_COLLS)} >= 1.5x at >= 16 MiB (np=2)" + tag] = busbw_targets(path, MORE_COLLS, tag)
 
 
 def np4_targets(d, np4_name, tag, results):
     np4 = load(os.path.join(d, np4_name, "compare.jsonl"))
-    four = True
-    measured = False
-    for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"):
-        ok = table(f"4 ranks on 2 cores: {coll} vs Open MPI at every size (ratio = MPI time / weft time)" + tag,
-                   ratio_rows(np4, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
-                   spread_counts=True)
-        if ok is not None:
-            measured = True
-            four &= ok
-    results["4 ranks on 2 cores: >= Open MPI at every size" + tag] = four if measured else None
+    results["4 ranks on 2 cores: >= Open MPI at every size" + tag] = all_of([
+        table(f"4 ranks on 2 cores: {coll} vs Open MPI at every size (ratio = MPI time / weft time)" + tag,
+              ratio_rows(np4, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
+              spread_counts=True)
+        for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")])
 
 
 def geomean(xs):
@@ -411,7 +431,8 @@ def ab_section(d):
     size, weft/base (base time / weft time: above 1, this build is faster) beside both builds'
     ratio to Open MPI, which was measured in the same alternating rounds. Nothing when no
     sweep ran a baseline."""
-    sweeps = [n for n in ("shm", "socket", "np4", "shm_registered", "np4_registered", "shm_plain_registered")
+    sweeps = [n for n in ("shm", "shm_more", "socket", "np4", "shm_registered", "np4_registered",
+                          "shm_plain_registered")
               if any(lib == "base" for (_, lib, _) in load(os.path.join(d, n, "compare.jsonl")))]
     if not sweeps:
         return
@@ -461,6 +482,8 @@ def main(d):
         "socket only: 8-byte all-reduce latency (ratio = MPI time / weft time)",
         ratio_rows(sock, "all_reduce", "mpi", 8, 8, "time_us", higher_better=False), 1.0, "us")
     np4_targets(d, "np4", "", results)
+    if os.path.isdir(os.path.join(d, "shm_more")):
+        more_targets(d, "shm_more", "", results)
     reg = {}
     tag = " [registered buffers, -R 2]"
     if os.path.isdir(os.path.join(d, "shm_registered")):
