@@ -140,7 +140,9 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
     return !comm->oversubscribed && far && r->bytes >= SINGLE_COPY_SMALL_BYTES &&
            r->call->fp.count * esize <= BROADCAST_SINGLE_COPY_MAX_BYTES;
   }
-  if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV) return 0;
+  if (coll != WEFT__COLL_ALL_GATHER && coll != WEFT__COLL_ALL_TO_ALL && coll != WEFT__COLL_ALL_TO_ALLV &&
+      !(coll == WEFT__COLL_SEND && r->p2p_exchange))
+    return 0;
   if (coll == WEFT__COLL_ALL_GATHER && r->call->fp.count * esize / 2 >= weft__mem_nt_threshold()) return 0;
   if (r->bytes < SINGLE_COPY_SMALL_BYTES && (copy_verdict & WEFT__SINGLE_COPY_SMALL_MEASURED)) {
     if (!(copy_verdict & WEFT__SINGLE_COPY_SMALL_TWO_WAY)) return 0;
@@ -148,7 +150,7 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
     return 0;
   }
   if (r->bytes < SINGLE_COPY_SMALL_BYTES && (comm->oversubscribed || r->staged)) return 0;
-  if (!comm->oversubscribed) return 1;
+  if (!comm->oversubscribed || coll == WEFT__COLL_SEND) return 1;
   /* What a rank receives: count elements from each rank (all-to-allv's counts are per pair,
    * its fingerprint's count 0: small, as MoE's are, or not, it goes single copy). */
   return r->call->fp.count * esize * (uint64_t)comm->nranks <= OVERSUBSCRIBED_SINGLE_COPY_MAX_BYTES;

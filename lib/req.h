@@ -73,6 +73,12 @@ typedef struct weft__req {
    * straight into the send's slot (and copied from there into its copy_to), skipping dst;
    * 0: it lands in dst first and goes on from there. */
   unsigned char fwd_skip_dst;
+  /* send of a group (algos/p2p/p2p.c): 1 when the group also receives from another rank,
+   * into buffers apart from this message's source: an exchange, whose cores are both busy,
+   * so it may go single copy as all-to-all's messages do (weft__req_single_copy_wanted).
+   * 0 for a lone send, and for one whose source overlaps a receive of its group (an in-place
+   * sendrecv, which a single copy would read after the receive had written there). */
+  unsigned char p2p_exchange;
   /* recv reducing on arrival (acc set): 0, or the divisor (2 .. 65535) each piece is
    * divided by once reduced, before anything reads it (weft__mem_avg): a WEFT_AVG ring
    * all-reduce's last reduce-scatter step, whose block is then final as it lands and can
@@ -128,8 +134,10 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * (transports/shm's process_vm_readv path, WEFT_SHM_CMA_BYTES); else it goes through the
  * transport's FIFO, copied in by the sender and out by the receiver. The policy, by the
  * call (lib/req.c has the figures): one copy for all-gather and all-to-all(v), where every
- * rank sends and receives at once, so it halves the work of cores that are all busy; two
- * copies for one-way traffic (broadcast, gather, scatter, send/recv), where the sender's
+ * rank sends and receives at once, so it halves the work of cores that are all busy, and
+ * for the sends of a group that also receives (r->p2p_exchange: sendrecv, a pipeline's
+ * step), by the same rules, except that with more ranks than cores any such message from
+ * 64 KiB does; two copies for one-way traffic (broadcast, gather, scatter, a lone send), where the sender's
  * copy into the FIFO overlaps the receiver's copy out (a pipeline over two cores), and for
  * reductions (the single-copy read goes through a scratch in pieces). With more ranks than
  * cores (comm->oversubscribed) all-gather and all-to-all go single copy only up to 16 MiB

@@ -1,6 +1,7 @@
 /* test_single_copy: which messages the core wants moved by one copy (lib/req.h,
  * weft__req_single_copy_wanted): all-gather and all-to-all(v) do; reductions, one-way calls
- * (broadcast, gather, scatter, send/recv), the barrier and a request outside any call do not;
+ * (broadcast, gather, scatter, a lone send), the barrier and a request outside any call do not;
+ * a send of an exchange (a group that also receives into other bytes) does, as all-to-all's;
  * with more ranks than cores, only calls receiving at most 16 MiB per rank; all-gather blocks
  * of 32 MiB and more keep two copies; broadcast
  * messages of at most 1 MiB do when the cores are far apart (a measured round trip >= 100 ns).
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include "algos/p2p/p2p.h"
 #include "lib/comm.h"
 #include "lib/req.h"
 #include "lib/task.h"
@@ -273,6 +275,66 @@ static void broadcast_gather_and_scatter_from_64_kib_go_as_puts_where_one_copy_i
   assert_false(weft__req_put_wanted(&comm2, &r, two_way)); /* outside a call */
 }
 
+/* A send of an exchange (a group that also receives, into other bytes: sendrecv, a
+ * pipeline's 1F1B step) goes single copy as an all-to-all message does, with more ranks than
+ * cores at any size from 64 KiB (a rank receives the one message); a lone send stays one-way
+ * traffic on two copies. */
+static int p2p_wanted(const struct weft_comm *comm, size_t bytes, int exchange, unsigned verdict) {
+  weft__fp_call call;
+  weft__req r = send_in_call(&call, WEFT__COLL_SEND, bytes, bytes);
+  call.fp.type = (uint8_t)WEFT_UINT8; /* as p2p.c's pair fingerprints */
+  r.p2p_exchange = (unsigned char)exchange;
+  return weft__req_single_copy_wanted(comm, &r, 60, verdict);
+}
+
+static void sends_of_an_exchange_go_single_copy(void **state) {
+  (void)state;
+  const unsigned one = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
+  const unsigned small_one = one | WEFT__SINGLE_COPY_SMALL_MEASURED | WEFT__SINGLE_COPY_SMALL_TWO_WAY;
+  assert_true(p2p_wanted(&comm2, 1 << 20, 1, 0));
+  assert_true(p2p_wanted(&comm2, (size_t)256 << 20, 1, one));
+  assert_true(p2p_wanted(&comm2, 8 << 10, 1, small_one));
+  assert_false(p2p_wanted(&comm2, 8 << 10, 1, one | WEFT__SINGLE_COPY_SMALL_MEASURED));
+  assert_false(p2p_wanted(&comm2, 1 << 20, 1, WEFT__SINGLE_COPY_MEASURED)); /* two copies measured faster */
+  assert_true(p2p_wanted(&comm4_on_2, 64 << 10, 1, one));
+  assert_true(p2p_wanted(&comm4_on_2, 32 << 20, 1, one)); /* no 16 MiB bound: one message */
+  assert_false(p2p_wanted(&comm4_on_2, 32 << 10, 1, small_one));
+  assert_false(p2p_wanted(&comm2, 1 << 20, 0, one));
+  assert_false(p2p_wanted(&comm2, (size_t)256 << 20, 0, 0));
+}
+
+/* Which sends of a group are exchanges (algos/p2p/p2p.h): a send next to a receive from
+ * another rank, unless a receive writes into its bytes; receives from self do not count. */
+static void a_group_send_is_an_exchange_unless_it_overlaps_a_receive(void **state) {
+  (void)state;
+  static char a[4096], b[4096], c[4096];
+  const int self = 1;
+  weft__p2p_op ops[4] = {{.is_send = 1, .peer = 2, .buf = a, .bytes = 1024},
+                         {.is_send = 0, .peer = 0, .buf = b, .bytes = 1024}};
+  weft__p2p_span span = weft__p2p_recv_span(ops, 2, self);
+  assert_true(weft__p2p_send_in_exchange(ops, 2, self, &ops[0], span));
+  /* in place: the receive lands where the send reads */
+  ops[1].buf = a + 512;
+  span = weft__p2p_recv_span(ops, 2, self);
+  assert_false(weft__p2p_send_in_exchange(ops, 2, self, &ops[0], span));
+  /* inside the receives' span but in a gap between them: still an exchange */
+  ops[1] = (weft__p2p_op){.is_send = 0, .peer = 0, .buf = c, .bytes = 16};
+  ops[2] = (weft__p2p_op){.is_send = 0, .peer = 2, .buf = c + 3000, .bytes = 16};
+  ops[0].buf = c + 1000;
+  span = weft__p2p_recv_span(ops, 3, self);
+  assert_true(weft__p2p_send_in_exchange(ops, 3, self, &ops[0], span));
+  ops[0].bytes = 2001; /* now reaches the second receive's first byte */
+  assert_false(weft__p2p_send_in_exchange(ops, 3, self, &ops[0], span));
+  /* only sends, or receives from self and empty ones: no exchange */
+  ops[0] = (weft__p2p_op){.is_send = 1, .peer = 2, .buf = a, .bytes = 1024};
+  ops[1] = (weft__p2p_op){.is_send = 0, .peer = self, .buf = b, .bytes = 1024};
+  ops[2] = (weft__p2p_op){.is_send = 0, .peer = 0, .buf = c, .bytes = 0};
+  ops[3] = (weft__p2p_op){.is_send = 1, .peer = self, .buf = a, .bytes = 1024};
+  span = weft__p2p_recv_span(ops, 4, self);
+  assert_false(weft__p2p_send_in_exchange(ops, 4, self, &ops[0], span));
+  assert_false(weft__p2p_send_in_exchange(ops, 1, self, &ops[0], weft__p2p_recv_span(ops, 1, self)));
+}
+
 static void a_request_outside_a_call_keeps_two_copies(void **state) {
   (void)state;
   weft__req r;
@@ -299,6 +361,8 @@ int main(void) {
       cmocka_unit_test(measured_one_copy_faster_keeps_the_rules_bounds),
       cmocka_unit_test(below_64_kib_the_small_measurement_decides),
       cmocka_unit_test(broadcast_gather_and_scatter_from_64_kib_go_as_puts_where_one_copy_is_faster),
+      cmocka_unit_test(sends_of_an_exchange_go_single_copy),
+      cmocka_unit_test(a_group_send_is_an_exchange_unless_it_overlaps_a_receive),
       cmocka_unit_test(a_request_outside_a_call_keeps_two_copies),
   };
   return cmocka_run_group_tests_name("test_single_copy", tests, NULL, NULL);

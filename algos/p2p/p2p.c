@@ -8,7 +8,9 @@
  * size, is an error raised before anything is posted. Message sizes are not rounded or
  * skipped: the transport checks that both sides agree.
  * Bytes: exactly what the caller asked. Source: NCCL's ncclSend / ncclRecv and groups. */
+#include <stdint.h>
 #include <string.h>
+#include "algos/p2p/p2p.h"
 #include "algos/ring.h"
 #include "lib/comm.h"
 #include "lib/dtype.h"
@@ -90,16 +92,42 @@ static weft_status_t match_self(weft__task *t, int do_copy) {
   return WEFT_SUCCESS;
 }
 
+weft__p2p_span weft__p2p_recv_span(const weft__p2p_op *ops, int nops, int self) {
+  weft__p2p_span span = {UINTPTR_MAX, 0};
+  for (int i = 0; i < nops; i++) {
+    if (ops[i].is_send || ops[i].peer == self || ops[i].bytes == 0) continue;
+    uintptr_t a = (uintptr_t)ops[i].buf;
+    if (a < span.lo) span.lo = a;
+    if (a + ops[i].bytes > span.hi) span.hi = a + ops[i].bytes;
+  }
+  if (span.hi == 0) span.lo = 0;
+  return span;
+}
+
+int weft__p2p_send_in_exchange(const weft__p2p_op *ops, int nops, int self, const weft__p2p_op *send,
+                               weft__p2p_span span) {
+  uintptr_t a = (uintptr_t)send->buf, b = a + send->bytes;
+  if (span.lo == span.hi) return 0;
+  if (b <= span.lo || a >= span.hi) return 1;
+  for (int i = 0; i < nops; i++) {
+    if (ops[i].is_send || ops[i].peer == self || ops[i].bytes == 0) continue;
+    if (a < (uintptr_t)ops[i].buf + ops[i].bytes && (uintptr_t)ops[i].buf < b) return 0;
+  }
+  return 1;
+}
+
 static weft_status_t group_start(weft__task *t, p2p_state *st) {
   struct weft_comm *comm = t->comm;
   WEFT_TRY(match_self(t, 0));
   WEFT_TRY(match_self(t, 1));
+  weft__p2p_span span = weft__p2p_recv_span(t->p2p, t->np2p, comm->rank);
   for (int i = 0; i < t->np2p; i++) {
     const weft__p2p_op *op = &t->p2p[i];
     if (op->peer == comm->rank) continue;
     weft__req *r = &st->reqs[st->nreq++];
     if (op->is_send) {
       weft__req_init_send(r, op->mem, op->buf, op->bytes);
+      r->p2p_exchange = (unsigned char)weft__p2p_send_in_exchange(t->p2p, t->np2p, comm->rank, op, span);
     } else {
       weft__req_init_recv(r, op->mem, op->buf, NULL, op->bytes, WEFT_UINT8, WEFT_SUM);
     }
