@@ -127,9 +127,12 @@ enum { BROADCAST_TWO_WAY_MIN_BYTES = 256 << 10 };
  * turned. All-to-all keeps one copy: its own block is other data, and two copies lost
  * there at every size of 16-256 MiB, in place and out (64M out of place 9850-10286 /
  * 10854-10898). */
+static int put_or_read_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);
+
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict) {
   if (r->call == NULL || r->call->fp.coll == 0) return 0;
+  if (r->busy_sender) return put_or_read_wanted(comm, r, copy_verdict);
   weft__coll_t coll = (weft__coll_t)(r->call->fp.coll - 1);
   size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
   int measured = (copy_verdict & WEFT__SINGLE_COPY_MEASURED) != 0;
@@ -182,7 +185,9 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * into the FIFOs. */
 enum { PUT_MIN_BYTES = SINGLE_COPY_SMALL_BYTES };
 
-int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict) {
+/* Where a put is wanted but the sender is busy (weft__req.busy_sender), the message goes
+ * single copy as a plain read instead. */
+static int put_or_read_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict) {
   const unsigned one_copy_faster = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
   if (r->call == NULL || r->call->fp.coll == 0 || comm->oversubscribed ||
       (copy_verdict & one_copy_faster) != one_copy_faster)
@@ -191,6 +196,10 @@ int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsig
   if (coll == WEFT__COLL_BROADCAST) /* the call's size: its chunks are the messages */
     return r->call->fp.count * weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u)) >= PUT_MIN_BYTES;
   return (coll == WEFT__COLL_GATHER || coll == WEFT__COLL_SCATTER) && r->bytes >= PUT_MIN_BYTES;
+}
+
+int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict) {
+  return !r->busy_sender && put_or_read_wanted(comm, r, copy_verdict);
 }
 
 /* A reducing receive on a transport that cannot reduce on arrival: the message lands in a

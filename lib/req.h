@@ -65,20 +65,25 @@ typedef struct weft__req {
    * for the pieces of a large collective that nothing reads again soon; 0: only messages
    * of at least weft__mem_nt_threshold() bytes do. Reductions on receive are not affected. */
   unsigned char nt;
-  /* send: 1 when src is a copy this rank has just written (an in-place call's staging,
-   * algos/all_to_all/pairwise.c), so its lines sit dirty in this core's cache; such a
-   * message goes single copy only from 64 KiB (weft__req_single_copy_wanted). */
-  unsigned char staged;
   /* recv with fwd: 1 when dst is a scratch only the send reads: a piece going on is reduced
    * straight into the send's slot (and copied from there into its copy_to), skipping dst;
    * 0: it lands in dst first and goes on from there. */
   unsigned char fwd_skip_dst;
+  /* The send flags below are bits of one byte: a request stays at 128 bytes. */
+  /* send: 1 when src is a copy this rank has just written (an in-place call's staging,
+   * algos/all_to_all/pairwise.c), so its lines sit dirty in this core's cache; such a
+   * message goes single copy only from 64 KiB (weft__req_single_copy_wanted). */
+  unsigned char staged : 1;
   /* send of a group (algos/p2p/p2p.c): 1 when the group also receives from another rank,
    * into buffers apart from this message's source: an exchange, whose cores are both busy,
    * so it may go single copy as all-to-all's messages do (weft__req_single_copy_wanted).
    * 0 for a lone send, and for one whose source overlaps a receive of its group (an in-place
    * sendrecv, which a single copy would read after the receive had written there). */
-  unsigned char p2p_exchange;
+  unsigned char p2p_exchange : 1;
+  /* send: 1 when the sending core has copying of its own to do meanwhile (an out-of-place
+   * scatter's root copies its own block): the message goes single copy, where the rules
+   * allow a put, but not as a put, which would hand that core half the bytes besides. */
+  unsigned char busy_sender : 1;
   /* recv reducing on arrival (acc set): 0, or the divisor (2 .. 65535) each piece is
    * divided by once reduced, before anything reads it (weft__mem_avg): a WEFT_AVG ring
    * all-reduce's last reduce-scatter step, whose block is then final as it lands and can
@@ -178,7 +183,9 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * half into its buffer, so both cores copy (transports/shm/shm_fifo.h). 1 for broadcast
  * messages of calls of at least 64 KiB, and gather and scatter messages of at least 64 KiB,
  * with a core per rank, where copy_verdict (as for weft__req_single_copy_wanted) measured
- * one copy faster than copy-in plus copy-out; else 0. The transport adds its own bounds
+ * one copy faster than copy-in plus copy-out; else 0, and 0 for a busy sender's
+ * (r->busy_sender: an out-of-place scatter's root), which weft__req_single_copy_wanted
+ * then takes as a plain single copy where it would have gone as a put. The transport adds its own bounds
  * (the peer's memory writable, the message two pages or more). The figures are in
  * lib/req.c. Pure; thread safety: comm's progress thread. */
 int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);

@@ -275,6 +275,28 @@ static void broadcast_gather_and_scatter_from_64_kib_go_as_puts_where_one_copy_i
   assert_false(weft__req_put_wanted(&comm2, &r, two_way)); /* outside a call */
 }
 
+/* An out-of-place scatter's root copies its own block while its sends move
+ * (weft__req.busy_sender): where a put is wanted, its messages go single copy as plain
+ * reads, not as puts; where none is, they keep two copies. */
+static void a_busy_sender_reads_where_it_would_put(void **state) {
+  (void)state;
+  const unsigned two_way = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
+  weft__fp_call call;
+  weft__req r = send_in_call(&call, WEFT__COLL_SCATTER, 1 << 18, 1 << 20);
+  r.busy_sender = 1;
+  assert_false(weft__req_put_wanted(&comm2, &r, two_way));
+  assert_true(weft__req_single_copy_wanted(&comm2, &r, 60, two_way));
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 60, WEFT__SINGLE_COPY_MEASURED));
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 60, 0));
+  assert_false(weft__req_single_copy_wanted(&comm4_on_2, &r, 60, two_way));
+  r.bytes = (64 << 10) - 4;
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 60, two_way));
+  r.busy_sender = 0;
+  r.bytes = 1 << 20;
+  assert_false(weft__req_single_copy_wanted(&comm2, &r, 60, two_way)); /* it goes as a put instead */
+  assert_true(weft__req_put_wanted(&comm2, &r, two_way));
+}
+
 /* A send of an exchange (a group that also receives, into other bytes: sendrecv, a
  * pipeline's 1F1B step) goes single copy as an all-to-all message does, with more ranks than
  * cores at any size from 64 KiB (a rank receives the one message); a lone send stays one-way
@@ -361,6 +383,7 @@ int main(void) {
       cmocka_unit_test(measured_one_copy_faster_keeps_the_rules_bounds),
       cmocka_unit_test(below_64_kib_the_small_measurement_decides),
       cmocka_unit_test(broadcast_gather_and_scatter_from_64_kib_go_as_puts_where_one_copy_is_faster),
+      cmocka_unit_test(a_busy_sender_reads_where_it_would_put),
       cmocka_unit_test(sends_of_an_exchange_go_single_copy),
       cmocka_unit_test(a_group_send_is_an_exchange_unless_it_overlaps_a_receive),
       cmocka_unit_test(a_request_outside_a_call_keeps_two_copies),

@@ -2,7 +2,8 @@
  * (count elements).
  *
  * The root posts its n-1 sends at once, each straight from its block of sendbuf, and
- * copies its own block (not in-place, when recvbuf == sendbuf + root * count); every other
+ * copies its own block (not in-place, when recvbuf == sendbuf + root * count) once the
+ * sends are on their way, so the peers read them meanwhile; every other
  * rank receives one message from the root into recvbuf. Requests stream through the
  * transports in pieces, so no scratch is needed however large the blocks. An empty block
  * (count 0, the same on every rank) moves nothing on any rank.
@@ -20,6 +21,12 @@
 
 typedef struct {
   int nreq, done;   /* done: a completed prefix of reqs */
+  /* root, out of place: its own block, copied by the first progress call, which comes after
+   * the transports' first pass has handed the sends to the peers (lib/task.c), so they read
+   * (or are written) while the root copies; own_bytes 0 once copied */
+  const char *own_src;
+  char *own_dst;
+  size_t own_bytes;
   weft__req reqs[]; /* root: n-1 sends; others: one receive */
 } scatter_state;
 
@@ -27,11 +34,12 @@ static void root_start(weft__task *t, scatter_state *st, size_t block) {
   struct weft_comm *comm = t->comm;
   const char *src = t->sendbuf;
   const char *own = src + (size_t)comm->rank * block;
-  if ((const char *)t->recvbuf != own) weft__mem_copy(t->mem, t->recvbuf, own, block, 0);
+  if ((const char *)t->recvbuf != own) st->own_src = own, st->own_dst = t->recvbuf, st->own_bytes = block;
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     weft__req *snd = &st->reqs[st->nreq++];
     weft__req_init_send(snd, t->mem, src + (size_t)p * block, block);
+    snd->busy_sender = st->own_bytes > 0;
     weft__req_post(weft__comm_conn(comm, p), snd);
   }
 }
@@ -57,6 +65,10 @@ static weft_status_t scatter_start(weft__task *t) {
 
 static weft_status_t scatter_progress(weft__task *t) {
   scatter_state *st = t->state;
+  if (st->own_bytes > 0) {
+    weft__mem_copy(t->mem, st->own_dst, st->own_src, st->own_bytes, 0);
+    st->own_bytes = 0;
+  }
   while (st->done < st->nreq && st->reqs[st->done].complete) st->done++;
   return st->done == st->nreq ? WEFT_SUCCESS : WEFT_IN_PROGRESS;
 }
