@@ -16,7 +16,7 @@
  * hands to the core when it reduces on arrival, and advances head past that slot only
  * after the last byte: the sender completes when it sees head pass. B bytes cost B of
  * memory traffic (plus a cache-resident bounce when reducing) and one system call per
- * 256 KiB. A put (weft__req_put_wanted: broadcast, gather and scatter, whose senders would
+ * MiB read (per 256 KiB written by a put). A put (weft__req_put_wanted: broadcast, gather and scatter, whose senders would
  * only wait) shares that copy: the receiver announces its destination and reads the first
  * half while the sender writes the second into it (process_vm_writev; shm_fifo.h). Hooks:
  * a waiting rank sleeps on its doorbell (shm_doorbell.h), a peer whose process is gone has
@@ -49,7 +49,15 @@
 #include "transports/transport.h"
 
 #define SHM_CMA_CALL_BYTES (1u << 20)      /* read or put per progress call, so other peers move too */
-#define SHM_CMA_PIECE (256u * 1024u)       /* per system call: larger ones ran 2x slower here */
+/* Bytes per system call. A read of 1 MiB, where 256 KiB pieces took four calls, ran on the
+ * Intel VM of 2026-12-03 (family 6 model 167; 2 ranks bound, us per call, 3 launches
+ * alternating with 256 KiB pieces): sendrecv 8M 699-733 against 746-911, 128M 23708-23896
+ * against 26978-28765; all-to-all 64M 9512-9531 against 10304-10501 out of place; gather in
+ * place 16M 362-369 against 427-439. A put written in 1 MiB pieces lost (in-place scatter
+ * 64M 2230-2298 against 1803-1819), so puts keep 256 KiB. (On an earlier VM pieces above
+ * 256 KiB had run 2x slower.) */
+#define SHM_CMA_READ_PIECE (1024u * 1024u)
+#define SHM_CMA_PUT_PIECE (256u * 1024u)
 #define SHM_CMA_REDUCE_PIECE (64u * 1024u) /* scratch of a reducing receive: stays in L2 */
 #define SHM_CMA_MAX_POSTED 8 /* single-copy descriptors in flight per connection: cma_send_progress */
 
@@ -102,7 +110,7 @@ static weft_status_t put_progress(struct weft_comm *comm, weft__conn *c, shm_con
     const char *src = r->mem->host_view(r->mem, r->src, r->bytes);
     for (size_t budget = SHM_CMA_CALL_BYTES; from + sc->put_written < r->bytes && budget > 0 && err == 0;) {
       size_t at = from + sc->put_written, n = r->bytes - at;
-      if (n > SHM_CMA_PIECE) n = SHM_CMA_PIECE;
+      if (n > SHM_CMA_PUT_PIECE) n = SHM_CMA_PUT_PIECE;
       err = weft__shm_cma_write(sc->pid, dst + at, src + at, n);
       if (err == 0) sc->put_written += n;
       budget -= n;
@@ -357,7 +365,7 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
     }
     if (r->done == r->bytes || budget == 0) break;
     size_t n = upto - r->done < budget ? upto - r->done : budget;
-    size_t piece = view == NULL ? SHM_CMA_REDUCE_PIECE : SHM_CMA_PIECE;
+    size_t piece = view == NULL ? SHM_CMA_REDUCE_PIECE : SHM_CMA_READ_PIECE;
     if (n > piece) n = piece;
     void *to = view == NULL ? *sc->scratch : view + r->done;
     int err = weft__shm_cma_read(sc->pid, to, h->cma_src + r->done, n);
