@@ -127,12 +127,28 @@ enum { BROADCAST_TWO_WAY_MIN_BYTES = 256 << 10 };
  * turned. All-to-all keeps one copy: its own block is other data, and two copies lost
  * there at every size of 16-256 MiB, in place and out (64M out of place 9850-10286 /
  * 10854-10898). */
-static int put_or_read_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);
+/* The sends of a group that also receives (weft__req.p2p_exchange) follow all-to-all's
+ * rules: both cores are busy, as in an exchange. On the Intel VM of 2026-12-03 (family 6
+ * model 167), sendrecv_perf against the build before (two copies) and Open MPI's
+ * MPI_Sendrecv, 2 ranks bound, out of place, us per call, medians of 3 rounds of
+ * perf/compare: 8K 1.38 / 1.71 / 2.02, 16K 1.58 / 2.79 / 2.21, 64K 3.31 / 6.64 / 4.45, 128K
+ * 5.92 / 18.2 / 7.00, 1M 52.1 / 141.5 / 56.4, 16M 1489 / 2655 / 1641, 64M 11367 / 12085 /
+ * 10988. With 4 ranks on 2 cores one copy won from 32 KiB (128K 16.7 against 35.7, 2M 390
+ * against 632, 32M 13074 against 14714, one launch each), so with more ranks than cores
+ * such a message goes single copy from 64 KiB at any size: a rank receives just the one.
+ * An out-of-place scatter's root (weft__req.busy_sender) copies its own block while the
+ * peers read theirs, where as puts its core wrote half of each message after its copy: 2
+ * ranks, us per call, this / puts / Open MPI: 2M 56.5 / 105.8 / 87.3, 16M 720 / 1029 / 1312,
+ * 64M 4319 / 5081 / 8253, 256M 29027 / 34954 / 46535. With 4 ranks on 2 cores, where puts
+ * are off and its messages went on two copies, reads won from 64 KiB messages (out of place,
+ * us per call, 2 launches each, two copies / reads: 1M 59-66 / 25-31, 4M 331-355 / 176-195,
+ * 16M 1275-1334 / 729-740, 256M 32206-32302 / 24389-25144; 256K 14.7-14.8 / 11.4-12.0). */
+static int put_or_read_wanted(const weft__req *r, unsigned copy_verdict);
 
 int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *r, unsigned peer_rt_ns,
                                  unsigned copy_verdict) {
   if (r->call == NULL || r->call->fp.coll == 0) return 0;
-  if (r->busy_sender) return put_or_read_wanted(comm, r, copy_verdict);
+  if (r->busy_sender) return put_or_read_wanted(r, copy_verdict);
   weft__coll_t coll = (weft__coll_t)(r->call->fp.coll - 1);
   size_t esize = weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u));
   int measured = (copy_verdict & WEFT__SINGLE_COPY_MEASURED) != 0;
@@ -183,23 +199,23 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * With more ranks the gather root reads half of each message while all its senders write
  * theirs at once, and the scatter root writes half of each where it copied all of each
  * into the FIFOs. */
-enum { PUT_MIN_BYTES = SINGLE_COPY_SMALL_BYTES };
+_Static_assert((int)WEFT__PUT_MIN_BYTES == (int)SINGLE_COPY_SMALL_BYTES, "puts start where single copy leaves its small class");
 
-/* Where a put is wanted but the sender is busy (weft__req.busy_sender), the message goes
- * single copy as a plain read instead. */
-static int put_or_read_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict) {
+/* Where a put would be wanted with a core per rank, a busy sender's message
+ * (weft__req.busy_sender) goes single copy as a plain read instead, with more ranks than
+ * cores too. */
+static int put_or_read_wanted(const weft__req *r, unsigned copy_verdict) {
   const unsigned one_copy_faster = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
-  if (r->call == NULL || r->call->fp.coll == 0 || comm->oversubscribed ||
-      (copy_verdict & one_copy_faster) != one_copy_faster)
+  if (r->call == NULL || r->call->fp.coll == 0 || (copy_verdict & one_copy_faster) != one_copy_faster)
     return 0;
   weft__coll_t coll = (weft__coll_t)(r->call->fp.coll - 1);
   if (coll == WEFT__COLL_BROADCAST) /* the call's size: its chunks are the messages */
-    return r->call->fp.count * weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u)) >= PUT_MIN_BYTES;
-  return (coll == WEFT__COLL_GATHER || coll == WEFT__COLL_SCATTER) && r->bytes >= PUT_MIN_BYTES;
+    return r->call->fp.count * weft__dtype_size((weft_datatype_t)(r->call->fp.type & 15u)) >= WEFT__PUT_MIN_BYTES;
+  return (coll == WEFT__COLL_GATHER || coll == WEFT__COLL_SCATTER) && r->bytes >= WEFT__PUT_MIN_BYTES;
 }
 
 int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict) {
-  return !r->busy_sender && put_or_read_wanted(comm, r, copy_verdict);
+  return !r->busy_sender && !comm->oversubscribed && put_or_read_wanted(r, copy_verdict);
 }
 
 /* A reducing receive on a transport that cannot reduce on arrival: the message lands in a

@@ -81,8 +81,9 @@ typedef struct weft__req {
    * sendrecv, which a single copy would read after the receive had written there). */
   unsigned char p2p_exchange : 1;
   /* send: 1 when the sending core has copying of its own to do meanwhile (an out-of-place
-   * scatter's root copies its own block): the message goes single copy, where the rules
-   * allow a put, but not as a put, which would hand that core half the bytes besides. */
+   * scatter's root copies its own block): the message goes single copy where a put would
+   * be wanted with a core per rank (with more ranks than cores too), but not as a put,
+   * which would hand that core half the bytes besides. */
   unsigned char busy_sender : 1;
   /* recv reducing on arrival (acc set): 0, or the divisor (2 .. 65535) each piece is
    * divided by once reduced, before anything reads it (weft__mem_avg): a WEFT_AVG ring
@@ -189,6 +190,8 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * (the peer's memory writable, the message two pages or more). The figures are in
  * lib/req.c. Pure; thread safety: comm's progress thread. */
 int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);
+/* The smallest message weft__req_put_wanted wants as a put, and a busy sender's as a read. */
+enum { WEFT__PUT_MIN_BYTES = 64 << 10 };
 /* Counts r, a completed request of conn c's, in c's bytes of the current operation
  * (op_bytes, the flight recorder's). The progress pass calls it as it takes a request off
  * its queue; a send that its receive fed whole before it was posted (weft__req.fwd) is

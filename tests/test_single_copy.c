@@ -276,8 +276,9 @@ static void broadcast_gather_and_scatter_from_64_kib_go_as_puts_where_one_copy_i
 }
 
 /* An out-of-place scatter's root copies its own block while its sends move
- * (weft__req.busy_sender): where a put is wanted, its messages go single copy as plain
- * reads, not as puts; where none is, they keep two copies. */
+ * (weft__req.busy_sender): where a put would be wanted with a core per rank, its messages
+ * go single copy as plain reads (with more ranks than cores too), not as puts; where none
+ * would be, they keep two copies. */
 static void a_busy_sender_reads_where_it_would_put(void **state) {
   (void)state;
   const unsigned two_way = WEFT__SINGLE_COPY_MEASURED | WEFT__SINGLE_COPY_TWO_WAY;
@@ -288,7 +289,8 @@ static void a_busy_sender_reads_where_it_would_put(void **state) {
   assert_true(weft__req_single_copy_wanted(&comm2, &r, 60, two_way));
   assert_false(weft__req_single_copy_wanted(&comm2, &r, 60, WEFT__SINGLE_COPY_MEASURED));
   assert_false(weft__req_single_copy_wanted(&comm2, &r, 60, 0));
-  assert_false(weft__req_single_copy_wanted(&comm4_on_2, &r, 60, two_way));
+  assert_true(weft__req_single_copy_wanted(&comm4_on_2, &r, 60, two_way));
+  assert_false(weft__req_put_wanted(&comm4_on_2, &r, two_way));
   r.bytes = (64 << 10) - 4;
   assert_false(weft__req_single_copy_wanted(&comm2, &r, 60, two_way));
   r.busy_sender = 0;

@@ -21,9 +21,11 @@
 
 typedef struct {
   int nreq, done;   /* done: a completed prefix of reqs */
-  /* root, out of place: its own block, copied by the first progress call, which comes after
-   * the transports' first pass has handed the sends to the peers (lib/task.c), so they read
-   * (or are written) while the root copies; own_bytes 0 once copied */
+  /* root, out of place, blocks of at least WEFT__PUT_MIN_BYTES (smaller ones go through
+   * the FIFOs, and are copied at once): its own block, copied by the first progress call,
+   * which comes after the transports' first pass has handed the sends to the peers
+   * (lib/task.c), so they read while the root copies (weft__req.busy_sender); own_bytes 0
+   * once copied */
   const char *own_src;
   char *own_dst;
   size_t own_bytes;
@@ -34,7 +36,8 @@ static void root_start(weft__task *t, scatter_state *st, size_t block) {
   struct weft_comm *comm = t->comm;
   const char *src = t->sendbuf;
   const char *own = src + (size_t)comm->rank * block;
-  if ((const char *)t->recvbuf != own) st->own_src = own, st->own_dst = t->recvbuf, st->own_bytes = block;
+  if ((const char *)t->recvbuf != own && block < WEFT__PUT_MIN_BYTES) weft__mem_copy(t->mem, t->recvbuf, own, block, 0);
+  else if ((const char *)t->recvbuf != own) st->own_src = own, st->own_dst = t->recvbuf, st->own_bytes = block;
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     weft__req *snd = &st->reqs[st->nreq++];

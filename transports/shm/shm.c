@@ -16,9 +16,10 @@
  * hands to the core when it reduces on arrival, and advances head past that slot only
  * after the last byte: the sender completes when it sees head pass. B bytes cost B of
  * memory traffic (plus a cache-resident bounce when reducing) and one system call per
- * MiB read (per 256 KiB written by a put). A put (weft__req_put_wanted: broadcast, gather and scatter, whose senders would
- * only wait) shares that copy: the receiver announces its destination and reads the first
- * half while the sender writes the second into it (process_vm_writev; shm_fifo.h). Hooks:
+ * MiB read (per 256 KiB written by a put). A put (weft__req_put_wanted: broadcast, gather
+ * and scatter, whose senders would only wait) shares that copy: the receiver announces its
+ * destination and reads the first half while the sender writes the second into it
+ * (process_vm_writev; shm_fifo.h). Hooks:
  * a waiting rank sleeps on its doorbell (shm_doorbell.h), a peer whose process is gone has
  * failed, and every large collective may run the placement probe (shm_placement.h).
  * Ideas from NCCL's shm transport and Open MPI's vader FIFOs and CMA path; no code taken. */
