@@ -698,7 +698,12 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, weft_stream_t stream);
  * an error too). Outside a group each call completes on its own, so
  * two ranks that both send first need weft_group_start/end around send and recv.
  * A rank may send to itself only within a group that also holds the matching recv.
- * sendbuf / recvbuf: count elements.
+ * A send completes once its bytes have left sendbuf: copied into the transport's buffer,
+ * or read by the receiver itself (shm's single copy, which the sends of a group that
+ * also receives may take), so do not rely on a large send completing before its recv is
+ * posted. Within a group, a recv into bytes that a send of the same group reads is a
+ * race, as in NCCL and MPI_Sendrecv: weft then keeps that send on two copies, but which
+ * bytes it carries is not defined. sendbuf / recvbuf: count elements.
  */
 WEFT_API weft_status_t weft_send(const void *sendbuf, size_t count, weft_datatype_t datatype,
                                  int peer, weft_comm_t comm, weft_stream_t stream);

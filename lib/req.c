@@ -199,7 +199,8 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * With more ranks the gather root reads half of each message while all its senders write
  * theirs at once, and the scatter root writes half of each where it copied all of each
  * into the FIFOs. */
-_Static_assert((int)WEFT__PUT_MIN_BYTES == (int)SINGLE_COPY_SMALL_BYTES, "puts start where single copy leaves its small class");
+_Static_assert((int)WEFT__PUT_MIN_BYTES == (int)SINGLE_COPY_SMALL_BYTES,
+               "puts start where single copy leaves its small class");
 
 /* Where a put would be wanted with a core per rank, a busy sender's message
  * (weft__req.busy_sender) goes single copy as a plain read instead, with more ranks than

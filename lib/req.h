@@ -143,9 +143,12 @@ static inline void weft__req_enqueue(weft__conn *conn, weft__req *r) {
  * rank sends and receives at once, so it halves the work of cores that are all busy, and
  * for the sends of a group that also receives (r->p2p_exchange: sendrecv, a pipeline's
  * step), by the same rules, except that with more ranks than cores any such message from
- * 64 KiB does; two copies for one-way traffic (broadcast, gather, scatter, a lone send), where the sender's
- * copy into the FIFO overlaps the receiver's copy out (a pipeline over two cores), and for
- * reductions (the single-copy read goes through a scratch in pieces). With more ranks than
+ * 64 KiB does; a busy sender's message (r->busy_sender: an out-of-place scatter's root)
+ * goes single copy exactly where weft__req_put_wanted's rules would send it as a put,
+ * with more ranks than cores too; two copies for one-way traffic (broadcast, gather,
+ * scatter, a lone send), where the sender's copy into the FIFO overlaps the receiver's
+ * copy out (a pipeline over two cores), and for reductions (the single-copy read goes
+ * through a scratch in pieces). With more ranks than
  * cores (comm->oversubscribed) all-gather and all-to-all go single copy only up to 16 MiB
  * received per rank (more lost there). Below 64 KiB (the transport's own floor,
  * WEFT_SHM_CMA_BYTES, is lower) only an out-of-place all-gather or all-to-all(v) message on a
@@ -186,8 +189,8 @@ int weft__req_single_copy_wanted(const struct weft_comm *comm, const weft__req *
  * with a core per rank, where copy_verdict (as for weft__req_single_copy_wanted) measured
  * one copy faster than copy-in plus copy-out; else 0, and 0 for a busy sender's
  * (r->busy_sender: an out-of-place scatter's root), which weft__req_single_copy_wanted
- * then takes as a plain single copy where it would have gone as a put. The transport adds its own bounds
- * (the peer's memory writable, the message two pages or more). The figures are in
+ * then takes as a plain single copy where it would have gone as a put. The transport adds
+ * its own bounds (the peer's memory writable, the message two pages or more). The figures are in
  * lib/req.c. Pure; thread safety: comm's progress thread. */
 int weft__req_put_wanted(const struct weft_comm *comm, const weft__req *r, unsigned copy_verdict);
 /* The smallest message weft__req_put_wanted wants as a put, and a busy sender's as a read. */

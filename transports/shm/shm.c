@@ -55,8 +55,10 @@
  * alternating with 256 KiB pieces): sendrecv 8M 699-733 against 746-911, 128M 23708-23896
  * against 26978-28765; all-to-all 64M 9512-9531 against 10304-10501 out of place; gather in
  * place 16M 362-369 against 427-439. A put written in 1 MiB pieces lost (in-place scatter
- * 64M 2230-2298 against 1803-1819), so puts keep 256 KiB. (On an earlier VM pieces above
- * 256 KiB had run 2x slower.) */
+ * 64M 2230-2298 against 1803-1819), so puts keep 256 KiB, and so does the receiver's read
+ * of its half of a put (in 1 MiB pieces, in-place broadcast 32-256 MiB ran 1-8% slower in
+ * each of 3 rounds of make compare). (On an earlier VM pieces above 256 KiB had run 2x
+ * slower.) */
 #define SHM_CMA_READ_PIECE (1024u * 1024u)
 #define SHM_CMA_PUT_PIECE (256u * 1024u)
 #define SHM_CMA_REDUCE_PIECE (64u * 1024u) /* scratch of a reducing receive: stays in L2 */
@@ -366,7 +368,7 @@ static weft_status_t cma_recv_progress(struct weft_comm *comm, weft__conn *c, sh
     }
     if (r->done == r->bytes || budget == 0) break;
     size_t n = upto - r->done < budget ? upto - r->done : budget;
-    size_t piece = view == NULL ? SHM_CMA_REDUCE_PIECE : SHM_CMA_READ_PIECE;
+    size_t piece = view == NULL ? SHM_CMA_REDUCE_PIECE : upto < r->bytes ? SHM_CMA_PUT_PIECE : SHM_CMA_READ_PIECE;
     if (n > piece) n = piece;
     void *to = view == NULL ? *sc->scratch : view + r->done;
     int err = weft__shm_cma_read(sc->pid, to, h->cma_src + r->done, n);
