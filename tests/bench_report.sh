@@ -42,7 +42,7 @@ printf '%s\n' "{\"coll\": \"all_gather\", \"size\": $m, \"time_us\": 8000, \"bus
 python3 "$src/perf/bench/report.py" "$dir" >"$dir/report" 2>"$dir/log"
 rc=$?
 cat "$dir/report" >>"$dir/log"
-echo "1..16"
+echo "1..18"
 if [ $rc = 0 ]; then ok "report.py reads the fabricated bench (exit 0)"; else not_ok "report.py exits $rc"; fi
 # all-gather at 16M, per round: weft/floor 0.5, 1.0, 0.5; MPI/floor 0.17, 0.67, 0.17; floor/MPI
 # 6, 1.5, 6. (From the medians alone, 100 and 150 us against the 50 us floor: 0.50, 0.33, 3.00x.)
@@ -165,6 +165,23 @@ if grep -q '^- MISS: reduce, gather, scatter, sendrecv >= 1.0x Open MPI at every
   ok "shm_more: the Summary lists its two targets (latency MISS, busbw PASS)"
 else
   not_ok "shm_more: expected Summary lines MISS (latency) and PASS (busbw) for reduce, gather, scatter, sendrecv"
+fi
+# Sweep np4_more (the same four, 4 ranks on 2 cores): the at-every-size target, one table each.
+mkdir -p "$dir/more/np4_more"
+for c in reduce:2 gather:2 scatter:0.5 sendrecv:2; do
+  more_row "${c%:*}" weft 8 1
+  more_row "${c%:*}" mpi 8 "${c#*:}"
+done >"$dir/more/np4_more/compare.jsonl"
+python3 "$src/perf/bench/report.py" "$dir/more" >"$dir/report_more4" 2>>"$dir/log"
+case $(sed -n "/^## 4 ranks on 2 cores: scatter vs Open MPI/,/^## /p" "$dir/report_more4" | grep '^| 8 ') in
+  *"| 0.50x | 1.0x |"*"| MISS |") ok "np4_more: scatter 8 B at 4 ranks 0.50x, MISS" ;;
+  *) not_ok "np4_more: expected scatter 8 B at 4 ranks at 0.50x, MISS" ;;
+esac
+if grep -q '^- MISS: 4 ranks on 2 cores: reduce, gather, scatter, sendrecv >= Open MPI at every size$' \
+  "$dir/report_more4"; then
+  ok "np4_more: the Summary lists its target (MISS)"
+else
+  not_ok "np4_more: expected the Summary line MISS for 4 ranks on 2 cores: reduce, gather, scatter, sendrecv"
 fi
 if grep -q 'reduce, gather, scatter, sendrecv' "$dir/report"; then
   not_ok "without DIR/shm_more the report names no target of it"

@@ -412,13 +412,16 @@ def more_targets(d, name, tag, results):
     results[f"{', '.join(MORE_COLLS)} >= 1.5x at >= 16 MiB (np=2)" + tag] = busbw_targets(path, MORE_COLLS, tag)
 
 
-def np4_targets(d, np4_name, tag, results):
+def np4_targets(d, np4_name, tag, results,
+                colls=("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast"), what=""):
+    """The 4-ranks-on-2-cores target (>= 1.0x Open MPI at every size) of each collective in
+    colls, from sweep DIR/np4_name, into results (named with what, e.g. MORE_COLLS')."""
     np4 = load(os.path.join(d, np4_name, "compare.jsonl"))
-    results["4 ranks on 2 cores: >= Open MPI at every size" + tag] = all_of([
+    results["4 ranks on 2 cores: " + what + ">= Open MPI at every size" + tag] = all_of([
         table(f"4 ranks on 2 cores: {coll} vs Open MPI at every size (ratio = MPI time / weft time)" + tag,
               ratio_rows(np4, coll, "mpi", 0, 1 << 40, "time_us", higher_better=False), 1.0, "us",
               spread_counts=True)
-        for coll in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")])
+        for coll in colls])
 
 
 def geomean(xs):
@@ -431,7 +434,7 @@ def ab_section(d):
     size, weft/base (base time / weft time: above 1, this build is faster) beside both builds'
     ratio to Open MPI, which was measured in the same alternating rounds. Nothing when no
     sweep ran a baseline."""
-    sweeps = [n for n in ("shm", "shm_more", "socket", "np4", "shm_registered", "np4_registered",
+    sweeps = [n for n in ("shm", "shm_more", "socket", "np4", "np4_more", "shm_registered", "np4_registered",
                           "shm_plain_registered")
               if any(lib == "base" for (_, lib, _) in load(os.path.join(d, n, "compare.jsonl")))]
     if not sweeps:
@@ -484,6 +487,8 @@ def main(d):
     np4_targets(d, "np4", "", results)
     if os.path.isdir(os.path.join(d, "shm_more")):
         more_targets(d, "shm_more", "", results)
+    if os.path.isdir(os.path.join(d, "np4_more")):
+        np4_targets(d, "np4_more", "", results, MORE_COLLS, f"{', '.join(MORE_COLLS)} ")
     reg = {}
     tag = " [registered buffers, -R 2]"
     if os.path.isdir(os.path.join(d, "shm_registered")):

@@ -8,11 +8,12 @@
 # buffers from weft_mem_alloc, registered as windows (the perf tools' -R 2, as nccl-tests'
 # -R with ncclMemAlloc), so its collectives run direct (algos/direct.h): np=2 over shm and 4
 # ranks on 2 cores. The sweep shm_more is the one of reduce, gather, scatter (root 0) and
-# sendrecv (a ring shift), np=2 over shm (no floor: membw_floor has none of them). The
+# sendrecv (a ring shift), np=2 over shm (no floor: membw_floor has none of them), and
+# np4_more the same with 4 ranks on 2 cores. The
 # optional sweep shm_plain_registered runs np=2 with the program's own buffers registered as
 # windows (-R 1: weft adopts them, mem/host_adopt.h).
 # BENCH_QUICK=1 runs small sizes and one round. BENCH_SWEEPS picks sweeps (default: shm
-# shm_more socket np4 shm_registered np4_registered; the floors always run).
+# shm_more socket np4 np4_more shm_registered np4_registered; the floors always run).
 # Takes ~25-60 minutes in full on the 2-core VM (56 on the Zen 4 VM of 2026-11-30). Installs
 # its peers first (Open MPI, Gloo: perf/compare/install-peers.sh, root or sudo; BENCH_INSTALL=0
 # skips that), and fails when Open MPI did not run in a sweep (report.py).
@@ -28,7 +29,7 @@ export COMPARE_ROUNDS=${COMPARE_ROUNDS:-3}
 [ "$quick" = 1 ] && export COMPARE_QUICK=1
 rc=0
 t_start=$SECONDS
-sweeps=${BENCH_SWEEPS:-shm shm_more socket np4 shm_registered np4_registered}
+sweeps=${BENCH_SWEEPS:-shm shm_more socket np4 np4_more shm_registered np4_registered}
 # The peers first, as tools/test.sh installs weft's own dependencies: on a fresh machine with
 # Open MPI's mpirun but not its headers, every sweep once ran weft alone, and the report said
 # "not measured" for each target against Open MPI and exited 0.
@@ -57,6 +58,7 @@ for name in $sweeps; do
   case $name in
     shm) sweep shm COMPARE_NP=2 COMPARE_FLOOR=1 COMPARE_LIBS="${base}weft mpi gloo" ;;
     shm_more) sweep shm_more COMPARE_NP=2 COMPARE_COLLS="reduce gather scatter sendrecv" COMPARE_LIBS="${base}weft mpi gloo" ;;
+    np4_more) sweep np4_more COMPARE_NP=4 COMPARE_COLLS="reduce gather scatter sendrecv" COMPARE_LIBS="${base}weft mpi gloo" ;;
     socket) sweep socket COMPARE_NP=2 COMPARE_TRANSPORT=socket COMPARE_COLLS=all_reduce COMPARE_LIBS="${base}weft mpi gloo" ;;
     np4) sweep np4 COMPARE_NP=4 COMPARE_LIBS="${base}weft mpi gloo" ;;
     shm_registered) sweep shm_registered COMPARE_NP=2 COMPARE_FLOOR=1 COMPARE_LIBS="${base}weft mpi" COMPARE_WEFT_FLAGS="-z 2 -R 2" ;;
