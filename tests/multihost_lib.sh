@@ -111,11 +111,17 @@ mh_mpirun() {
     if [ -n "$(printenv "$v")" ]; then xs="$xs -x $v"; fi
   done
   MH_PORT=$((MH_PORT + 1))
+  # stderr apart, appended after: a perf tool prints a row's size columns before the call
+  # and its times after, and the ranks' INFO lines (the tuner's trace) written in between
+  # once split a row in two, which read as a row with wrong elements (CI, 2026-12-03).
   timeout 60 mpirun --allow-run-as-root --hostfile "$MH_DIR/hostfile" -np "$MH_N" \
     --mca orte_tmpdir_base "$MH_DIR" --mca plm_rsh_agent "$MH_TOOLS/netns-rsh.sh" --mca plm_rsh_no_tree_spawn 1 \
     --mca oob_tcp_if_include "$MH_SUBNET" --mca btl_tcp_if_include "$MH_SUBNET" \
     -x "WEFT_ROOT_ADDR=$MH_ADDR0:$MH_PORT" -x WEFT_SOCKET_IFNAME=veth0 -x WEFT_TIMEOUT_MS $MH_MPI_ENV $xs \
-    "$@" >"$mh_out" 2>&1
+    "$@" >"$mh_out" 2>"$mh_out.err"
+  mh_rc=$?
+  cat "$mh_out.err" >>"$mh_out"
+  return $mh_rc
 }
 
 # torchrun ENV-ASSIGNMENTS -- PROGRAM ARGS...: starts every rank itself, inside its host, with
