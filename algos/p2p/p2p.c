@@ -92,10 +92,15 @@ static weft_status_t match_self(weft__task *t, int do_copy) {
   return WEFT_SUCCESS;
 }
 
+/* A receive that writes bytes another rank sent: what an exchange's send must stay clear of. */
+static int writes_from_peer(const weft__p2p_op *op, int self) {
+  return !op->is_send && op->peer != self && op->bytes > 0;
+}
+
 weft__p2p_span weft__p2p_recv_span(const weft__p2p_op *ops, int nops, int self) {
   weft__p2p_span span = {UINTPTR_MAX, 0};
   for (int i = 0; i < nops; i++) {
-    if (ops[i].is_send || ops[i].peer == self || ops[i].bytes == 0) continue;
+    if (!writes_from_peer(&ops[i], self)) continue;
     uintptr_t a = (uintptr_t)ops[i].buf;
     if (a < span.lo) span.lo = a;
     if (a + ops[i].bytes > span.hi) span.hi = a + ops[i].bytes;
@@ -110,7 +115,7 @@ int weft__p2p_send_in_exchange(const weft__p2p_op *ops, int nops, int self, cons
   if (span.lo == span.hi) return 0;
   if (b <= span.lo || a >= span.hi) return 1;
   for (int i = 0; i < nops; i++) {
-    if (ops[i].is_send || ops[i].peer == self || ops[i].bytes == 0) continue;
+    if (!writes_from_peer(&ops[i], self)) continue;
     if (a < (uintptr_t)ops[i].buf + ops[i].bytes && (uintptr_t)ops[i].buf < b) return 0;
   }
   return 1;

@@ -36,8 +36,10 @@ static void root_start(weft__task *t, scatter_state *st, size_t block) {
   struct weft_comm *comm = t->comm;
   const char *src = t->sendbuf;
   const char *own = src + (size_t)comm->rank * block;
-  if ((const char *)t->recvbuf != own && block < WEFT__PUT_MIN_BYTES) weft__mem_copy(t->mem, t->recvbuf, own, block, 0);
-  else if ((const char *)t->recvbuf != own) st->own_src = own, st->own_dst = t->recvbuf, st->own_bytes = block;
+  if ((const char *)t->recvbuf != own) {
+    if (block < WEFT__PUT_MIN_BYTES) weft__mem_copy(t->mem, t->recvbuf, own, block, 0);
+    else st->own_src = own, st->own_dst = t->recvbuf, st->own_bytes = block;
+  }
   for (int p = 0; p < comm->nranks; p++) {
     if (p == comm->rank) continue;
     weft__req *snd = &st->reqs[st->nreq++];
