@@ -60,14 +60,18 @@ weft_status_t weft_group_start(void) {
 
 static int is_p2p(const weft__task *t) { return t->coll == WEFT__COLL_SEND || t->coll == WEFT__COLL_RECV; }
 
-/* Folds the run of sends/receives starting at *cursor (same comm) into one group task. */
-static weft_status_t fold_p2p_run(weft__task **cursor, weft__task **out) {
+/* Folds the run of sends/receives starting at *cursor (same comm) into one group task, for
+ * stream (NULL: run at once). On a stream the task is one the stream's thread has run and
+ * kept: allocated here and freed there, every group's task crossed between the two threads'
+ * heap arenas (as lib/stream.c says of tasks). */
+static weft_status_t fold_p2p_run(weft__task **cursor, weft_stream_t stream, weft__task **out) {
   weft__task *first = *cursor;
   int n = 0;
   for (weft__task *t = first; t != NULL && is_p2p(t) && t->comm == first->comm; t = t->next) n++;
   weft__task *g = NULL; /* set by weft__task_new; the LTO build could not see that */
-  WEFT_TRY(weft__task_new(first->comm, WEFT__COLL_P2P_GROUP, &g));
-  g->p2p = calloc((size_t)n, sizeof(weft__p2p_op));
+  if (stream != NULL) WEFT_TRY(weft__stream_task_new(stream, first->comm, WEFT__COLL_P2P_GROUP, &g));
+  else WEFT_TRY(weft__task_new(first->comm, WEFT__COLL_P2P_GROUP, &g));
+  g->p2p = n <= WEFT__TASK_P2P_INLINE ? g->p2p_inline : calloc((size_t)n, sizeof(weft__p2p_op));
   if (g->p2p == NULL) {
     weft__task_free(g);
     return weft__error(first->comm, WEFT_ERR_NO_MEMORY, "rank %d: group: out of memory", first->comm->rank);
@@ -103,7 +107,7 @@ static weft_status_t launch_all(weft__task *list, weft_stream_t stream) {
   while (cursor != NULL) {
     weft__task *t = cursor;
     if (is_p2p(t)) {
-      weft_status_t st = fold_p2p_run(&cursor, &t);
+      weft_status_t st = fold_p2p_run(&cursor, stream, &t);
       if (st != WEFT_SUCCESS) {
         free_list(cursor);
         return st;

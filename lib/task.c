@@ -91,7 +91,7 @@ weft_status_t weft__task_new(struct weft_comm *comm, weft__coll_t coll, weft__ta
 void weft__task_release(weft__task *t) {
   /* Tested first: a blocking call has none of them, and free(NULL) is still a call. */
   if (t->state != NULL && t->state != (void *)t->state_inline) free(t->state);
-  if (t->p2p != NULL) free(t->p2p);
+  if (t->p2p != NULL && t->p2p != t->p2p_inline) free(t->p2p);
   if (t->vcounts != NULL) free(t->vcounts);
   if (t->device_call != NULL) free(t->device_call);
   t->state = NULL;
