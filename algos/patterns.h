@@ -4,7 +4,8 @@
  * evaluates to the same answer from (rank, nranks, root).
  *
  * Binomial tree over "virtual ranks" v = (rank - root) mod n, so the root is v = 0 (the
- * broadcast lays it over the communicator's ring order instead: weft__binomial_ring_vrank).
+ * broadcast and reduce lay it over the communicator's ring order instead:
+ * weft__binomial_ring_vrank).
  *   The parent of v > 0 is v with its lowest set bit cleared; the children of v are
  *   v + m for each power of two m below v's lowest set bit (below the first power of two
  *   >= n for the root) with v + m < n. The subtree of v + m holds v+m .. v+2m-1 (clipped

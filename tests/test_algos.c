@@ -818,26 +818,33 @@ static void ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts(voi
   unsetenv("WEFT_ALGO");
 }
 
-/* The binomial broadcast's tree follows the ring order (algos/patterns.h): on hosts 0101
- * (ring 0 2 1 3, virtual rank = ring position XOR the root's) only the root's farthest
- * child is on the other host, so one message crosses hosts per call whichever the root,
- * and that child alone forwards (to its host's other rank). In rank order rank 2 forwarded
- * to rank 3 from root 0, a second crossing (and with 4 ranks bound round-robin to 2
- * cores, 4 of the 6 sends and receives on one core). Each rank checks its own sends: the
- * bytes its connections sent in the call just made (lib/req.h, op_bytes). */
+/* The binomial broadcast's and reduce's tree follows the ring order (algos/patterns.h): on
+ * hosts 0101 (ring 0 2 1 3, virtual rank = ring position XOR the root's) only the root's
+ * farthest child is on the other host, so one message crosses hosts per call whichever the
+ * root. The broadcast's farthest child alone forwards (to its host's other rank); in the
+ * reduce every rank but the root sends once, to its parent, and only that child's message
+ * crosses. In rank order, from root 0, rank 2 forwarded to rank 3 (the reduce: rank 3 sent
+ * to rank 2, rank 1 to rank 0), a second crossing, and with 4 ranks bound round-robin to 2
+ * cores one core ran 4 of a broadcast's 6 sends and receives. Each rank checks its own
+ * sends: the bytes its connections sent in the call just made (lib/req.h, op_bytes). */
 static int binomial_tree_body(harness_rank *r) {
   static const char hosts[] = "0101";
+  const int reduce = r->arg != NULL;
   if (harness_init_on_emulated_host(r, hosts)) return r->failures;
   static const int ring_pos[] = {0, 2, 1, 3};
-  float buf[8];
+  float buf[8], in[8];
   for (int root = 0; root < r->nranks; root++) {
     for (int j = 0; j < 8; j++) buf[j] = r->rank == root ? (float)(root * 10 + j) : -1.0f;
+    for (int j = 0; j < 8; j++) in[j] = (float)(r->rank * 100 + j);
     char desc[64];
-    snprintf(desc, sizeof desc, "broadcast of 32 B from root %d", root);
-    if (!ok(r, weft_broadcast(buf, buf, 8, WEFT_FLOAT32, root, r->comm, NULL), desc)) return r->failures;
-    for (int j = 0; j < 8; j++)
-      if (buf[j] != (float)(root * 10 + j))
-        return harness_fail(r, "%s: element %d is %g, expected %d", desc, j, buf[j], root * 10 + j);
+    snprintf(desc, sizeof desc, "%s of 32 B to root %d", reduce ? "reduce" : "broadcast", root);
+    weft_status_t st = reduce ? weft_reduce(in, buf, 8, WEFT_FLOAT32, WEFT_SUM, root, r->comm, NULL)
+                              : weft_broadcast(buf, buf, 8, WEFT_FLOAT32, root, r->comm, NULL);
+    if (!ok(r, st, desc)) return r->failures;
+    for (int j = 0; j < 8 && (!reduce || r->rank == root); j++) {
+      float want = reduce ? (float)(600 + 4 * j) : (float)(root * 10 + j); /* sum of rank * 100 + j */
+      if (buf[j] != want) return harness_fail(r, "%s: element %d is %g, expected %g", desc, j, buf[j], want);
+    }
     int crossing = 0, sends = 0;
     for (int p = 0; p < r->nranks; p++) {
       const weft__conn *c = &r->comm->conns[p];
@@ -846,7 +853,7 @@ static int binomial_tree_body(harness_rank *r) {
       crossing += hosts[p] != hosts[r->rank];
     }
     int v = ring_pos[r->rank] ^ ring_pos[root]; /* 0: the root, 2: its farthest child */
-    int want_sends = v == 0 ? 2 : v == 2, want_crossing = v == 0;
+    int want_sends = reduce ? v != 0 : v == 0 ? 2 : v == 2, want_crossing = reduce ? v == 2 : v == 0;
     if (crossing != want_crossing || sends != want_sends)
       harness_fail(r, "%s: this rank sent to %d peers, %d on the other host; expected %d and %d (the tree "
                    "over ring order 0 2 1 3)", desc, sends, crossing, want_sends, want_crossing);
@@ -862,6 +869,17 @@ static void binomial_broadcast_tree_follows_the_ring_order(void **state) {
   o.no_init = 1;
   o.deadline_s = 60;
   harness_run(&o, binomial_tree_body, NULL);
+  unsetenv("WEFT_ALGO");
+}
+
+static void binomial_reduce_tree_follows_the_ring_order(void **state) {
+  (void)state;
+  setenv("WEFT_ALGO", "reduce:binomial", 1);
+  harness_opts o = {0};
+  o.nranks = 4;
+  o.no_init = 1;
+  o.deadline_s = 60;
+  harness_run(&o, binomial_tree_body, "reduce");
   unsetenv("WEFT_ALGO");
 }
 
@@ -1137,6 +1155,7 @@ int main(void) {
       cmocka_unit_test(hierarchical_gather_scatter_broadcast_match_reference_on_emulated_hosts),
       cmocka_unit_test(ring_keeps_hosts_contiguous_and_stays_exact_on_interleaved_hosts),
       cmocka_unit_test(binomial_broadcast_tree_follows_the_ring_order),
+      cmocka_unit_test(binomial_reduce_tree_follows_the_ring_order),
       cmocka_unit_test(ring_all_reduce_keeps_partials_in_scratch_only_where_receives_honor_nt),
       cmocka_unit_test(ring_all_reduce_forwards_pieces_as_they_land),
       cmocka_unit_test(all_to_alls_bypass_the_cache_when_the_hosts_outputs_fill_it),
